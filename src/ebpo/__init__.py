@@ -1,0 +1,45 @@
+"""ebpo: Empirical Bayes Policy Optimization and its peers as group-relative advantage estimators.
+
+    import ebpo
+    est = ebpo.make_estimator("ebpo")            # see ebpo.available_estimators()
+    res = est(rewards, group_ids)                # res.advantages, res.baselines, res.shrinkage, res.metrics
+
+The core imports only torch and numpy; trainer integrations live in ``ebpo.integrations``.
+"""
+
+from ebpo.estimators import (
+    EBPO,
+    GRPO,
+    JSPO,
+    RLOO,
+    AdvantageEstimator,
+    AdvantageResult,
+    DrGRPO,
+    EBPOBetaBinomial,
+    ReinforcePlusPlusBaseline,
+    available_estimators,
+    estimator_options,
+    make_estimator,
+    register_estimator,
+)
+from ebpo.statistics import RunningMoments
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EBPO",
+    "GRPO",
+    "JSPO",
+    "RLOO",
+    "AdvantageEstimator",
+    "AdvantageResult",
+    "DrGRPO",
+    "EBPOBetaBinomial",
+    "ReinforcePlusPlusBaseline",
+    "RunningMoments",
+    "available_estimators",
+    "estimator_options",
+    "make_estimator",
+    "register_estimator",
+    "__version__",
+]

@@ -1,0 +1,93 @@
+"""EBPO-BB: the Beta-Binomial variant of EBPO (revision of arXiv 2602.05165).
+
+Each prompt's success rate gets a ``Beta(α, β)`` prior fitted by the method of moments to the
+running history of per-group pass rates ``p_m = r̄_m`` (the ``W_means`` statistic of EBPO):
+
+    m = mean(p),  v = var(p),  c = m(1 − m)/v − 1,  α = m·c,  β = (1 − m)·c.
+
+The baseline is the posterior mean of the group's success rate,
+
+    V_m = (α + s_m) / (α + β + n_m) = (1 − S_m)·r̄_m + S_m·α/(α + β),  S_m = (α + β)/(α + β + n_m),
+
+with ``s_m`` the sum of the group's rewards. Until ``warmup_groups`` groups have been seen, or when
+the moments admit no Beta distribution (``v = 0`` or ``v ≥ m(1 − m)``), the prior is ``Beta(1, 1)``.
+Rewards must lie in [0, 1]. Everything else (running prior, normalisation) is as in :class:`EBPO`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ebpo.estimators.base import Batch, register_estimator
+from ebpo.estimators.ebpo import EBPO, PriorParameters
+
+__all__ = ["EBPOBetaBinomial", "beta_method_of_moments"]
+
+
+def beta_method_of_moments(mean: torch.Tensor, variance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(α, β)`` of the Beta distribution with this mean and variance; ``(1, 1)`` where none exists."""
+    admissible = (mean > 0) & (mean < 1) & (variance > 0) & (variance < mean * (1 - mean))
+    concentration = torch.where(admissible, mean * (1 - mean) / variance.clamp(min=1e-300) - 1, torch.ones_like(mean))
+    alpha = torch.where(admissible, mean * concentration, torch.ones_like(mean))
+    beta = torch.where(admissible, (1 - mean) * concentration, torch.ones_like(mean))
+    return alpha, beta
+
+
+@register_estimator("ebpo_bb")
+class EBPOBetaBinomial(EBPO):
+    """Beta-Binomial EBPO. Options as :class:`EBPO`, plus ``warmup_groups`` (default 8): groups of
+    history needed before the fitted prior replaces ``Beta(1, 1)``. ``within_variance`` and
+    ``tau2`` do not apply (the Beta prior sets the shrinkage). Extra metrics: ``beta_alpha``,
+    ``beta_beta`` (mean over groups)."""
+
+    def __init__(
+        self,
+        *,
+        warmup_groups: int = 8,
+        prior: str = "history",
+        half_life: float = 50.0,
+        normalize: str = "batch",
+        per_cluster: bool = False,
+        min_cluster_groups: int = 8,
+        eps: float = 1e-6,
+        nan_policy: str = "raise",
+    ) -> None:
+        super().__init__(
+            prior=prior,
+            half_life=half_life,
+            normalize=normalize,
+            per_cluster=per_cluster,
+            min_cluster_groups=min_cluster_groups,
+            eps=eps,
+            nan_policy=nan_policy,
+        )
+        if isinstance(warmup_groups, bool) or not isinstance(warmup_groups, int) or warmup_groups < 1:
+            raise ValueError(f"warmup_groups must be a positive integer, got {warmup_groups!r}")
+        self.warmup_groups = warmup_groups
+
+    def options(self):
+        return {**super().options(), "warmup_groups": self.warmup_groups}
+
+    def _check_rewards(self, valid_rewards: torch.Tensor) -> None:
+        outside = (valid_rewards < 0) | (valid_rewards > 1)
+        if outside.any():
+            raise ValueError(
+                f"rewards must lie in [0, 1] for ebpo_bb (Beta-Binomial prior); got {float(valid_rewards[outside][0])}"
+            )
+
+    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor]:
+        alpha, beta = beta_method_of_moments(params.means_mean, params.between_variance)
+        warm = params.num_groups_seen >= self.warmup_groups
+        alpha = torch.where(warm, alpha, torch.ones_like(alpha))
+        beta = torch.where(warm, beta, torch.ones_like(beta))
+        self._last_alpha_beta = (alpha, beta)
+        strength = alpha + beta
+        return alpha / strength, strength / (strength + batch.group_count)
+
+    def _metrics(self, batch, global_prior, shrinkage):
+        metrics = super()._metrics(batch, global_prior, shrinkage)
+        alpha, beta = self._last_alpha_beta
+        nonempty = batch.nonempty
+        metrics["beta_alpha"] = float(alpha[nonempty].mean()) if nonempty.any() else 1.0
+        metrics["beta_beta"] = float(beta[nonempty].mean()) if nonempty.any() else 1.0
+        return metrics

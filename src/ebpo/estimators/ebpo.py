@@ -1,0 +1,303 @@
+"""EBPO: Empirical-Bayes shrinkage of each group's baseline toward a running prior.
+
+Han et al., "EBPO: Empirical Bayes Shrinkage for Stabilizing Group-Relative Policy Optimization",
+arXiv 2602.05165, Algorithm 1. For a batch of groups (one group = the responses to one prompt):
+
+1. Fold the batch into three running statistics (before computing its advantages):
+   ``W_glob`` ← every reward,  ``W_means`` ← every group mean ``r̄_m``,
+   ``W_within`` ← every group's unbiased variance ``s²_m`` (groups with ≥ 2 responses).
+2. Prior parameters:  ``μ = mean(W_glob)``;
+   ``σ² = var(W_glob)`` (``within_variance="pooled"``, paper v1 and the authors' code) or
+   ``σ² = mean(W_within)`` (``"within"``, the revision);
+   ``τ² = var(W_means)`` (``tau2="raw"``) or ``max(var(W_means) − σ²/n_m, 0)`` (``"corrected"``).
+3. Shrinkage  ``S_m = (σ²/n_m) / (σ²/n_m + τ²)``  (S = 1 when the denominator ≤ eps).
+4. Baseline   ``V_m = (1 − S_m)·r̄_m + S_m·μ``;  raw advantage ``a = r − V_m``.
+5. Normalise over the batch: ``Â = (a − mean(a)) / (std(a) + eps)``.
+
+Where the statistics live (``prior``): ``"history"`` — the whole run (paper); ``"batch"`` — reset
+on every call (the authors' public verl code, where the prior is the current batch);
+``"ema"`` — exponentially weighted with a half-life in steps, for a policy that keeps improving.
+
+Defaults follow the paper's Algorithm 1 (history prior, pooled σ², raw τ², batch normalisation),
+because the paper's claims (O(1/T) bias, Theorem 3.3) are about that estimator; ``prior="batch"``
+reproduces the authors' released code exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ebpo.estimators.base import (
+    AdvantageEstimator,
+    Batch,
+    _check_choice,
+    _check_positive,
+    register_estimator,
+)
+from ebpo.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
+from ebpo.statistics import RunningMoments
+
+__all__ = ["EBPO", "Prior", "PriorParameters"]
+
+PRIORS = ("history", "batch", "ema")
+WITHIN_VARIANCES = ("pooled", "within")
+TAU2_MODES = ("raw", "corrected")
+NORMALIZE_MODES = ("batch", "center", "none")
+
+
+@dataclass
+class Prior:
+    """The running statistics of one prior (global, or one cluster's)."""
+
+    rewards: RunningMoments = field(default_factory=RunningMoments)  # W_glob
+    group_means: RunningMoments = field(default_factory=RunningMoments)  # W_means
+    group_variances: RunningMoments = field(default_factory=RunningMoments)  # W_within
+
+    def fold_in(self, rewards: torch.Tensor, group_means: torch.Tensor, group_variances: torch.Tensor) -> None:
+        self.rewards.update(rewards)
+        self.group_means.update(group_means)
+        self.group_variances.update(group_variances)
+
+    def decay(self, factor: float) -> None:
+        for moments in (self.rewards, self.group_means, self.group_variances):
+            moments.decay(factor)
+
+    def merge(self, other: Prior) -> Prior:
+        """Combine statistics gathered elsewhere (e.g. on another worker)."""
+        self.rewards.merge(other.rewards)
+        self.group_means.merge(other.group_means)
+        self.group_variances.merge(other.group_variances)
+        return self
+
+    def copy(self) -> Prior:
+        return Prior(self.rewards.copy(), self.group_means.copy(), self.group_variances.copy())
+
+    def state_dict(self) -> dict[str, dict[str, float]]:
+        return {
+            "rewards": self.rewards.state_dict(),
+            "group_means": self.group_means.state_dict(),
+            "group_variances": self.group_variances.state_dict(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> Prior:
+        try:
+            return cls(*(RunningMoments.from_state_dict(state[key]) for key in ("rewards", "group_means", "group_variances")))
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"prior state must have 'rewards', 'group_means', 'group_variances'; got {state!r}") from error
+
+
+@dataclass(frozen=True)
+class PriorParameters:
+    """Per-group prior parameters (``[K]`` tensors), taken from each group's own prior."""
+
+    mean: torch.Tensor  # μ: mean of all rewards
+    sigma2: torch.Tensor  # within-group variance σ²
+    between_variance: torch.Tensor  # var(W_means), τ² before any correction
+    means_mean: torch.Tensor  # mean of the group means (used by the Beta-Binomial variant)
+    num_groups_seen: torch.Tensor  # count of W_means
+
+
+@register_estimator("ebpo")
+class EBPO(AdvantageEstimator):
+    """Empirical-Bayes baseline with a running prior (see module docstring for the formulas).
+
+    Args:
+        prior: ``"history"`` (default), ``"batch"`` or ``"ema"``.
+        half_life: for ``prior="ema"``, steps after which an observation weighs half (default 50).
+        within_variance: ``"pooled"`` (default) or ``"within"``.
+        tau2: ``"raw"`` (default, conservative, keeps S in [0,1]) or ``"corrected"``.
+        normalize: ``"batch"`` (default), ``"center"`` or ``"none"``.
+        per_cluster: keep one prior per ``clusters`` label (topic, difficulty tier); a group uses
+            its cluster's prior once that cluster has seen ``min_cluster_groups`` groups, and the
+            global prior before. The global prior is always updated too.
+        min_cluster_groups: see ``per_cluster`` (default 8).
+        eps: numerical floor for the shrinkage denominator and the batch std (default 1e-6).
+        nan_policy: ``"raise"`` or ``"mask"`` (see :class:`AdvantageEstimator`).
+
+    Metrics: ``prior_mean``, ``sigma2``, ``tau2`` (of the global prior after this batch),
+    ``shrinkage_mean/min/max`` over groups, ``prior_count`` (rewards seen, decayed for ema),
+    ``saturated_failure_group_frac`` (groups whose rewards are all ≤ 0) and
+    ``saturated_failure_signal_frac`` (of those, the fraction with a non-zero advantage — always 0
+    under GRPO), plus the common ones.
+    """
+
+    uses_clusters = True
+
+    def __init__(
+        self,
+        *,
+        prior: str = "history",
+        half_life: float = 50.0,
+        within_variance: str = "pooled",
+        tau2: str = "raw",
+        normalize: str = "batch",
+        per_cluster: bool = False,
+        min_cluster_groups: int = 8,
+        eps: float = 1e-6,
+        nan_policy: str = "raise",
+    ) -> None:
+        super().__init__(eps=eps, nan_policy=nan_policy)
+        _check_choice("prior", prior, PRIORS)
+        _check_positive("half_life", half_life)
+        _check_choice("within_variance", within_variance, WITHIN_VARIANCES)
+        _check_choice("tau2", tau2, TAU2_MODES)
+        _check_choice("normalize", normalize, NORMALIZE_MODES)
+        if not isinstance(per_cluster, bool):
+            raise ValueError(f"per_cluster must be True or False, got {per_cluster!r}")
+        if isinstance(min_cluster_groups, bool) or not isinstance(min_cluster_groups, int) or min_cluster_groups < 1:
+            raise ValueError(f"min_cluster_groups must be a positive integer, got {min_cluster_groups!r}")
+        self.prior = prior
+        self.half_life = float(half_life)
+        self.within_variance = within_variance
+        self.tau2 = tau2
+        self.normalize = normalize
+        self.per_cluster = per_cluster
+        self.min_cluster_groups = min_cluster_groups
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> None:
+        self.global_prior = Prior()
+        self.cluster_priors: dict[Hashable, Prior] = {}
+        self.steps = 0
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "prior": self.prior,
+            "half_life": self.half_life,
+            "within_variance": self.within_variance,
+            "tau2": self.tau2,
+            "normalize": self.normalize,
+            "per_cluster": self.per_cluster,
+            "min_cluster_groups": self.min_cluster_groups,
+            "eps": self.eps,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "estimator": self.name,
+            "options": self.options(),
+            "steps": self.steps,
+            "global": self.global_prior.state_dict(),
+            "clusters": [[label, prior.state_dict()] for label, prior in self.cluster_priors.items()],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_state_owner(state)
+        try:
+            global_prior = Prior.from_state_dict(state["global"])
+            clusters = {_label(label): Prior.from_state_dict(s) for label, s in state.get("clusters", [])}
+            steps = int(state["steps"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"invalid {self.name} state: {error}") from error
+        self.global_prior, self.cluster_priors, self.steps = global_prior, clusters, steps
+
+    def merge(self, other: EBPO) -> EBPO:
+        """Combine running statistics gathered by another instance (e.g. another worker)."""
+        self.global_prior.merge(other.global_prior)
+        for label, prior in other.cluster_priors.items():
+            self.cluster_priors.setdefault(label, Prior()).merge(prior)
+        return self
+
+    # ------------------------------------------------------------------ step 1: running statistics
+    def _priors_after(self, batch: Batch) -> tuple[Prior, dict[Hashable, Prior]]:
+        """Copies of the priors with this batch folded in (committed only if ``update``)."""
+        if self.prior == "batch":
+            global_prior, cluster_priors = Prior(), {}
+        else:
+            global_prior = self.global_prior.copy()
+            cluster_priors = {label: prior.copy() for label, prior in self.cluster_priors.items()}
+        if not batch.valid.any():  # nothing observed: not a step
+            return global_prior, cluster_priors
+        if self.prior == "ema":
+            factor = 0.5 ** (1.0 / self.half_life)
+            global_prior.decay(factor)
+            for prior in cluster_priors.values():
+                prior.decay(factor)
+
+        nonempty = batch.nonempty
+        multi = batch.group_count > 1
+        global_prior.fold_in(batch.rewards[batch.valid], batch.group_mean[nonempty], batch.group_variance[multi])
+        if self.per_cluster and batch.cluster_index is not None:
+            row_cluster = batch.per_row(batch.cluster_index)
+            # One loop per cluster present in the batch (a handful), never per group.
+            for c in torch.unique(batch.cluster_index[nonempty]).tolist():
+                label = batch.cluster_labels[c]
+                in_cluster = batch.cluster_index == c
+                cluster_priors.setdefault(label, Prior()).fold_in(
+                    batch.rewards[batch.valid & (row_cluster == c)],
+                    batch.group_mean[nonempty & in_cluster],
+                    batch.group_variance[multi & in_cluster],
+                )
+        return global_prior, cluster_priors
+
+    # ------------------------------------------------------------------ step 2: prior parameters
+    def _parameters(self, batch: Batch, global_prior: Prior, cluster_priors: dict[Hashable, Prior]) -> PriorParameters:
+        """Per-group prior parameters: the group's cluster prior if mature, else the global one."""
+
+        def row(prior: Prior) -> list[float]:
+            sigma2 = prior.rewards.variance if self.within_variance == "pooled" else prior.group_variances.mean
+            return [prior.rewards.mean, sigma2, prior.group_means.variance, prior.group_means.mean, prior.group_means.count]
+
+        table = [row(global_prior)]  # row 0: global
+        source = torch.zeros(batch.num_groups, dtype=torch.int64)
+        if self.per_cluster and batch.cluster_index is not None:
+            for c, label in enumerate(batch.cluster_labels):
+                prior = cluster_priors.get(label)
+                if prior is not None and prior.group_means.count >= self.min_cluster_groups:
+                    table.append(row(prior))
+                    source = torch.where(batch.cluster_index == c, len(table) - 1, source)
+        per_group = torch.tensor(table, dtype=torch.float64)[source]
+        return PriorParameters(*per_group.unbind(dim=1))
+
+    # ------------------------------------------------------------------ step 3: shrinkage
+    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-group ``(prior_mean, S)``: the target of the shrinkage and the weight on it."""
+        n = batch.group_count
+        tau2 = params.between_variance
+        if self.tau2 == "corrected":
+            tau2 = (tau2 - params.sigma2 / n.clamp(min=1)).clamp(min=0)
+        return params.mean, shrinkage_factor(params.sigma2, tau2, n, self.eps)
+
+    # ------------------------------------------------------------------ steps 4-5
+    def _compute(self, batch: Batch, *, update: bool):
+        global_prior, cluster_priors = self._priors_after(batch)
+        params = self._parameters(batch, global_prior, cluster_priors)
+        prior_mean, shrinkage = self._shrink(batch, params)
+        group_baseline = empirical_bayes_baseline(batch.group_mean, prior_mean, shrinkage)
+
+        baseline = batch.per_row(group_baseline)
+        raw_advantage = batch.rewards - baseline
+        advantage = normalize_advantages(raw_advantage, batch.valid, self.normalize, self.eps)
+
+        if update and batch.valid.any():
+            if self.prior != "batch":
+                self.global_prior, self.cluster_priors = global_prior, cluster_priors
+            self.steps += 1
+        return baseline, advantage, batch.per_row(shrinkage), self._metrics(batch, global_prior, shrinkage)
+
+    def _metrics(self, batch: Batch, global_prior: Prior, shrinkage: torch.Tensor) -> dict[str, float]:
+        group_shrinkage = shrinkage[batch.nonempty]
+        sigma2 = global_prior.rewards.variance if self.within_variance == "pooled" else global_prior.group_variances.mean
+        metrics = {
+            "prior_mean": global_prior.rewards.mean,
+            "sigma2": sigma2,
+            "tau2": global_prior.group_means.variance,
+            "prior_count": global_prior.rewards.count,
+            "shrinkage_mean": float(group_shrinkage.mean()) if group_shrinkage.numel() else 0.0,
+            "shrinkage_min": float(group_shrinkage.min()) if group_shrinkage.numel() else 0.0,
+            "shrinkage_max": float(group_shrinkage.max()) if group_shrinkage.numel() else 0.0,
+        }
+        if self.per_cluster:
+            metrics["num_cluster_priors"] = float(len(self.cluster_priors))
+        return metrics
+
+
+def _label(label: Any) -> Hashable:
+    # JSON turns tuples into lists; make them hashable again.
+    return tuple(label) if isinstance(label, list) else label

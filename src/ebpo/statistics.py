@@ -1,0 +1,98 @@
+"""Running statistics for the EBPO prior: Welford moments with parallel merge and optional decay.
+
+One small class, :class:`RunningMoments`, serves the three priors of :class:`ebpo.EBPO`:
+
+* ``history`` — plain Welford/Chan accumulation over the whole run (paper, Algorithm 1);
+* ``batch``   — a fresh accumulator for each call (the authors' public code);
+* ``ema``     — before each step the accumulated weight and squared deviations are multiplied by
+  ``γ = 0.5 ** (1 / half_life)``, so an observation made ``half_life`` steps ago counts half as
+  much as a new one. With ``γ = 1`` this is exactly ``history``.
+
+Variances are population variances (``M2 / count``), as in the authors' code; a statistic with
+fewer than two observations has variance 0 (its ``M2`` is 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["RunningMoments", "batch_moments"]
+
+
+def batch_moments(values: torch.Tensor) -> tuple[float, float, float]:
+    """``(count, mean, M2)`` of a 1-D tensor, by two passes (exact to rounding)."""
+    count = values.numel()
+    if count == 0:
+        return 0.0, 0.0, 0.0
+    values = values.to(torch.float64)
+    mean = values.mean()
+    m2 = ((values - mean) ** 2).sum()
+    return float(count), float(mean), float(m2)
+
+
+@dataclass
+class RunningMoments:
+    """Count, mean and M2 (sum of squared deviations) of a stream of numbers.
+
+    ``update`` folds a whole batch in at once with Chan et al.'s parallel formula, which equals
+    Welford's one-at-a-time recursion up to rounding:
+
+        n = n_a + n_b,   δ = mean_b − mean_a,
+        mean = mean_a + δ·n_b/n,   M2 = M2_a + M2_b + δ²·n_a·n_b/n.
+
+    ``merge`` applies the same formula to another accumulator, so statistics gathered on several
+    workers combine to what one worker would have computed on all of the data.
+    """
+
+    count: float = 0.0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    @property
+    def variance(self) -> float:
+        """Population variance ``M2 / count`` (0 with no observation)."""
+        return self.m2 / self.count if self.count > 0 else 0.0
+
+    def add_moments(self, count: float, mean: float, m2: float) -> RunningMoments:
+        """Fold in a batch summarised by its own ``(count, mean, M2)``."""
+        if count <= 0:
+            return self
+        total = self.count + count
+        delta = mean - self.mean
+        self.mean = self.mean + delta * count / total
+        self.m2 = self.m2 + m2 + delta * delta * self.count * count / total
+        self.count = total
+        return self
+
+    def update(self, values: torch.Tensor) -> RunningMoments:
+        """Fold in every entry of ``values`` (1-D)."""
+        return self.add_moments(*batch_moments(values))
+
+    def merge(self, other: RunningMoments) -> RunningMoments:
+        """Combine with another accumulator in place (Chan et al., 1979)."""
+        return self.add_moments(other.count, other.mean, other.m2)
+
+    def decay(self, factor: float) -> RunningMoments:
+        """Down-weight everything seen so far by ``factor`` in (0, 1]; the mean is unchanged."""
+        self.count *= factor
+        self.m2 *= factor
+        return self
+
+    def copy(self) -> RunningMoments:
+        return RunningMoments(self.count, self.mean, self.m2)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, float]) -> RunningMoments:
+        try:
+            moments = cls(float(state["count"]), float(state["mean"]), float(state["m2"]))
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"running moments state must have numeric 'count', 'mean', 'm2'; got {state!r}") from error
+        if not all(math.isfinite(v) for v in (moments.count, moments.mean, moments.m2)) or moments.count < 0 or moments.m2 < 0:
+            raise ValueError(f"running moments state must be finite with count >= 0 and m2 >= 0; got {state!r}")
+        return moments
