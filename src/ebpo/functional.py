@@ -17,79 +17,140 @@ import torch
 
 __all__ = [
     "factorize",
+    "plain_labels",
     "segment_sum",
     "group_moments",
     "leave_one_out_mean",
     "shrinkage_factor",
     "empirical_bayes_baseline",
     "normalize_advantages",
+    "masked",
     "masked_std",
 ]
 
 
-def factorize(ids: Any) -> tuple[torch.Tensor, list[Hashable]]:
+def factorize(ids: Any) -> tuple[torch.Tensor, Sequence[Hashable]]:
     """Map arbitrary group ids to dense integers.
 
-    Returns ``(index, labels)`` with ``index[i]`` in ``[0, len(labels))`` and ``labels[index[i]]``
-    equal to ``ids[i]``. Integer tensors and arrays go through ``torch.unique``; strings and other
-    orderable ids (verl passes a numpy object array of uuid strings) through ``np.unique``. Ids that
-    cannot be sorted together (mixed types, tuples) fall back to a dictionary, which is slower.
+    Returns ``(index, uniques)``: ``index[i]`` in ``[0, len(uniques))`` and ``uniques[index[i]]``
+    equals ``ids[i]``. ``uniques`` is a tensor or numpy array (see :func:`plain_labels`).
+
+    Paths, fastest first, all vectorised over responses:
+    * integers spanning a range not much wider than N: a presence table and a cumulative sum;
+    * other integers: ``torch.unique``;
+    * strings (verl passes a numpy object array of uuids): a 64-bit hash of the UTF-8 bytes, grouped
+      with an integer sort, then verified byte for byte (on a collision, the exact path below);
+    * anything else orderable: ``np.unique``; ids of types that do not order together (tuples,
+      mixed types): a dictionary, the only slow path.
     """
     if isinstance(ids, torch.Tensor):
         if ids.dtype.is_floating_point or ids.dtype.is_complex:
             raise ValueError(f"group_ids must hold integers or hashable ids, got a {ids.dtype} tensor")
-        unique, index = torch.unique(ids.detach().cpu(), return_inverse=True)
-        return index, unique.tolist()
-    array = ids if isinstance(ids, np.ndarray) else _as_object_array(ids)
+        return _factorize_integers(ids.detach().reshape(-1).cpu().to(torch.int64))
+    array = ids if isinstance(ids, np.ndarray) else _as_array(ids)
     if array.dtype.kind in "iub":
-        unique, index = torch.unique(torch.from_numpy(np.ascontiguousarray(array)), return_inverse=True)
-        return index, unique.tolist()
-    if array.dtype.kind == "f":
+        return _factorize_integers(torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)))
+    if array.dtype.kind in "fc":
         raise ValueError(f"group_ids must hold integers or hashable ids, got floats ({array.dtype})")
+    hashed = _factorize_strings(array)
+    if hashed is not None:
+        return hashed
     try:
-        unique, inverse = np.unique(array, return_inverse=True)
+        uniques, inverse = np.unique(array, return_inverse=True)
     except TypeError:  # ids of types that do not order together: hash them instead
         first_seen: dict[Hashable, int] = {}
         inverse = np.fromiter((first_seen.setdefault(x, len(first_seen)) for x in array), dtype=np.int64, count=len(array))
-        unique = list(first_seen)
-    return torch.from_numpy(np.asarray(inverse, dtype=np.int64).reshape(-1)), [_plain(x) for x in unique]
+        uniques = np.empty(len(first_seen), dtype=object)
+        uniques[:] = list(first_seen)
+    return torch.from_numpy(np.asarray(inverse, dtype=np.int64).reshape(-1)), uniques
 
 
-def _as_object_array(ids: Sequence[Hashable]) -> np.ndarray:
-    array = np.empty(len(ids), dtype=object)
-    array[:] = list(ids)
-    # Keep a numeric dtype for plain int lists so the fast torch path applies.
-    if len(array) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in array[:64]):
-        try:
-            return np.asarray(ids, dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
-            return array
+def plain_labels(uniques: Sequence[Hashable]) -> list[Hashable]:
+    """The unique ids of :func:`factorize` as plain Python values (JSON-friendly where possible)."""
+    values = uniques.tolist() if isinstance(uniques, (torch.Tensor, np.ndarray)) else list(uniques)
+    return [x.item() if isinstance(x, np.generic) else x for x in values]
+
+
+def _as_array(ids: Sequence[Hashable]) -> np.ndarray:
+    try:
+        array = np.asarray(ids)
+    except (ValueError, TypeError):
+        array = None
+    # Keep numpy's conversion only for plain numbers: it would turn [1, "1"] into two equal strings.
+    if array is None or array.ndim != 1 or array.dtype.kind not in "iubf":
+        array = np.empty(len(ids), dtype=object)  # strings, tuples and mixed types stay whole
+        array[:] = list(ids)
     return array
 
 
-def _plain(x: Any) -> Any:
-    return x.item() if isinstance(x, np.generic) else x
+def _factorize_integers(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n = values.numel()
+    if n == 0:
+        return values, values
+    low, high = int(values.min()), int(values.max())
+    if high - low < 4 * n + 1024:
+        offset = values - low
+        present = torch.bincount(offset, minlength=high - low + 1) > 0
+        dense = torch.cumsum(present, 0) - 1
+        return dense[offset], present.nonzero().flatten() + low
+    uniques, index = torch.unique(values, return_inverse=True)
+    return index, uniques
+
+
+_FNV_PRIME = np.uint64(1099511628211)
+
+
+def _factorize_strings(array: np.ndarray) -> tuple[torch.Tensor, np.ndarray] | None:
+    """Hash-based factorisation of an array of ``str``; None if the ids are not all strings."""
+    if array.dtype.kind == "U":
+        text = array
+    else:
+        try:
+            text = array.astype(str)
+        except (TypeError, ValueError):
+            return None
+        if not (text == array).all():  # some ids were not strings (e.g. 1 and "1" would collide)
+            return None
+    if len(text) == 0:
+        return None
+    codes = text.view(np.uint32).reshape(len(text), -1)  # fixed-width UTF-32 code points
+    digest = np.full(len(text), np.uint64(14695981039346656037))
+    with np.errstate(over="ignore"):
+        for column in codes.T:  # one pass per character position, vectorised over all ids
+            digest = (digest ^ column.astype(np.uint64)) * _FNV_PRIME
+    _, first, inverse = np.unique(digest, return_index=True, return_inverse=True)
+    if not np.array_equal(text, text[first][inverse]):  # a hash collision: use the exact path
+        return None
+    return torch.from_numpy(inverse.astype(np.int64, copy=False)), array[first]
 
 
 def segment_sum(values: torch.Tensor, index: torch.Tensor, num_segments: int) -> torch.Tensor:
     """``out[k] = sum(values[i] for i with index[i] == k)``."""
-    return torch.zeros(num_segments, dtype=values.dtype, device=values.device).index_add_(0, index, values)
+    out = torch.zeros((num_segments, *values.shape[1:]), dtype=values.dtype, device=values.device)
+    return out.index_add_(0, index, values)
+
+
+def masked(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """``values * weight``, where ``weight`` is the 0/1 validity of each row (None: all valid)."""
+    return values if weight is None else values * weight
 
 
 def group_moments(
-    rewards: torch.Tensor, index: torch.Tensor, valid: torch.Tensor, num_groups: int
+    rewards: torch.Tensor, index: torch.Tensor, weight: torch.Tensor | None, num_groups: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-group count, mean and unbiased variance over the valid rows.
+    """Per-group count, mean and unbiased variance over the valid rows (``weight`` 1, others 0).
 
     ``mean_k = (1/n_k) Σ r_i``, ``var_k = Σ (r_i − mean_k)² / (n_k − 1)``. Two passes (mean first,
     then squared deviations) so that large rewards do not lose precision. Empty groups get mean 0,
-    groups with fewer than 2 valid rows get variance 0.
+    groups with fewer than 2 valid rows get variance 0. ``rewards`` must be finite everywhere.
     """
-    weight = valid.to(rewards.dtype)
-    count = segment_sum(weight, index, num_groups)
-    total = segment_sum(rewards * weight, index, num_groups)
+    if weight is None:
+        count = torch.bincount(index, minlength=num_groups).to(rewards.dtype)
+    else:
+        count = segment_sum(weight, index, num_groups)
+    total = segment_sum(masked(rewards, weight), index, num_groups)
     mean = total / count.clamp(min=1)
-    squared_deviation = segment_sum(((rewards - mean[index]) ** 2) * weight, index, num_groups)
+    squared_deviation = segment_sum(masked((rewards - mean[index]) ** 2, weight), index, num_groups)
     variance = torch.where(count > 1, squared_deviation / (count - 1).clamp(min=1), torch.zeros_like(count))
     return count, mean, variance
 
@@ -130,34 +191,34 @@ def empirical_bayes_baseline(
     return (1 - shrinkage) * group_mean + shrinkage * prior_mean
 
 
-def masked_std(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def masked_std(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """Unbiased (n−1) standard deviation of the valid entries; 1 when fewer than 2 are valid.
 
     Taking 1 rather than NaN for a single value follows verl's convention for singleton groups and
-    keeps a one-response batch finite.
+    keeps a one-response batch finite. ``weight`` is the 0/1 validity of each entry (None: all).
     """
-    n = valid.sum()
+    n = values.numel() if weight is None else float(weight.sum())
     if n < 2:
         return torch.ones((), dtype=values.dtype, device=values.device)
-    selected = values[valid]
-    return selected.std()
+    mean = masked(values, weight).sum() / n
+    return (masked((values - mean) ** 2, weight).sum() / (n - 1)).sqrt()
 
 
-def normalize_advantages(
-    raw: torch.Tensor, valid: torch.Tensor, mode: str, eps: float
-) -> torch.Tensor:
+def normalize_advantages(raw: torch.Tensor, weight: torch.Tensor | None, mode: str, eps: float) -> torch.Tensor:
     """Batch normalisation of raw advantages (EBPO Algorithm 1, last step).
 
-    ``"batch"``: ``(a − mean(a)) / (std(a) + eps)`` over all valid responses of the batch;
-    ``"center"``: ``a − mean(a)`` (the authors' code when ``norm_adv_by_std_in_grpo`` is False);
-    ``"none"``: ``a``. Invalid rows are 0 in the output.
+    ``"batch"``: ``(a − mean(a)) / (std(a) + eps)`` over all valid responses of the batch, with the
+    unbiased std (1 for fewer than 2 responses); ``"center"``: ``a − mean(a)`` (the authors' code
+    when ``norm_adv_by_std_in_grpo`` is False); ``"none"``: ``a``. ``weight`` is the 0/1 validity
+    of each row (None: all valid); invalid rows are 0 in the output (``raw`` must be finite there).
     """
     if mode == "none":
-        return torch.where(valid, raw, torch.zeros_like(raw))
-    n_valid = int(valid.sum())
-    if n_valid == 0:
+        return masked(raw, weight)
+    n = raw.numel() if weight is None else float(weight.sum())
+    if n == 0:
         return torch.zeros_like(raw)
-    centred = raw - raw[valid].mean()
+    centred = raw - masked(raw, weight).sum() / n
     if mode == "batch":
-        centred = centred / (masked_std(raw, valid) + eps)
-    return torch.where(valid, centred, torch.zeros_like(raw))
+        std = (masked(centred**2, weight).sum() / (n - 1)).sqrt() if n >= 2 else 1.0
+        centred = centred / (std + eps)
+    return masked(centred, weight)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ebpo.functional import factorize, group_moments
+from ebpo.functional import factorize, group_moments, masked, plain_labels, segment_sum
 
 __all__ = [
     "AdvantageEstimator",
@@ -66,6 +66,7 @@ class Batch:
 
     rewards: torch.Tensor  # [N] float64, 0 where not valid
     valid: torch.Tensor  # [N] bool
+    weight: torch.Tensor | None  # [N] float64 1.0 where valid else 0.0; None when all rows are valid
     group_index: torch.Tensor  # [N] int64 in [0, num_groups)
     num_groups: int
     group_count: torch.Tensor  # [K] float64, valid rows per group
@@ -80,6 +81,10 @@ class Batch:
     def nonempty(self) -> torch.Tensor:
         """``[K]`` groups with at least one valid row."""
         return self.group_count > 0
+
+    @property
+    def num_valid(self) -> int:
+        return int(self.group_count.sum())
 
     def per_row(self, per_group: torch.Tensor) -> torch.Tensor:
         return per_group[self.group_index]
@@ -217,26 +222,30 @@ class AdvantageEstimator:
         _check_length("group_ids", group_ids, n)
         valid = torch.ones(n, dtype=torch.bool) if mask is None else _as_mask(mask, n)
         finite = torch.isfinite(reward_tensor)
-        nan_rows = torch.isnan(reward_tensor) & valid
-        if nan_rows.any():
-            if self.nan_policy == "mask":
-                valid = valid & ~nan_rows
-            else:
-                rows = nan_rows.nonzero().flatten()[:5].tolist()
-                raise ValueError(
-                    f"rewards contains NaN on unmasked rows (first: {rows}); mask them, or build the "
-                    "estimator with nan_policy='mask' to ignore them"
-                )
-        inf_rows = ~finite & ~torch.isnan(reward_tensor) & valid
-        if inf_rows.any():
-            rows = inf_rows.nonzero().flatten()[:5].tolist()
-            raise ValueError(f"rewards must be finite; got inf on unmasked rows (first: {rows})")
-        self._check_rewards(reward_tensor[valid])
-        reward_tensor = torch.where(valid, reward_tensor, torch.zeros_like(reward_tensor))
+        if not bool(finite.all()):
+            nan_rows = torch.isnan(reward_tensor) & valid
+            if nan_rows.any():
+                if self.nan_policy == "mask":
+                    valid = valid & ~nan_rows
+                else:
+                    rows = nan_rows.nonzero().flatten()[:5].tolist()
+                    raise ValueError(
+                        f"rewards contains NaN on unmasked rows (first: {rows}); mask them, or build "
+                        "the estimator with nan_policy='mask' to ignore them"
+                    )
+            inf_rows = torch.isinf(reward_tensor) & valid
+            if inf_rows.any():
+                rows = inf_rows.nonzero().flatten()[:5].tolist()
+                raise ValueError(f"rewards must be finite; got inf on unmasked rows (first: {rows})")
+        if mask is not None or not bool(finite.all()):
+            # Padding rows may hold anything: zero them so that weighted sums stay finite.
+            reward_tensor = torch.where(valid, reward_tensor, torch.zeros_like(reward_tensor))
+        weight = None if mask is None and bool(finite.all()) else valid.to(torch.float64)
+        self._check_rewards(reward_tensor, valid)
 
-        group_index, labels = factorize(group_ids)
-        num_groups = len(labels)
-        count, mean, variance = group_moments(reward_tensor, group_index, valid, num_groups)
+        group_index, uniques = factorize(group_ids)
+        num_groups = len(uniques)
+        count, mean, variance = group_moments(reward_tensor, group_index, weight, num_groups)
 
         cluster_index = cluster_labels = None
         if clusters is not None:
@@ -248,6 +257,7 @@ class AdvantageEstimator:
         return Batch(
             rewards=reward_tensor,
             valid=valid,
+            weight=weight,
             group_index=group_index,
             num_groups=num_groups,
             group_count=count,
@@ -259,8 +269,8 @@ class AdvantageEstimator:
             out_device=out_device,
         )
 
-    def _check_rewards(self, valid_rewards: torch.Tensor) -> None:
-        """Hook for estimators with a restricted reward range."""
+    def _check_rewards(self, rewards: torch.Tensor, valid: torch.Tensor) -> None:
+        """Hook for estimators with a restricted reward range (``rewards`` is 0 on invalid rows)."""
 
     # ------------------------------------------------------------------ output
     def _result(
@@ -271,11 +281,8 @@ class AdvantageEstimator:
         shrinkage: torch.Tensor,
         extra_metrics: dict[str, float],
     ) -> AdvantageResult:
-        valid = batch.valid
-        zero = torch.zeros_like(advantage)
-        advantage = torch.where(valid, advantage, zero)
-        baseline = torch.where(valid, baseline, zero)
-        shrinkage = torch.where(valid, shrinkage, zero)
+        # Every input is finite on invalid rows (rewards were zeroed), so a product masks them.
+        advantage, baseline, shrinkage = (masked(t, batch.weight) for t in (advantage, baseline, shrinkage))
         metrics = common_metrics(batch, advantage)
         metrics.update(extra_metrics)
 
@@ -338,7 +345,8 @@ def _group_clusters(
     clusters: Any, group_index: torch.Tensor, valid: torch.Tensor, num_groups: int
 ) -> tuple[torch.Tensor, list[Hashable]]:
     """Cluster of each group; every valid row of a group must carry the same label."""
-    row_cluster, labels = factorize(clusters)
+    row_cluster, uniques = factorize(clusters)
+    labels = plain_labels(uniques)
     big = torch.iinfo(torch.int64).max
     low = torch.full((num_groups,), big, dtype=torch.int64).scatter_reduce(
         0, group_index[valid], row_cluster[valid], reduce="amin"
@@ -367,27 +375,26 @@ def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
     """
     nonempty = batch.nonempty
     num_groups = int(nonempty.sum())
-    num_valid = int(batch.valid.sum())
+    num_valid = batch.num_valid
     multi = batch.group_count > 1
     zero_variance = multi & (batch.group_variance <= 0)
-    row_signal = (advantage.abs() > 1e-12) & batch.valid
-    group_signal = torch.zeros(batch.num_groups, dtype=torch.bool)
-    group_signal[batch.group_index[row_signal]] = True
-    group_max = torch.full((batch.num_groups,), -math.inf, dtype=torch.float64).scatter_reduce(
-        0, batch.group_index[batch.valid], batch.rewards[batch.valid], reduce="amax"
-    )
-    failed = nonempty & (group_max <= 0)
-    valid_rewards = batch.rewards[batch.valid]
-    valid_adv = advantage[batch.valid]
+    # advantage and rewards are 0 on invalid rows, so plain segment sums count valid rows only.
+    advantage_sq = advantage**2
+    per_group = segment_sum(torch.stack([advantage_sq, batch.rewards.clamp(min=0)], dim=1), batch.group_index, batch.num_groups)
+    group_signal = per_group[:, 0] > 1e-24
+    failed = nonempty & (per_group[:, 1] == 0)
+    n = max(num_valid, 1)
+    adv_mean = float(advantage.sum()) / n
+    adv_var = (float(advantage_sq.sum()) - num_valid * adv_mean**2) / max(num_valid - 1, 1)
     return {
         "num_responses": float(num_valid),
         "num_groups": float(num_groups),
-        "reward_mean": float(valid_rewards.mean()) if num_valid else 0.0,
+        "reward_mean": float((batch.group_count * batch.group_mean).sum()) / n,
         "zero_variance_group_frac": float(zero_variance.sum()) / max(int(multi.sum()), 1),
         "zero_signal_group_frac": float((nonempty & ~group_signal).sum()) / max(num_groups, 1),
         "saturated_failure_group_frac": float(failed.sum()) / max(num_groups, 1),
         "saturated_failure_signal_frac": float((failed & group_signal).sum()) / max(int(failed.sum()), 1),
-        "advantage_mean": float(valid_adv.mean()) if num_valid else 0.0,
-        "advantage_std": float(valid_adv.std()) if num_valid > 1 else 0.0,
-        "advantage_abs_max": float(valid_adv.abs().max()) if num_valid else 0.0,
+        "advantage_mean": adv_mean,
+        "advantage_std": math.sqrt(max(adv_var, 0.0)) if num_valid > 1 else 0.0,
+        "advantage_abs_max": float(advantage.abs().max()),
     }

@@ -68,11 +68,11 @@ class EBPOBetaBinomial(EBPO):
     def options(self):
         return {**super().options(), "warmup_groups": self.warmup_groups}
 
-    def _check_rewards(self, valid_rewards: torch.Tensor) -> None:
-        outside = (valid_rewards < 0) | (valid_rewards > 1)
+    def _check_rewards(self, rewards: torch.Tensor, valid: torch.Tensor) -> None:
+        outside = ((rewards < 0) | (rewards > 1)) & valid
         if outside.any():
             raise ValueError(
-                f"rewards must lie in [0, 1] for ebpo_bb (Beta-Binomial prior); got {float(valid_rewards[outside][0])}"
+                f"rewards must lie in [0, 1] for ebpo_bb (Beta-Binomial prior); got {float(rewards[outside][0])}"
             )
 
     def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor]:

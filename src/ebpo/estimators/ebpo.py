@@ -39,7 +39,7 @@ from ebpo.estimators.base import (
     register_estimator,
 )
 from ebpo.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
-from ebpo.statistics import RunningMoments
+from ebpo.statistics import RunningMoments, pooled_group_moments
 
 __all__ = ["EBPO", "Prior", "PriorParameters"]
 
@@ -57,10 +57,12 @@ class Prior:
     group_means: RunningMoments = field(default_factory=RunningMoments)  # W_means
     group_variances: RunningMoments = field(default_factory=RunningMoments)  # W_within
 
-    def fold_in(self, rewards: torch.Tensor, group_means: torch.Tensor, group_variances: torch.Tensor) -> None:
-        self.rewards.update(rewards)
-        self.group_means.update(group_means)
-        self.group_variances.update(group_variances)
+    def fold_in(self, batch: Batch, groups: torch.Tensor) -> None:
+        """Add the valid rows of the groups of ``batch`` selected by ``groups`` (0/1 per group)."""
+        # Every reward enters W_glob; summarised per group first, so this costs O(groups).
+        self.rewards.add_moments(*pooled_group_moments(batch.group_count * groups, batch.group_mean, batch.group_variance))
+        self.group_means.update(batch.group_mean, groups)
+        self.group_variances.update(batch.group_variance, groups * (batch.group_count > 1))
 
     def decay(self, factor: float) -> None:
         for moments in (self.rewards, self.group_means, self.group_variances):
@@ -220,19 +222,13 @@ class EBPO(AdvantageEstimator):
             for prior in cluster_priors.values():
                 prior.decay(factor)
 
-        nonempty = batch.nonempty
-        multi = batch.group_count > 1
-        global_prior.fold_in(batch.rewards[batch.valid], batch.group_mean[nonempty], batch.group_variance[multi])
+        nonempty = batch.nonempty.to(torch.float64)
+        global_prior.fold_in(batch, nonempty)
         if self.per_cluster and batch.cluster_index is not None:
-            row_cluster = batch.per_row(batch.cluster_index)
             # One loop per cluster present in the batch (a handful), never per group.
-            for c in torch.unique(batch.cluster_index[nonempty]).tolist():
-                label = batch.cluster_labels[c]
-                in_cluster = batch.cluster_index == c
-                cluster_priors.setdefault(label, Prior()).fold_in(
-                    batch.rewards[batch.valid & (row_cluster == c)],
-                    batch.group_mean[nonempty & in_cluster],
-                    batch.group_variance[multi & in_cluster],
+            for c in torch.unique(batch.cluster_index[batch.nonempty]).tolist():
+                cluster_priors.setdefault(batch.cluster_labels[c], Prior()).fold_in(
+                    batch, nonempty * (batch.cluster_index == c)
                 )
         return global_prior, cluster_priors
 
@@ -273,7 +269,7 @@ class EBPO(AdvantageEstimator):
 
         baseline = batch.per_row(group_baseline)
         raw_advantage = batch.rewards - baseline
-        advantage = normalize_advantages(raw_advantage, batch.valid, self.normalize, self.eps)
+        advantage = normalize_advantages(raw_advantage, batch.weight, self.normalize, self.eps)
 
         if update and batch.valid.any():
             if self.prior != "batch":

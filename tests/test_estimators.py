@@ -1,0 +1,202 @@
+"""Every estimator against the slow per-group references in tests/reference.py, on random batches:
+shuffled rows, unequal group sizes, masks, singletons, continuous rewards, string ids."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ebpo
+from tests import reference
+
+ATOL = 1e-7
+
+
+@st.composite
+def batches(draw, unit_interval=False, min_size=1, max_size=40, with_clusters=False):
+    n = draw(st.integers(min_size, max_size))
+    num_groups = draw(st.integers(1, max(1, n)))
+    ids = draw(st.lists(st.integers(0, num_groups - 1), min_size=n, max_size=n))
+    if unit_interval:
+        reward = st.sampled_from([0.0, 1.0]) if draw(st.booleans()) else st.integers(0, 8).map(lambda x: x / 8)
+    else:
+        reward = st.sampled_from([0.0, 1.0]) if draw(st.booleans()) else st.integers(-20, 20).map(lambda x: x / 4)
+    rewards = draw(st.lists(reward, min_size=n, max_size=n))
+    mask = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) else None
+    id_kind = draw(st.sampled_from(["int", "str", "object"]))
+    if id_kind == "str":
+        ids = [f"uid-{g}" for g in ids]
+    elif id_kind == "object":
+        ids = np.array([f"{g:08x}-uuid" for g in ids], dtype=object)
+    clusters = None
+    if with_clusters:
+        # clusters are a function of the group, so constant within a group
+        num_clusters = draw(st.integers(1, 3))
+        clusters = [f"topic{hash(str(g)) % num_clusters}" for g in ids]
+    return rewards, ids, mask, clusters
+
+
+def as_tensor(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def check(actual, expected):
+    torch.testing.assert_close(actual, as_tensor(expected), atol=ATOL, rtol=1e-7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches(), st.sampled_from(["group", "batch", "none"]))
+def test_grpo_matches_reference(batch, scale):
+    rewards, ids, mask, _ = batch
+    res = ebpo.make_estimator("grpo", scale=scale)(as_tensor(rewards), ids, mask=mask)
+    adv, base = reference.grpo(rewards, ids, mask, scale=scale)
+    check(res.advantages, adv)
+    check(res.baselines, base)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches())
+def test_dr_grpo_is_grpo_without_scaling(batch):
+    rewards, ids, mask, _ = batch
+    res = ebpo.make_estimator("dr_grpo")(as_tensor(rewards), ids, mask=mask)
+    check(res.advantages, reference.grpo(rewards, ids, mask, scale="none")[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches())
+def test_rloo_matches_reference(batch):
+    rewards, ids, mask, _ = batch
+    res = ebpo.make_estimator("rloo")(as_tensor(rewards), ids, mask=mask)
+    adv, base = reference.rloo(rewards, ids, mask)
+    check(res.advantages, adv)
+    check(res.baselines, base)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches())
+def test_reinforce_pp_baseline_matches_reference(batch):
+    rewards, ids, mask, _ = batch
+    res = ebpo.make_estimator("reinforce_pp_baseline")(as_tensor(rewards), ids, mask=mask)
+    adv, base = reference.reinforce_pp(rewards, ids, mask)
+    check(res.advantages, adv)
+    check(res.baselines, base)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches())
+def test_jspo_matches_reference(batch):
+    rewards, ids, mask, _ = batch
+    res = ebpo.make_estimator("jspo")(as_tensor(rewards), ids, mask=mask)
+    adv, base, lam = reference.jspo(rewards, ids, mask)
+    check(res.advantages, adv)
+    check(res.baselines, base)
+    check(res.shrinkage, lam)
+
+
+EBPO_OPTIONS = st.fixed_dictionaries(
+    {
+        "prior": st.sampled_from(["history", "batch", "ema"]),
+        "half_life": st.sampled_from([1.0, 3.0, 50.0]),
+        "within_variance": st.sampled_from(["pooled", "within"]),
+        "tau2": st.sampled_from(["raw", "corrected"]),
+        "normalize": st.sampled_from(["batch", "center", "none"]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(batches(), min_size=1, max_size=4), EBPO_OPTIONS, st.lists(st.booleans(), min_size=4, max_size=4))
+def test_ebpo_matches_reference_over_several_steps(stream, options, updates):
+    est = ebpo.make_estimator("ebpo", **options)
+    ref = reference.ReferenceEBPO(**options)
+    for (rewards, ids, mask, _), update in zip(stream, updates, strict=False):
+        res = est(as_tensor(rewards), ids, mask=mask, update=update)
+        adv, base, shrink, _ = ref(rewards, ids, mask, update=update)
+        check(res.advantages, adv)
+        check(res.baselines, base)
+        check(res.shrinkage, shrink)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(batches(with_clusters=True), min_size=1, max_size=4), st.sampled_from(["history", "ema"]), st.integers(1, 4))
+def test_ebpo_per_cluster_matches_reference(stream, prior, min_cluster_groups):
+    options = {"prior": prior, "per_cluster": True, "min_cluster_groups": min_cluster_groups, "half_life": 2.0}
+    est = ebpo.make_estimator("ebpo", **options)
+    ref = reference.ReferenceEBPO(**options)
+    for rewards, ids, mask, clusters in stream:
+        res = est(as_tensor(rewards), ids, mask=mask, clusters=clusters)
+        adv, base, shrink, _ = ref(rewards, ids, mask, clusters=clusters)
+        check(res.advantages, adv)
+        check(res.baselines, base)
+        check(res.shrinkage, shrink)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(batches(unit_interval=True), min_size=1, max_size=4),
+    st.sampled_from(["history", "batch"]),
+    st.integers(1, 6),
+)
+def test_ebpo_bb_matches_reference(stream, prior, warmup_groups):
+    est = ebpo.make_estimator("ebpo_bb", prior=prior, warmup_groups=warmup_groups)
+    ref = reference.ReferenceEBPO(prior=prior, beta_binomial=True, warmup_groups=warmup_groups)
+    for rewards, ids, mask, _ in stream:
+        res = est(as_tensor(rewards), ids, mask=mask)
+        adv, base, shrink, _ = ref(rewards, ids, mask)
+        check(res.advantages, adv)
+        check(res.baselines, base)
+        check(res.shrinkage, shrink)
+
+
+def test_ebpo_bb_posterior_mean_form():
+    """After warm-up the baseline is (α + s)/(α + β + n) with α, β from the method of moments."""
+    est = ebpo.make_estimator("ebpo_bb", warmup_groups=1, normalize="none")
+    rewards = [1, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0]
+    ids = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    res = est(rewards, ids)
+    means = np.array([0.5, 0.25, 0.75])
+    m, v = means.mean(), means.var()
+    c = m * (1 - m) / v - 1
+    alpha, beta = m * c, (1 - m) * c
+    expected = [(alpha + 2) / (alpha + beta + 4), (alpha + 1) / (alpha + beta + 4), (alpha + 3) / (alpha + beta + 4)]
+    np.testing.assert_allclose(res.baselines.numpy()[[0, 4, 8]], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ebpo.available_estimators())
+def test_masked_rows_get_zero_and_do_not_matter(name):
+    """Padding rows (any reward, even NaN) change nothing: same result as the batch without them."""
+    rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    ids = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    est_full, est_padded = ebpo.make_estimator(name), ebpo.make_estimator(name)
+    full = est_full(rewards, ids)
+    padded = est_padded(rewards + [float("nan"), 1.0], ids + ["pad-0", "a"], mask=[True] * 8 + [False, False])
+    torch.testing.assert_close(padded.advantages[:8], full.advantages)
+    assert padded.advantages[8:].abs().sum() == 0
+    assert json.dumps(est_full.state_dict()) == json.dumps(est_padded.state_dict())
+
+
+@pytest.mark.parametrize("name", ebpo.available_estimators())
+def test_singleton_and_fully_masked_groups_are_valid(name):
+    est = ebpo.make_estimator(name)
+    res = est([1.0, 0.0, 1.0, 0.5], [0, 1, 1, 2], mask=[True, True, True, False])
+    assert torch.isfinite(res.advantages).all()
+    assert res.advantages[3] == 0
+    fully_masked = est([1.0, 0.0], [0, 0], mask=[False, False])
+    assert fully_masked.advantages.abs().sum() == 0
+
+
+@pytest.mark.parametrize("name", ebpo.available_estimators())
+def test_output_follows_input_dtype_and_shape(name):
+    est = ebpo.make_estimator(name)
+    r32 = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float32)
+    res = est(r32, torch.tensor([0, 0, 1, 1]))
+    assert res.advantages.dtype == torch.float32 and res.advantages.shape == (4,)
+    res64 = est(r32.double(), np.array([0, 0, 1, 1]))
+    assert res64.advantages.dtype == torch.float64
+    for value in res.metrics.values():
+        assert isinstance(value, float)

@@ -1,0 +1,77 @@
+"""Running moments: streaming updates and merges equal a two-pass computation on all the data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ebpo.statistics import RunningMoments
+from tests.reference import two_pass_moments
+
+chunks = st.lists(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False), min_size=0, max_size=30),
+    min_size=1,
+    max_size=8,
+)
+
+
+def assert_moments(moments: RunningMoments, values: list[float]) -> None:
+    count, mean, m2 = two_pass_moments(values)
+    assert moments.count == count
+    assert moments.mean == pytest.approx(mean, rel=1e-9, abs=1e-9)
+    assert moments.m2 == pytest.approx(m2, rel=1e-7, abs=1e-6)
+    expected_var = m2 / count if count else 0.0
+    assert moments.variance == pytest.approx(expected_var, rel=1e-7, abs=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks)
+def test_streaming_updates_equal_two_pass(parts):
+    moments = RunningMoments()
+    for part in parts:
+        moments.update(torch.tensor(part, dtype=torch.float64))
+    assert_moments(moments, [v for part in parts for v in part])
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks, st.randoms())
+def test_merging_workers_equals_one_worker(parts, rng):
+    """Chan's parallel combination: shard the chunks over workers in any order, merge in any order."""
+    workers = [RunningMoments() for _ in range(3)]
+    for part in parts:
+        rng.choice(workers).update(torch.tensor(part, dtype=torch.float64))
+    rng.shuffle(workers)
+    merged = workers[0].copy()
+    for worker in workers[1:]:
+        merged.merge(worker)
+    assert_moments(merged, [v for part in parts for v in part])
+
+
+def test_single_observation_has_zero_variance():
+    moments = RunningMoments().update(torch.tensor([3.0]))
+    assert moments.variance == 0.0 and moments.mean == 3.0
+
+
+def test_decay_weights_old_observations_geometrically():
+    factor = 0.5
+    moments = RunningMoments().update(torch.tensor([0.0, 0.0]))
+    moments.decay(factor).update(torch.tensor([1.0, 1.0]))
+    # weights 0.5, 0.5, 1, 1 -> mean 2/3, population variance sum w (x - m)^2 / sum w
+    weights, values = [0.5, 0.5, 1, 1], [0, 0, 1, 1]
+    mean = sum(w * x for w, x in zip(weights, values, strict=True)) / sum(weights)
+    var = sum(w * (x - mean) ** 2 for w, x in zip(weights, values, strict=True)) / sum(weights)
+    assert moments.mean == pytest.approx(mean)
+    assert moments.variance == pytest.approx(var)
+
+
+def test_state_dict_round_trip_and_validation():
+    moments = RunningMoments().update(torch.tensor([1.0, 2.0, 4.0]))
+    assert RunningMoments.from_state_dict(moments.state_dict()) == moments
+    with pytest.raises(ValueError, match="count"):
+        RunningMoments.from_state_dict({"mean": 1.0})
+    with pytest.raises(ValueError, match="finite"):
+        RunningMoments.from_state_dict({"count": 1.0, "mean": math.nan, "m2": 0.0})
