@@ -254,3 +254,20 @@ def test_load_state_dict_rejects_foreign_or_corrupt_state():
     with pytest.raises(ValueError, match="invalid ebpo state"):
         est.load_state_dict({"estimator": "ebpo", "steps": 1, "global": {"rewards": {}}})
     assert est.state_dict()["steps"] == 0
+
+
+def test_all_fail_batch_gets_exactly_zero_under_batch_normalisation():
+    """The batch-normalisation caveat: when every group fails, centring removes the shared penalty;
+    the result must be exactly 0, not amplified rounding residue, and the metrics must say so."""
+    est = ebpo.make_estimator("ebpo")
+    for step in range(3):
+        est([1, 1, 1, 0] * 4, np.repeat(np.arange(4) + 10 * step, 4))
+    res = est([0.0] * 16, np.repeat(np.arange(4), 4))
+    assert res.advantages.abs().max() == 0
+    assert res.metrics["zero_signal_group_frac"] == 1.0
+    assert res.metrics["saturated_failure_signal_frac"] == 0.0
+    # without normalisation the penalty −S·μ_glob survives
+    kept = ebpo.make_estimator("ebpo", normalize="none")
+    for step in range(3):
+        kept([1, 1, 1, 0] * 4, np.repeat(np.arange(4) + 10 * step, 4))
+    assert (kept([0.0] * 16, np.repeat(np.arange(4), 4)).advantages < 0).all()

@@ -98,6 +98,7 @@ def _factorize_integers(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 _FNV_PRIME = np.uint64(1099511628211)
+_RELATIVE_TOLERANCE = 1e-12
 
 
 def _factorize_strings(array: np.ndarray) -> tuple[torch.Tensor, np.ndarray] | None:
@@ -208,7 +209,7 @@ def normalize_advantages(raw: torch.Tensor, weight: torch.Tensor | None, mode: s
     """Batch normalisation of raw advantages (EBPO Algorithm 1, last step).
 
     ``"batch"``: ``(a − mean(a)) / (std(a) + eps)`` over all valid responses of the batch, with the
-    unbiased std (1 for fewer than 2 responses); ``"center"``: ``a − mean(a)`` (the authors' code
+    unbiased std (1 for fewer than 2 responses), and 0 when std(a) is 0 up to rounding; ``"center"``: ``a − mean(a)`` (the authors' code
     when ``norm_adv_by_std_in_grpo`` is False); ``"none"``: ``a``. ``weight`` is the 0/1 validity
     of each row (None: all valid); invalid rows are 0 in the output (``raw`` must be finite there).
     """
@@ -219,6 +220,10 @@ def normalize_advantages(raw: torch.Tensor, weight: torch.Tensor | None, mode: s
         return torch.zeros_like(raw)
     centred = raw - masked(raw, weight).sum() / n
     if mode == "batch":
-        std = (masked(centred**2, weight).sum() / (n - 1)).sqrt() if n >= 2 else 1.0
+        std = float((masked(centred**2, weight).sum() / (n - 1)).sqrt()) if n >= 2 else 1.0
+        # The revision's condition std(a) > 0: when every raw advantage is the same (e.g. every group
+        # of the batch failed), centring leaves only rounding residue, which must not be amplified.
+        if std <= _RELATIVE_TOLERANCE * (1.0 + float(raw.abs().max())):
+            return torch.zeros_like(raw)
         centred = centred / (std + eps)
     return masked(centred, weight)

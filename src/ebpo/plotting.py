@@ -30,7 +30,7 @@ def _draw(ax, series: Series, bands: Bands | None, logy: bool) -> None:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     if len(series) > 1:
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="best", framealpha=0.6)
 
 
 def plot_lines(
@@ -60,6 +60,7 @@ def plot_panels(
     *,
     bands: Mapping[str, Bands] | None = None,
     xlabel: str = "step",
+    ylabel: str = "",
     ncols: int = 3,
     title: str = "",
     logy: bool = False,
@@ -75,6 +76,7 @@ def plot_panels(
         _draw(ax, series, (bands or {}).get(panel_title), logy)
         ax.set_title(panel_title, fontsize="medium")
         ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     if title:

@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 NAN_POLICIES = ("raise", "mask")
+#: an advantage counts as a learning signal when |A| exceeds this (rounding residue does not)
+SIGNAL_THRESHOLD = 1e-8
 
 
 @dataclass(frozen=True)
@@ -369,7 +371,7 @@ def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
 
     ``zero_variance_group_frac``: groups (of ≥ 2 responses) whose rewards are all equal — GRPO gives
     them no signal. ``zero_signal_group_frac``: groups where this estimator gives every response a
-    zero advantage. ``saturated_failure_group_frac``: groups whose rewards are all ≤ 0;
+    zero advantage (``|A| ≤ SIGNAL_THRESHOLD``). ``saturated_failure_group_frac``: groups whose rewards are all ≤ 0;
     ``saturated_failure_signal_frac``: of those, the fraction that still get a non-zero advantage
     (Theorem 3.2: 0 under GRPO, > 0 under EBPO once the prior mean is positive).
     """
@@ -381,7 +383,7 @@ def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
     # advantage and rewards are 0 on invalid rows, so plain segment sums count valid rows only.
     advantage_sq = advantage**2
     per_group = segment_sum(torch.stack([advantage_sq, batch.rewards.clamp(min=0)], dim=1), batch.group_index, batch.num_groups)
-    group_signal = per_group[:, 0] > 1e-24
+    group_signal = per_group[:, 0] > SIGNAL_THRESHOLD**2
     failed = nonempty & (per_group[:, 1] == 0)
     n = max(num_valid, 1)
     adv_mean = float(advantage.sum()) / n
