@@ -1,0 +1,203 @@
+"""`EBPOConfig`: TRL's `GRPOConfig` plus the options of EBPO and of the baselines TRL lacks.
+
+Everything TRL already has (``num_generations``, ``loss_type``, ``epsilon`` / ``epsilon_high``,
+``beta``, ``mask_truncated_completions``, ...) keeps its TRL name and meaning. The fields below add:
+
+- the advantage estimator (any name of :func:`ebpo.available_estimators`) and its options;
+- DAPO's zero-variance group filtering and soft overlong punishment;
+- Clip-Cov (Cui et al., "The Entropy Mechanism of RL for Reasoning LMs"), mirroring verl's
+  ``compute_policy_loss_clip_cov``;
+- data ordering (curriculum) and the dataset column that names each prompt's cluster.
+
+Every option is validated in ``__post_init__`` before TRL's own post-init runs, so a bad value raises
+a ``ValueError`` naming the field before anything is built.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+import ebpo
+
+__all__ = ["DATA_ORDERS", "EBPOConfig"]
+
+#: accepted values of ``EBPOConfig.data_order`` (see ``ebpo.curriculum.order_indices``)
+DATA_ORDERS = ("shuffle", "topic", "difficulty", "topic_then_difficulty")
+
+
+@dataclass
+class EBPOConfig(GRPOConfig):
+    r"""Configuration of :class:`ebpo.integrations.trl.EBPOTrainer`: a ``trl.GRPOConfig`` with the fields below.
+
+    Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
+    paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
+    ``ebpo_bb``).
+    """
+
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
+
+    # ------------------------------------------------------------------ advantage estimator
+    advantage_estimator: str = field(
+        default="ebpo",
+        metadata={
+            "help": "Name of the advantage estimator applied to the rewards of the whole generation batch "
+            "(gathered from all processes); one of `ebpo.available_estimators()`: 'dr_grpo', 'ebpo', 'ebpo_bb', "
+            "'grpo', 'jspo', 'reinforce_pp_baseline', 'rloo'. It replaces TRL's own advantage computation, so "
+            "`scale_rewards` has no effect on the advantages."
+        },
+    )
+    estimator_options: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments for `ebpo.make_estimator(advantage_estimator, ...)`, as a dict or a JSON "
+            "string (e.g. '{\"prior\": \"ema\", \"half_life\": 20}'). `nan_policy` defaults to 'mask' so that "
+            "completions no reward function scored (TRL marks them NaN) are left out of the statistics."
+        },
+    )
+
+    # ------------------------------------------------------------------ DAPO
+    filter_zero_variance_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's group filtering: during training, drop from the loss (mask out) every group whose "
+            "rewards all agree, and groups with no scored completion. DAPO's dynamic sampling would generate more "
+            "prompts until the batch is full; this trainer filters WITHOUT resampling, so the effective batch "
+            "shrinks. The estimator still sees these groups (they feed the running prior)."
+        },
+    )
+    overlong_buffer_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "DAPO's soft overlong punishment: the last `overlong_buffer_ratio * max_completion_length` "
+            "tokens form a buffer; a completion ending in it gets a penalty growing linearly from 0 to "
+            "-`overlong_penalty_factor` (TRL's `get_soft_overlong_punishment`, added as an extra reward function). "
+            "0 disables it. The paper's setup (buffer 4096 of 8192 tokens) is 0.5."
+        },
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0,
+        metadata={"help": "Weight of the soft overlong punishment (DAPO and the paper use 1.0)."},
+    )
+
+    # ------------------------------------------------------------------ Clip-Cov (EntropyMech)
+    clip_cov_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "Clip-Cov (Cui et al., 2025): in each micro-batch, among the completion tokens that the PPO "
+            "clip leaves alone and whose centred covariance (logp - mean logp) * (A - mean A) lies strictly "
+            "between `clip_cov_lb` and `clip_cov_ub`, pick max(int(ratio * #tokens), 1) at random and detach their "
+            "gradient (verl's `compute_policy_loss_clip_cov`). 0 disables it; Cui et al. use 2e-4."
+        },
+    )
+    clip_cov_lb: float = field(
+        default=1.0,
+        metadata={"help": "Clip-Cov: lower bound of the covariance window (exclusive; Cui et al.: 1)."},
+    )
+    clip_cov_ub: float = field(
+        default=5.0,
+        metadata={"help": "Clip-Cov: upper bound of the covariance window (exclusive; Cui et al.: 5)."},
+    )
+
+    # ------------------------------------------------------------------ data order and clusters
+    data_order: str = field(
+        default="shuffle",
+        metadata={
+            "help": "Order of the training prompts: 'shuffle' (TRL's default sampler), 'topic', 'difficulty' "
+            "(easy to hard) or 'topic_then_difficulty'. Any order but 'shuffle' reorders `train_dataset` with "
+            "`ebpo.curriculum.order_indices` using its `topic` / `difficulty` columns and turns "
+            "`shuffle_dataset` off, as in the paper's EBPO-topic and EBPO-diff."
+        },
+    )
+    cluster_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset column whose value (e.g. a topic) is passed to the estimator as each completion's "
+            "cluster, for per-cluster priors (`estimator_options={'per_cluster': True}` with 'ebpo'/'ebpo_bb')."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        # Our fields first, so that a bad value fails before TRL / transformers set anything up.
+        self.estimator_options = _parse_options(self.estimator_options)
+        options = {"nan_policy": "mask", **self.estimator_options}
+        # make_estimator raises ValueError naming the unknown estimator / option / bad value.
+        ebpo.make_estimator(self.advantage_estimator, **options)
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(
+                f"num_generations must be at least 2 (a group needs two completions to compare), got {self.num_generations}"
+            )
+        if not isinstance(self.filter_zero_variance_groups, bool):
+            raise ValueError(f"filter_zero_variance_groups must be True or False, got {self.filter_zero_variance_groups!r}")
+        _check_number("overlong_buffer_ratio", self.overlong_buffer_ratio, low=0.0, high=1.0, high_open=True)
+        _check_number("overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
+        if self.overlong_buffer_ratio > 0 and not self.max_completion_length:
+            raise ValueError("overlong_buffer_ratio > 0 needs max_completion_length (the buffer is a fraction of it)")
+        _check_number("clip_cov_ratio", self.clip_cov_ratio, low=0.0, high=1.0)
+        _check_number("clip_cov_lb", self.clip_cov_lb)
+        _check_number("clip_cov_ub", self.clip_cov_ub)
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub ({self.clip_cov_ub})")
+        if self.clip_cov_ratio > 0 and self.importance_sampling_level != "token":
+            raise ValueError(
+                "clip_cov_ratio > 0 needs importance_sampling_level='token' (Clip-Cov acts on single tokens), "
+                f"got {self.importance_sampling_level!r}"
+            )
+        if self.clip_cov_ratio > 0 and getattr(self, "use_liger_kernel", False):
+            raise ValueError("clip_cov_ratio > 0 is not supported with use_liger_kernel=True (Liger fuses the loss)")
+        if self.data_order not in DATA_ORDERS:
+            raise ValueError(f"data_order must be one of {list(DATA_ORDERS)}, got {self.data_order!r}")
+        if self.cluster_column is not None and (not isinstance(self.cluster_column, str) or not self.cluster_column):
+            raise ValueError(f"cluster_column must be a column name or None, got {self.cluster_column!r}")
+        if self.estimator_options.get("per_cluster") and self.cluster_column is None:
+            raise ValueError(
+                "estimator_options has per_cluster=True but cluster_column is None: name the dataset column "
+                "holding each prompt's cluster (e.g. cluster_column='topic')"
+            )
+        if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+            raise ValueError(
+                "multi_objective_aggregation must be 'sum_then_normalize' with EBPOConfig: the estimator is applied "
+                f"to the weighted sum of the reward functions, got {self.multi_objective_aggregation!r}"
+            )
+        if self.data_order != "shuffle":
+            # A curriculum is an order; TRL's sampler would shuffle it away.
+            self.shuffle_dataset = False
+        super().__post_init__()
+
+    @property
+    def estimator_kwargs(self) -> dict[str, Any]:
+        """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator`` (``nan_policy='mask'`` by default)."""
+        return {"nan_policy": "mask", **(self.estimator_options or {})}
+
+
+def _parse_options(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"estimator_options must be a dict or a JSON object string; {error}") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"estimator_options must be a dict, got {type(value).__name__}")
+    return dict(value)
+
+
+def _check_number(
+    argument: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    high_open: bool = False,
+) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (low is None or value >= low)
+    ok = ok and (high is None or (value < high if high_open else value <= high))
+    if not ok:
+        bounds = f" in [{low}, {high}{')' if high_open else ']'}" if high is not None else (f" >= {low}" if low is not None else "")
+        raise ValueError(f"{argument} must be a finite number{bounds}, got {value!r}")

@@ -1,0 +1,87 @@
+"""EBPOConfig validation and the presets (no training: fast)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+
+import ebpo  # noqa: E402
+from ebpo.integrations.trl import PRESETS, EBPOConfig, available_presets, make_config  # noqa: E402
+
+pytestmark = pytest.mark.trl
+
+CPU = {"use_cpu": True, "bf16": False, "report_to": "none"}
+
+
+def config(**kwargs) -> EBPOConfig:
+    return EBPOConfig(output_dir="unused", **{**CPU, **kwargs})
+
+
+def test_presets_are_the_papers_methods():
+    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "entropy_mech", "rloo", "jspo", "ebpo", "ebpo_bb"}
+    for name, overrides in PRESETS.items():
+        assert overrides["advantage_estimator"] in ebpo.available_estimators(), name
+    # every estimator is reachable by name too
+    assert set(ebpo.available_estimators()) <= set(available_presets())
+
+
+def test_make_config_applies_preset_then_overrides():
+    dapo = make_config("dapo", output_dir="unused", **CPU)
+    assert isinstance(dapo, EBPOConfig)
+    assert dapo.advantage_estimator == "grpo"
+    assert dapo.epsilon == 0.2 and dapo.epsilon_high == 0.28
+    assert dapo.loss_type == "dapo" and dapo.beta == 0.0
+    assert dapo.filter_zero_variance_groups is True
+    assert dapo.overlong_buffer_ratio == 0.5 and dapo.overlong_penalty_factor == 1.0
+
+    entropy = make_config("entropy_mech", output_dir="unused", **CPU)
+    assert (entropy.clip_cov_ratio, entropy.clip_cov_lb, entropy.clip_cov_ub) == (2e-4, 1.0, 5.0)
+    assert entropy.beta == 0.0 and entropy.advantage_estimator == "grpo"
+
+    dr = make_config("dr_grpo", output_dir="unused", **CPU)
+    assert dr.loss_type == "dr_grpo" and dr.advantage_estimator == "dr_grpo"
+
+    ours = make_config("ebpo", output_dir="unused", beta=0.0, estimator_options={"prior": "ema"}, **CPU)
+    assert ours.advantage_estimator == "ebpo" and ours.beta == 0.0 and ours.loss_type == "dapo"
+    assert ours.estimator_kwargs == {"nan_policy": "mask", "prior": "ema"}
+
+    bare = make_config("reinforce_pp_baseline", output_dir="unused", **CPU)
+    assert bare.advantage_estimator == "reinforce_pp_baseline"
+
+
+def test_make_config_unknown_preset_lists_choices():
+    with pytest.raises(ValueError, match="unknown preset 'nope'") as info:
+        make_config("nope", output_dir="unused", **CPU)
+    assert "entropy_mech" in str(info.value) and "reinforce_pp_baseline" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"advantage_estimator": "ppo"}, "unknown estimator 'ppo'"),
+        ({"estimator_options": {"shrink": 1}}, "unknown option"),
+        ({"estimator_options": {"prior": "forever"}}, "prior must be one of"),
+        ({"estimator_options": "{not json"}, "estimator_options must be a dict or a JSON"),
+        ({"num_generations": 1}, "num_generations must be at least 2"),
+        ({"data_order": "random"}, "data_order must be one of"),
+        ({"clip_cov_ratio": -0.1}, "clip_cov_ratio"),
+        ({"clip_cov_lb": 5.0, "clip_cov_ub": 1.0}, "clip_cov_lb"),
+        ({"clip_cov_ratio": 2e-4, "importance_sampling_level": "sequence"}, "importance_sampling_level"),
+        ({"overlong_buffer_ratio": 1.0}, "overlong_buffer_ratio"),
+        ({"overlong_penalty_factor": float("nan")}, "overlong_penalty_factor"),
+        ({"cluster_column": ""}, "cluster_column"),
+        ({"estimator_options": {"per_cluster": True}}, "cluster_column"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation"),
+    ],
+)
+def test_bad_options_raise_value_error_naming_them(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        config(**kwargs)
+
+
+def test_estimator_options_accept_json_and_curriculum_turns_shuffle_off():
+    cfg = config(estimator_options='{"prior": "ema", "half_life": 20}', data_order="topic")
+    assert cfg.estimator_options == {"prior": "ema", "half_life": 20}
+    assert cfg.shuffle_dataset is False
+    assert config().shuffle_dataset is True

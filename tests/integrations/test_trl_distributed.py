@@ -1,0 +1,46 @@
+"""Two CPU processes (gloo, launched by torchrun): every rank ends with the same running statistics,
+equal to one estimator fed the gathered rewards, and each rank trains on its own slice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+import ebpo  # noqa: E402
+
+pytestmark = [pytest.mark.trl, pytest.mark.slow]
+
+WORKER = Path(__file__).with_name("trl_two_process_worker.py")
+LOCAL = 8  # per_device_train_batch_size in the worker
+G = 4
+
+
+def test_two_processes_share_one_prior(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER), str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"workers failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["num_processes"] for r in ranks] == [2, 2]
+    assert ranks[0]["rewards"] == ranks[1]["rewards"]  # both ranks saw the whole gathered batch
+    assert ranks[0]["state"] == ranks[1]["state"]
+
+    estimator = ebpo.make_estimator("ebpo", nan_policy="mask")
+    assert len(ranks[0]["rewards"]) == 3
+    for step, rewards in enumerate(ranks[0]["rewards"]):
+        assert len(rewards) == 2 * LOCAL
+        result = estimator(torch.tensor(rewards), torch.arange(len(rewards)) // G)
+        for rank in ranks:
+            mine = result.advantages[rank["rank"] * LOCAL : (rank["rank"] + 1) * LOCAL]
+            torch.testing.assert_close(torch.tensor(rank["local_advantages"][step]), mine.float())
+    assert ranks[0]["state"] == estimator.state_dict()
+    assert estimator.state_dict()["global"]["rewards"]["count"] == 3 * 2 * LOCAL
