@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
             continue
         shown.add(key)
         rows = slice(m * args.group_size, (m + 1) * args.group_size)
-        fmt = lambda t: " ".join(f"{x:+.2f}" for x in t[rows].tolist())  # noqa: E731
-        print(f"{''.join(str(int(r)) for r in rewards[m]):<{2 * args.group_size + 2}} {fmt(grpo.advantages):>22}   "
-              f"{fmt(eb.advantages):>22}   {float(eb.shrinkage[rows][0]):.2f}")
+        pattern = "".join(str(int(r)) for r in rewards[m])
+        print(f"{pattern:<{2 * args.group_size + 2}} {_signed(grpo.advantages[rows]):>22}   "
+              f"{_signed(eb.advantages[rows]):>22}   {float(eb.shrinkage[rows][0]):.2f}")
     m = eb.metrics
     print(f"\nprior: mu={m['prior_mean']:.3f} sigma2={m['sigma2']:.3f} tau2={m['tau2']:.3f} "
           f"mean shrinkage={m['shrinkage_mean']:.3f}")
@@ -54,3 +54,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"all-fail groups that still get a signal: GRPO {grpo.metrics['saturated_failure_signal_frac']:.1%}, "
           f"EBPO {m['saturated_failure_signal_frac']:.1%}")
     return 0
+
+
+def _signed(values) -> str:
+    return " ".join(f"{x:+.2f}" for x in values.tolist())

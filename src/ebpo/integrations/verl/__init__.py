@@ -1,1 +1,18 @@
+"""EBPO as a verl plug-in (verl ≥ 0.9; 0.6–0.8 through ``VERL_USE_EXTERNAL_MODULES``).
 
+Modules (importing this package imports nothing from verl):
+
+* :mod:`~ebpo.integrations.verl.plugin` — the ``verl.plugins`` entry point: registers ``ebpo``,
+  ``ebpo_bb`` and ``jspo`` in verl's advantage-estimator registry (idempotent);
+* :mod:`~ebpo.integrations.verl.advantage` — the registered functions (config → options, padding
+  rows, grouping by uid, token broadcast, metrics side channel);
+* :mod:`~ebpo.integrations.verl.state` — the per-process estimator store, its persistence and
+  the metrics JSONL;
+* :mod:`~ebpo.integrations.verl.checkpoint` — ``EBPOCheckpointCallback`` (save with each
+  checkpoint, restore on resume);
+* :mod:`~ebpo.integrations.verl.launcher`, :mod:`~ebpo.integrations.verl.recipes`,
+  :mod:`~ebpo.integrations.verl.data_prep`, :mod:`~ebpo.integrations.verl.doctor` — what
+  ``ebpo verl`` runs.
+
+See ``recipes/verl/README.md`` for usage.
+"""

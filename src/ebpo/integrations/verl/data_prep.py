@@ -1,0 +1,247 @@
+"""``ebpo verl prepare-data``: the paper's data as verl RL parquet files, in the order each recipe reads.
+
+Writes into ``--out-dir``:
+
+* ``dapo_math_17k.shuffle.parquet`` — seeded random order (ebpo, grpo, dr_grpo, dapo, entropy_mech;
+  those recipes also let verl reshuffle every epoch);
+* ``dapo_math_17k.topic.parquet`` — contiguous topic blocks (EBPO-topic; read with ``data.shuffle=False``);
+* ``dapo_math_17k.difficulty.parquet`` — easy → hard (EBPO-diff; one epoch, no shuffling);
+* ``math500.parquet``, ``aime24.parquet``, ``aime25.parquet``, ``amc23.parquet``,
+  ``olympiadbench.parquet`` — the evaluation sets.
+
+Every row has verl's layout (``data_source``, ``prompt`` as chat messages with the DAPO template,
+``ability``, ``reward_model.ground_truth``, ``extra_info``) plus top-level ``topic`` (string) and
+``difficulty`` (float, higher = harder; NaN when unknown) columns.
+
+Labels: topics come from the dataset's own metadata, an external labels file (``--labels``: JSONL
+with ``id`` and ``topic`` and/or ``pass_rate``/``difficulty``, e.g. the paper's LLM labeller or a
+16-sample pass-rate run), or unsupervised clustering (``--topic-method tfidf|embed``). Difficulty
+comes from ``pass_rate`` (difficulty = 1 − pass rate, the paper's EBPO-diff), a numeric
+``difficulty`` label or the dataset's level. A curriculum file whose labels are missing is skipped
+with a message, never written in a wrong order. Orders come from :func:`ebpo.curriculum.order_indices`.
+
+The Hugging Face Hub is often unreachable on clusters' login nodes: pass local copies with
+``--train-file`` and ``--eval-file NAME=PATH`` (hub schema or the unified schema).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare"]
+
+TRAIN_NAME = "dapo-math-17k"
+#: registry name → file stem used by the recipes (see ebpo.integrations.verl.recipes.EVAL_SETS)
+EVAL_STEMS = {
+    "math-500": "math500",
+    "aime-2024": "aime24",
+    "aime-2025": "aime25",
+    "amc-2023": "amc23",
+    "olympiadbench": "olympiadbench",
+}
+ORDER_FILES = ("shuffle", "topic", "difficulty")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out-dir", default="data/ebpo", help="where to write the parquet files")
+    parser.add_argument("--train-file", default=None, help="local copy of DAPO-Math-17K (default: the hub)")
+    parser.add_argument(
+        "--eval", nargs="*", default=list(EVAL_STEMS), metavar="NAME", help=f"evaluation sets (default: all of {list(EVAL_STEMS)})"
+    )
+    parser.add_argument("--eval-file", action="append", default=[], metavar="NAME=PATH", help="local copy of an evaluation set")
+    parser.add_argument("--labels", default=None, help="JSONL with id and topic / pass_rate / difficulty per training problem")
+    parser.add_argument(
+        "--topic-method", default="auto", choices=("auto", "metadata", "tfidf", "embed", "none"),
+        help="how to label topics when --labels has none (auto: metadata column, else TF-IDF clusters)",
+    )
+    parser.add_argument("--num-topics", type=int, default=10, help="clusters for tfidf/embed topics (paper: 10)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N training problems (smoke tests)")
+    parser.add_argument("--template", default="dapo", help="prompt template (ebpo.templates)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _check_data_modules() -> tuple[Any, Any]:
+    """``(ebpo.data, ebpo.curriculum)`` or a clear error if this checkout lacks them."""
+    try:
+        import ebpo.curriculum as curriculum
+        import ebpo.data as data
+    except ImportError as error:
+        raise ValueError(
+            f"prepare-data needs ebpo.data and ebpo.curriculum ({error}); install ebpo[data] or update ebpo"
+        ) from error
+    for module, names in ((data, ("load_dataset", "to_verl_rows", "write_rows")), (curriculum, ("order_indices",))):
+        missing = [n for n in names if not hasattr(module, n)]
+        if missing:
+            raise ValueError(f"{module.__name__} lacks {missing}: this ebpo version cannot prepare verl data")
+    return data, curriculum
+
+
+def _read_labels(path: str) -> dict[str, dict[str, Any]]:
+    labels: dict[str, dict[str, Any]] = {}
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if "id" not in record:
+                raise ValueError(f"--labels {path}: line {number} has no 'id'")
+            labels[str(record["id"])] = record
+    return labels
+
+
+def _float_or_nan(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def label_rows(
+    rows: list[dict[str, Any]],
+    *,
+    labels: Mapping[str, Mapping[str, Any]] | None = None,
+    topic_method: str = "auto",
+    num_topics: int = 10,
+    seed: int = 0,
+) -> tuple[list[str] | None, list[float] | None, list[str]]:
+    """``(topics, difficulty, notes)`` for the rows; a list is None when it cannot be had for every row."""
+    import ebpo.curriculum as curriculum
+
+    notes: list[str] = []
+    labels = labels or {}
+    matched = [labels.get(str(row["id"]), {}) for row in rows]
+
+    # Topics: external labels > metadata > clustering.
+    topics: list[str] | None = None
+    if matched and all(m.get("topic") not in (None, "") for m in matched):
+        topics = [str(m["topic"]) for m in matched]
+        notes.append("topics: from --labels")
+    elif topic_method != "none":
+        columns = ["topic"] if rows and all(str(r.get("topic", "")).strip() for r in rows) else []
+        try:
+            method, column = curriculum.choose_topic_method(topic_method, columns)
+        except ValueError as error:
+            notes.append(f"topics: unavailable ({error})")
+            method, column = "none", None
+        texts = [r["prompt"] for r in rows]
+        if method == "metadata":
+            topics = curriculum.topics_from_metadata([r[column] for r in rows], column=column)
+        elif method == "tfidf":
+            topics = [f"cluster-{c}" for c in curriculum.tfidf_kmeans_topics(texts, num_topics, seed=seed)]
+        elif method == "embed":
+            topics = [f"cluster-{c}" for c in curriculum.embedding_umap_kmeans_topics(texts, num_topics, seed=seed)]
+        if topics is not None:
+            notes.append(f"topics: {method}" + (f" ({column})" if column else f" (K={num_topics})"))
+
+    # Difficulty: pass rate > numeric label > dataset level.
+    difficulty: list[float] | None = None
+    if matched and all(m.get("pass_rate") is not None for m in matched):
+        difficulty = curriculum.difficulty_from_pass_rates([m["pass_rate"] for m in matched])
+        notes.append("difficulty: 1 - pass rate (--labels)")
+    elif matched and all(m.get("difficulty") is not None for m in matched):
+        difficulty = [_float_or_nan(m["difficulty"]) for m in matched]
+        notes.append("difficulty: --labels")
+    else:
+        levels = curriculum.difficulty_from_levels([r.get("difficulty") or None for r in rows])
+        if levels and not any(math.isnan(x) for x in levels):
+            difficulty = levels
+            notes.append("difficulty: dataset levels")
+    if difficulty is not None and any(math.isnan(x) for x in difficulty):
+        notes.append("difficulty: unavailable (some values are not numbers)")
+        difficulty = None
+    return topics, difficulty, notes
+
+
+def _verl_rows(data: Any, rows: list[dict[str, Any]], template: str, split: str, topics, difficulty) -> list[dict[str, Any]]:
+    out = data.to_verl_rows(rows, template=template, split=split)
+    for i, row in enumerate(out):
+        row["topic"] = topics[i] if topics is not None else str(rows[i].get("topic", ""))
+        row["difficulty"] = difficulty[i] if difficulty is not None else _float_or_nan(rows[i].get("difficulty"))
+        # Same labels inside extra_info, which verl hands to reward functions and rollout dumps.
+        row["extra_info"] = {**row["extra_info"], "topic": row["topic"], "difficulty": row["difficulty"]}
+    return out
+
+
+def prepare(
+    out_dir: str,
+    *,
+    train_file: str | None = None,
+    eval_sets: Sequence[str] = tuple(EVAL_STEMS),
+    eval_files: Mapping[str, str] | None = None,
+    labels_file: str | None = None,
+    topic_method: str = "auto",
+    num_topics: int = 10,
+    limit: int | None = None,
+    template: str = "dapo",
+    seed: int = 0,
+) -> tuple[dict[str, str], list[str]]:
+    """Write the files (see module docstring); returns ``({what: path}, notes)``.
+
+    Raises:
+        ValueError: an unknown evaluation set, or ebpo's data modules are missing.
+    """
+    from tqdm.auto import tqdm
+
+    data, curriculum = _check_data_modules()
+    unknown = sorted(set(eval_sets) - set(EVAL_STEMS))
+    if unknown:
+        raise ValueError(f"unknown evaluation set(s) {unknown}; expected some of {list(EVAL_STEMS)}")
+    eval_files = dict(eval_files or {})
+    os.makedirs(out_dir, exist_ok=True)
+    written: dict[str, str] = {}
+
+    rows = data.load_dataset(TRAIN_NAME, data_files=train_file, limit=limit)
+    labels = _read_labels(labels_file) if labels_file else None
+    topics, difficulty, notes = label_rows(rows, labels=labels, topic_method=topic_method, num_topics=num_topics, seed=seed)
+    verl_rows = _verl_rows(data, rows, template, "train", topics, difficulty)
+    for order in tqdm(ORDER_FILES, desc="training orders", unit="file"):
+        if order == "topic" and topics is None:
+            notes.append("skipped dapo_math_17k.topic.parquet: no topic labels (pass --labels or --topic-method)")
+            continue
+        if order == "difficulty" and difficulty is None:
+            notes.append("skipped dapo_math_17k.difficulty.parquet: no difficulty (pass --labels with pass_rate)")
+            continue
+        perm = curriculum.order_indices(len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed)
+        path = os.path.join(out_dir, f"dapo_math_17k.{order}.parquet")
+        data.write_rows([verl_rows[i] for i in perm], path)
+        written[f"train.{order}"] = path
+
+    for name in tqdm(list(eval_sets), desc="evaluation sets", unit="set"):
+        eval_rows = data.load_dataset(name, data_files=eval_files.get(name))
+        levels = curriculum.difficulty_from_levels([r.get("difficulty") or None for r in eval_rows])
+        path = os.path.join(out_dir, f"{EVAL_STEMS[name]}.parquet")
+        data.write_rows(_verl_rows(data, eval_rows, template, "test", None, levels), path)
+        written[name] = path
+    return written, notes
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    eval_files: dict[str, str] = {}
+    for item in args.eval_file:
+        name, sep, path = item.partition("=")
+        if not sep or name not in EVAL_STEMS:
+            raise ValueError(f"--eval-file must be NAME=PATH with NAME in {list(EVAL_STEMS)}, got {item!r}")
+        eval_files[name] = path
+    written, notes = prepare(
+        args.out_dir,
+        train_file=args.train_file,
+        eval_sets=args.eval,
+        eval_files=eval_files,
+        labels_file=args.labels,
+        topic_method=args.topic_method,
+        num_topics=args.num_topics,
+        limit=args.limit,
+        template=args.template,
+        seed=args.seed,
+    )
+    for note in notes:
+        print(note)
+    for what, path in written.items():
+        print(f"wrote {what}: {path}")
+    return 0

@@ -1,0 +1,171 @@
+"""``ebpo verl doctor``: make a broken plug-in install loud.
+
+verl loads ``verl.plugins`` entry points inside ``import verl`` and logs load errors at DEBUG
+level only, so a broken install silently leaves ``algorithm.adv_estimator=ebpo`` unknown — and
+verl reports that deep inside a Ray actor, minutes into a job. The doctor checks, in order:
+
+1. verl imports and its version (≥ 0.9 for entry points, ≥ 0.9.1 for checkpoint callbacks);
+2. the ``verl.plugins`` entry point ``ebpo`` is declared in the installed metadata and
+   ``VERL_USE_EXTERNAL_PLUGINS`` lets verl load it;
+3. in a FRESH interpreter (as a Ray worker starts), ``import verl`` alone registers ``ebpo``,
+   ``ebpo_bb`` and ``jspo`` with ebpo's functions; if not, the entry point is loaded by hand there
+   to show the real traceback;
+4. verl's ``compute_advantage`` runs with ``adv_estimator=ebpo`` on a tiny batch;
+5. the checkpoint callback class loads through verl's own loader.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+__all__ = ["Check", "run_checks"]
+
+PROBE = textwrap.dedent(
+    """
+    import json, traceback
+    import verl
+    from verl.trainer.ppo import core_algos
+    names = ("ebpo", "ebpo_bb", "jspo")
+    found = {n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names}
+    error = None
+    if not all(m == "ebpo.integrations.verl.advantage" for m in found.values()):
+        from importlib.metadata import entry_points
+        for ep in entry_points(group="verl.plugins"):
+            if ep.name == "ebpo":
+                try:
+                    ep.load()
+                except Exception:
+                    error = traceback.format_exc()
+    print("EBPO_PROBE " + json.dumps({"registered": found, "error": error}))
+    """
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fatal: bool = True  # a failing non-fatal check is a warning
+
+
+def _verl_version() -> Check:
+    try:
+        import verl
+    except Exception as error:  # ImportError, or verl's own import-time failures
+        return Check("import verl", False, f"{type(error).__name__}: {error} (install ebpo[verl])")
+    from packaging.version import Version
+
+    version = Version(verl.__version__)
+    if version < Version("0.9.0"):
+        return Check(
+            "verl version",
+            False,
+            f"verl {version} has no verl.plugins entry points: set VERL_USE_EXTERNAL_MODULES="
+            "ebpo.integrations.verl.plugin for the driver and the Ray workers (ebpo verl does it)",
+            fatal=False,
+        )
+    return Check("verl version", True, f"verl {version}")
+
+
+def _entry_point() -> Check:
+    from ebpo.integrations.verl.launcher import PLUGIN_MODULE, entry_point_active
+
+    ours = [ep for ep in entry_points(group="verl.plugins") if ep.name == "ebpo"]
+    if not ours:
+        return Check("entry point", False, "no 'ebpo' entry point in group verl.plugins: reinstall ebpo[verl]")
+    if ours[0].value != PLUGIN_MODULE:
+        return Check("entry point", False, f"entry point 'ebpo' points at {ours[0].value!r}, expected {PLUGIN_MODULE!r}")
+    if not entry_point_active():
+        return Check(
+            "entry point",
+            False,
+            "VERL_USE_EXTERNAL_PLUGINS excludes 'ebpo': verl will not load the plug-in on import",
+        )
+    return Check("entry point", True, f"verl.plugins: ebpo = {PLUGIN_MODULE}")
+
+
+def _fresh_process(timeout: float) -> Check:
+    try:
+        proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Check("fresh `import verl` registers", False, f"probe timed out after {timeout:.0f} s")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("EBPO_PROBE ")]
+    if proc.returncode != 0 or not lines:
+        return Check("fresh `import verl` registers", False, f"probe failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    report = json.loads(lines[-1].removeprefix("EBPO_PROBE "))
+    registered = report["registered"]
+    if all(module == "ebpo.integrations.verl.advantage" for module in registered.values()):
+        return Check("fresh `import verl` registers", True, ", ".join(sorted(registered)))
+    detail = f"registry after `import verl`: {registered}"
+    if report.get("error"):
+        detail += "\nloading the entry point by hand raised:\n" + report["error"]
+    return Check("fresh `import verl` registers", False, detail)
+
+
+def _compute_advantage() -> Check:
+    try:
+        import numpy as np
+        import torch
+        from omegaconf import OmegaConf
+        from verl import DataProto
+        from verl.trainer.ppo.ray_trainer import compute_advantage
+
+        import ebpo.integrations.verl.plugin  # noqa: F401
+        from ebpo.integrations.verl.state import EstimatorStore
+
+        mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.float32)
+        rewards = torch.zeros_like(mask)
+        rewards[[0, 2], [1, 2]] = 1.0
+        uid = np.array(["a", "b", "a", "b", "pad"], dtype=object)
+        data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid})
+        config = OmegaConf.create({"adv_estimator": "ebpo", "ebpo": {"prior": "batch", "log_to_trainer": False}})
+        # A private store: the doctor must not leave state in the process-wide one.
+        import ebpo.integrations.verl.advantage as advantage
+
+        saved, advantage.STORE = advantage.STORE, EstimatorStore()
+        try:
+            out = compute_advantage(data, adv_estimator="ebpo", config=config)
+        finally:
+            advantage.STORE = saved
+        adv = out.batch["advantages"]
+        if not torch.isfinite(adv).all() or (adv[4] != 0).any() or (adv * (1 - mask) != 0).any():
+            return Check("compute_advantage(ebpo)", False, f"unexpected advantages {adv.tolist()}")
+        return Check("compute_advantage(ebpo)", True, "tiny batch with a padding row: OK")
+    except Exception as error:
+        return Check("compute_advantage(ebpo)", False, f"{type(error).__name__}: {error}")
+
+
+def _callback() -> Check:
+    try:
+        from verl.utils.import_utils import load_class_from_fqn
+
+        from ebpo.integrations.verl.launcher import CALLBACK_FQN
+
+        load_class_from_fqn(CALLBACK_FQN, "CheckpointCallback")
+    except Exception as error:
+        return Check(
+            "checkpoint callback",
+            False,
+            f"{type(error).__name__}: {error} (verl >= 0.9.1 needed to persist the prior)",
+            fatal=False,
+        )
+    return Check("checkpoint callback", True, "trainer.checkpoint_callback_class loads")
+
+
+def run_checks(*, fresh_process: bool = True, timeout: float = 300.0) -> list[Check]:
+    """All checks, stopping early when verl itself cannot be imported."""
+    checks = [_verl_version()]
+    if checks[0].name == "import verl":
+        return checks
+    checks.append(_entry_point())
+    if fresh_process:
+        checks.append(_fresh_process(timeout))
+    checks.append(_compute_advantage())
+    checks.append(_callback())
+    return checks

@@ -1,0 +1,194 @@
+"""Run verl's PPO entry point with the plug-in loaded, or compose and validate its config on CPU.
+
+``ebpo verl <overrides>`` ≡ ``python -m verl.trainer.main_ppo <overrides + our defaults>``:
+
+* ``algorithm.adv_estimator=ebpo`` unless the overrides choose an estimator;
+* ``trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback``
+  when the estimator is one of ours and no callback is set (persists the prior, points the
+  metrics JSONL at the run directory);
+* when verl does not load the ``verl.plugins`` entry point (verl < 0.9, or
+  ``VERL_USE_EXTERNAL_PLUGINS`` excludes it), ``VERL_USE_EXTERNAL_MODULES`` is set for the driver
+  and forwarded to the Ray workers with
+  ``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=…``.
+
+A dry run (:func:`dry_run`) composes the config with Hydra exactly as ``main_ppo`` would
+(``verl/trainer/config/ppo_trainer.yaml`` + overrides), resolves every interpolation, runs verl's
+own ``validate_config`` and then our checks (estimator registered, ``algorithm.ebpo.*`` options
+valid, checkpoint callback and reward function importable). Nothing needs a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+__all__ = [
+    "CALLBACK_FQN",
+    "PLUGIN_MODULE",
+    "compose",
+    "dry_run",
+    "entry_point_active",
+    "override_value",
+    "run",
+    "with_defaults",
+]
+
+PLUGIN_MODULE = "ebpo.integrations.verl.plugin"
+CALLBACK_FQN = "ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
+OUR_ESTIMATORS = ("ebpo", "ebpo_bb", "jspo")
+ENV_FORWARD = f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}"
+
+
+def _key(override: str) -> str:
+    """``algorithm.adv_estimator`` of ``++algorithm.adv_estimator=x`` (Hydra's +/++/~ prefixes)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def override_value(overrides: Sequence[str], key: str) -> str | None:
+    """The value the LAST override for ``key`` sets (Hydra applies them in order), or None."""
+    value = None
+    for override in overrides:
+        if "=" in override and _key(override) == key:
+            value = override.split("=", 1)[1]
+    return value
+
+
+def entry_point_active() -> bool:
+    """Whether ``import verl`` will load our ``verl.plugins`` entry point in every process."""
+    import verl
+    from packaging.version import Version
+
+    if Version(verl.__version__) < Version("0.9.0"):
+        return False
+    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    if policy == "none":
+        return False
+    ours = [ep for ep in entry_points(group="verl.plugins") if ep.value == PLUGIN_MODULE]
+    if not ours:
+        return False
+    return policy == "auto" or any(ep.name in {p.strip() for p in policy.split(",")} for ep in ours)
+
+
+def with_defaults(overrides: Sequence[str], *, plugin_via_env: bool = False) -> list[str]:
+    """``overrides`` plus the launcher's defaults (see module docstring); user overrides win."""
+    out = list(overrides)
+    estimator = override_value(out, "algorithm.adv_estimator")
+    if estimator is None:
+        out.insert(0, "algorithm.adv_estimator=ebpo")
+        estimator = "ebpo"
+    if estimator in OUR_ESTIMATORS and override_value(out, "trainer.checkpoint_callback_class") is None:
+        out.append(f"trainer.checkpoint_callback_class={CALLBACK_FQN}")
+    if plugin_via_env and override_value(out, _key(ENV_FORWARD)) is None:
+        out.append(ENV_FORWARD)
+    return out
+
+
+def _external_modules_env() -> dict[str, str]:
+    env = dict(os.environ)
+    current = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    if PLUGIN_MODULE not in current:
+        env["VERL_USE_EXTERNAL_MODULES"] = ",".join([*current, PLUGIN_MODULE])
+    return env
+
+
+def compose(overrides: Sequence[str]) -> Any:
+    """The DictConfig ``verl.trainer.main_ppo`` would build from ``overrides`` (interpolations resolved)."""
+    import verl.trainer.main_ppo as main_ppo
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    config_dir = os.path.join(os.path.dirname(os.path.abspath(main_ppo.__file__)), "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
+    OmegaConf.resolve(config)
+    return config
+
+
+def validate(config: Any) -> list[str]:
+    """verl's ``validate_config`` plus the plug-in's checks; returns notes (raises on errors).
+
+    Raises:
+        ValueError: the estimator is unknown to verl, ``algorithm.ebpo`` options are invalid, or
+            the checkpoint callback / reward function cannot be loaded.
+    """
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    import ebpo.integrations.verl.plugin  # noqa: F401  (registers in this process)
+    from ebpo.integrations.verl.advantage import resolve_options
+
+    notes: list[str] = []
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+
+    # Checks verl leaves to run time (minutes into a job, inside an actor).
+    mini = config.actor_rollout_ref.actor.ppo_mini_batch_size
+    if mini > config.data.train_batch_size:
+        raise ValueError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size "
+            f"({config.data.train_batch_size})"
+        )
+    from ebpo.integrations.verl.checkpoint import resume_folder
+
+    folder = resume_folder(config.trainer)  # raises on an unknown resume_mode
+    if folder:
+        notes.append(f"will resume from {folder}")
+
+    estimator = config.algorithm.adv_estimator
+    if estimator not in ("gae", "grpo") and estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(f"algorithm.adv_estimator={estimator!r} is not registered in verl")
+    if estimator in OUR_ESTIMATORS:
+        import ebpo
+
+        options, plugin = resolve_options(estimator, config.algorithm)
+        ebpo.make_estimator(estimator, **options)  # validates option values
+        notes.append(f"estimator {estimator} with options {options}")
+        if not config.trainer.get("checkpoint_callback_class"):
+            notes.append("WARNING: no trainer.checkpoint_callback_class: the EBPO prior is not saved with checkpoints")
+        if not config.trainer.get("use_v1", True):
+            notes.append("WARNING: trainer.use_v1=False: the legacy trainer never calls checkpoint callbacks")
+
+    fqn = config.trainer.get("checkpoint_callback_class")
+    if fqn:
+        from verl.utils.import_utils import load_class_from_fqn
+
+        load_class_from_fqn(fqn, "CheckpointCallback")
+    reward_fn = config.reward.get("custom_reward_function") or {}
+    if reward_fn.get("path"):
+        from verl.utils.import_utils import load_extern_object
+
+        path = reward_fn["path"]
+        if path.startswith("pkg://") or os.path.exists(path.removeprefix("file://")):
+            load_extern_object(module_path=path, object_name=reward_fn.get("name") or "compute_score")
+        else:
+            notes.append(f"WARNING: reward function file {path} does not exist here")
+    for key in ("train_files", "val_files"):
+        files = config.data.get(key)
+        files = [files] if isinstance(files, str) else list(files or [])
+        missing = [f for f in files if "://" not in f and not os.path.exists(f)]
+        if missing:
+            notes.append(f"WARNING: data.{key} not found here: {missing} (run `ebpo verl prepare-data`)")
+    return notes
+
+
+def dry_run(overrides: Sequence[str]) -> tuple[Any, list[str]]:
+    """Compose and validate; returns ``(config, notes)``. Raises on an invalid configuration."""
+    config = compose(overrides)
+    return config, validate(config)
+
+
+def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
+    """Run ``python -m verl.trainer.main_ppo`` with the plug-in; returns its exit code."""
+    via_env = not entry_point_active()
+    args = with_defaults(overrides, plugin_via_env=via_env) if defaults else list(overrides)
+    env = _external_modules_env() if via_env else None
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *args]
+    print("+ " + " ".join(command), flush=True)
+    return subprocess.call(command, env=env)

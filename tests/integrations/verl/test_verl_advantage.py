@@ -1,0 +1,264 @@
+"""verl's own compute_advantage with adv_estimator=ebpo/ebpo_bb/jspo vs the core estimators."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tests.integrations.verl.conftest import verl_batch
+
+import ebpo
+
+pytestmark = pytest.mark.verl
+
+GROUPS = [4, 4, 3, 1, 4, 2, 5, 4, 4, 3]  # uneven, with a singleton
+
+
+def _compute(data, name, **algorithm):
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    config = OmegaConf.create({"adv_estimator": name, **algorithm})
+    return compute_advantage(data, adv_estimator=name, config=config).batch
+
+
+def _reference(estimator, rewards, uids, valid, mask):
+    """The core estimator on the non-padding rows ONLY (padding dropped, not masked), broadcast."""
+    res = estimator(torch.tensor(rewards[valid], dtype=torch.float32), list(uids[valid]))
+    expected = torch.zeros_like(mask)
+    expected[torch.from_numpy(valid)] = res.advantages[:, None] * mask[torch.from_numpy(valid)]
+    return expected
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_ebpo_matches_core_over_steps(continuous):
+    # Three steps with fresh uids: the running (history) prior must evolve exactly as the core's.
+    core = ebpo.make_estimator("ebpo", eps=1e-6, normalize="batch")
+    for step in range(3):
+        data, rewards, uids, valid = verl_batch(GROUPS, seed=step, continuous=continuous, step=step)
+        out = _compute(data, "ebpo")
+        mask = data.batch["response_mask"]
+        expected = _reference(core, rewards, uids, valid, mask)
+        torch.testing.assert_close(out["advantages"], expected, rtol=1e-6, atol=1e-7)
+        assert torch.equal(out["returns"], out["advantages"])
+        assert (out["advantages"][torch.from_numpy(~valid)] == 0).all()  # padding rows
+        assert (out["advantages"][mask == 0] == 0).all()  # beyond each response
+    # The prior is non-trivial by now, so the comparison above was not between two GRPOs.
+    assert core.global_prior.rewards.count == 3 * sum(GROUPS)
+
+
+def test_padding_rows_do_not_touch_the_prior():
+    data, rewards, uids, valid = verl_batch(GROUPS, padding=0, seed=5)
+    padded, *_ = verl_batch(GROUPS, padding=40, seed=5)
+    a = _compute(data, "ebpo", ebpo={"prior": "history"})
+    from ebpo.integrations.verl.state import STORE
+
+    clean = STORE.state_dict()["estimators"][0]["state"]["global"]
+    STORE.clear()
+    _compute(padded, "ebpo", ebpo={"prior": "history"})
+    with_padding = STORE.state_dict()["estimators"][0]["state"]["global"]
+    # Same statistics (row order differs, so equal up to float rounding), counts exactly equal.
+    for stat in ("rewards", "group_means", "group_variances"):
+        assert with_padding[stat]["count"] == clean[stat]["count"]
+        assert with_padding[stat] == pytest.approx(clean[stat], rel=1e-12, abs=1e-15)
+    assert a["advantages"].abs().sum() > 0
+
+
+def test_norm_adv_by_std_false_centres_only_and_explicit_option_wins():
+    data, rewards, uids, valid = verl_batch(GROUPS, seed=1)
+    mask = data.batch["response_mask"]
+    centred = _compute(data, "ebpo", norm_adv_by_std_in_grpo=False, ebpo={"prior": "batch"})["advantages"]
+    ref = _reference(ebpo.make_estimator("ebpo", prior="batch", normalize="center"), rewards, uids, valid, mask)
+    torch.testing.assert_close(centred, ref, rtol=1e-6, atol=1e-7)
+    explicit = _compute(data, "ebpo", norm_adv_by_std_in_grpo=False, ebpo={"prior": "batch", "normalize": "batch"})
+    ref = _reference(ebpo.make_estimator("ebpo", prior="batch", normalize="batch"), rewards, uids, valid, mask)
+    torch.testing.assert_close(explicit["advantages"], ref, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(explicit["advantages"], centred)
+
+
+def test_epsilon_read_from_algorithm_config():
+    data, rewards, uids, valid = verl_batch([2, 2, 2], padding=1, seed=2)
+    out = _compute(data, "ebpo", epsilon=0.5, ebpo={"prior": "batch"})["advantages"]
+    ref = _reference(ebpo.make_estimator("ebpo", prior="batch", eps=0.5), rewards, uids, valid, data.batch["response_mask"])
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["ebpo_bb", "jspo"])
+def test_other_estimators_match_core(name):
+    core = ebpo.make_estimator(name)
+    for step in range(2):
+        data, rewards, uids, valid = verl_batch(GROUPS, seed=10 + step, step=step)
+        out = _compute(data, name)["advantages"]
+        torch.testing.assert_close(out, _reference(core, rewards, uids, valid, data.batch["response_mask"]), rtol=1e-6, atol=1e-7)
+
+
+def test_running_prior_persists_between_calls_per_configuration():
+    data, *_ = verl_batch(GROUPS, seed=3)
+    first = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"].clone()
+    again = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"]
+    assert torch.equal(first, again)  # batch prior: no memory
+    h1 = _compute(data, "ebpo", ebpo={"prior": "history", "within_variance": "within"})["advantages"].clone()
+    other, *_ = verl_batch([4] * 6, seed=99)
+    _compute(other, "ebpo", ebpo={"prior": "history", "within_variance": "within"})
+    h2 = _compute(data, "ebpo", ebpo={"prior": "history", "within_variance": "within"})["advantages"]
+    assert not torch.allclose(h1, h2)  # history prior: the second batch moved it
+    from ebpo.integrations.verl.state import STORE
+
+    assert len(STORE) == 2  # one estimator per configuration
+
+
+def test_bad_options_raise_naming_the_key():
+    data, *_ = verl_batch([2, 2])
+    with pytest.raises(ValueError, match="bogus"):
+        _compute(data, "ebpo", ebpo={"bogus": 1})
+    with pytest.raises(ValueError, match="per_cluster"):
+        _compute(data, "ebpo", ebpo={"per_cluster": True})
+    with pytest.raises(ValueError, match="prior"):
+        _compute(data, "ebpo", ebpo={"prior": "forever"})
+    with pytest.raises(ValueError, match="within_variance"):
+        _compute(data, "ebpo_bb", ebpo={"within_variance": "pooled"})  # not an ebpo_bb option
+
+
+def test_metrics_reach_jsonl_and_the_trainer_metrics_dict(tmp_path):
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    data, *_ = verl_batch(GROUPS, seed=4)
+    path = tmp_path / "m.jsonl"
+    config = OmegaConf.create({"adv_estimator": "ebpo", "ebpo": {"metrics_file": str(path)}})
+    # Stand-in for verl's trainer: a method of a `verl.trainer.*` module holding `metrics`.
+    namespace = {"__name__": "verl.trainer.ppo.fake_trainer", "compute_advantage": compute_advantage}
+    exec(
+        "class Trainer:\n"
+        "    global_steps = 17\n"
+        "    def _compute_advantage(self, data, config):\n"
+        "        metrics = {}\n"
+        "        compute_advantage(data, adv_estimator='ebpo', config=config)\n"
+        "        return metrics\n",
+        namespace,
+    )
+    metrics = namespace["Trainer"]()._compute_advantage(data, config)
+    assert 0 <= metrics["ebpo/shrinkage_mean"] <= 1 and metrics["ebpo/num_groups"] == len(GROUPS)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 1 and records[0]["global_step"] == 17 and records[0]["estimator_step"] == 1
+    assert records[0]["ebpo/shrinkage_mean"] == pytest.approx(metrics["ebpo/shrinkage_mean"])
+    # Outside a verl trainer nothing is injected anywhere, but the JSONL still grows.
+    compute_advantage(data, adv_estimator="ebpo", config=config)
+    assert len(path.read_text().splitlines()) == 2
+
+
+def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
+    from verl.trainer.ppo import core_algos
+
+    import ebpo.integrations.verl.advantage as advantage
+    import ebpo.integrations.verl.plugin as plugin
+
+    importlib.reload(plugin)
+    importlib.reload(advantage)  # new function objects under the same names
+    importlib.reload(plugin)
+    assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in ("ebpo", "ebpo_bb", "jspo"))
+
+    saved = core_algos.ADV_ESTIMATOR_REGISTRY["jspo"]
+    core_algos.ADV_ESTIMATOR_REGISTRY["jspo"] = lambda **kw: None  # someone else's estimator
+    try:
+        with pytest.raises(ValueError, match="not ebpo's"):
+            plugin.register()
+    finally:
+        core_algos.ADV_ESTIMATOR_REGISTRY["jspo"] = saved
+
+
+def test_nonempty_rows_equals_full_row_sum():
+    from ebpo.integrations.verl.advantage import nonempty_rows
+
+    gen = torch.Generator().manual_seed(0)
+    mask = (torch.rand(50, 9, generator=gen) < 0.5).float()  # arbitrary layouts, incl. left padding
+    mask[::7] = 0  # padding rows
+    mask[3, :] = 0
+    mask[3, -1] = 1  # only the last token
+    assert torch.equal(nonempty_rows(mask), mask.sum(-1) > 0)
+    right_padded = (torch.arange(9)[None] < torch.tensor([0, 1, 9, 4])[:, None]).float()
+    assert nonempty_rows(right_padded).tolist() == [False, True, True, True]
+
+
+def test_thread_setting_is_restored(monkeypatch):
+    previous = torch.get_num_threads()
+    seen = []
+    import ebpo.integrations.verl.advantage as advantage
+
+    real_get = advantage.STORE.get
+
+    def spy(name, options):
+        est = real_get(name, options)
+
+        def call(*args, **kwargs):
+            seen.append(torch.get_num_threads())
+            return type(est).__call__(est, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(advantage.STORE, "get", spy)
+    torch.set_num_threads(2)
+    try:
+        data, *_ = verl_batch([2, 2])
+        _compute(data, "ebpo")
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_metrics_side_channel_inside_verls_real_trainer_method(tmp_path, monkeypatch):
+    """verl 0.9.1's own ``PPOTrainer._compute_advantage`` (TransferQueue faked): the statistics
+    land in its ``metrics`` dict (→ Tracking backends) and the JSONL carries its global step."""
+    from types import SimpleNamespace
+
+    from tensordict import TensorDict
+    from verl.trainer.ppo.v1 import trainer_base
+
+    data, rewards, uids, valid = verl_batch(GROUPS, padding=0, seed=8)
+    mask, scores = data.batch["response_mask"], data.batch["token_level_rewards"]
+    lengths = mask.sum(-1).long()
+    int_uids = torch.tensor(np.unique(uids, return_inverse=True)[1])
+    nested_mask = torch.nested.as_nested_tensor([mask[i, : lengths[i]] for i in range(len(mask))], layout=torch.jagged)
+    put = {}
+
+    class Stored:  # what tq.kv_batch_get returns: nested fields + to_padded_tensor()
+        def __getitem__(self, key):
+            assert key == "response_mask"
+            return nested_mask
+
+        def to_padded_tensor(self):
+            return TensorDict(
+                {"rm_scores": scores, "response_mask": mask, "uid": int_uids}, batch_size=len(mask)
+            )
+
+    fake_tq = SimpleNamespace(
+        kv_batch_get=lambda keys, partition_id, select_fields: Stored(),
+        kv_batch_put=lambda keys, partition_id, fields: put.update(fields=fields) or "stored",
+    )
+    monkeypatch.setattr(trainer_base, "tq", fake_tq)
+    config = OmegaConf.create(
+        {
+            "algorithm": {"adv_estimator": "ebpo", "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0,
+                          "ebpo": {"metrics_file": str(tmp_path / "m.jsonl")}},
+            "actor_rollout_ref": {"rollout": {"n": 4}},
+        }
+    )
+    trainer = SimpleNamespace(config=config, global_steps=42)
+
+    class Meta(SimpleNamespace):  # KVBatchMeta: keys, partition_id, len()
+        def __len__(self):
+            return len(self.keys)
+
+    metrics: dict = {}
+    meta = Meta(keys=[f"k{i}" for i in range(len(mask))], partition_id="train")
+    assert trainer_base.PPOTrainer._compute_advantage(trainer, meta, metrics) == "stored"
+    assert metrics["ebpo/num_groups"] == len(GROUPS) and "ebpo/shrinkage_mean" in metrics
+    record = json.loads((tmp_path / "m.jsonl").read_text())
+    assert record["global_step"] == 42
+    # And the advantages verl writes back are the core's.
+    expected = _reference(ebpo.make_estimator("ebpo"), rewards, uids, valid, mask)
+    written = put["fields"]["advantages"]
+    for i in range(len(mask)):
+        torch.testing.assert_close(written[i], expected[i, : lengths[i]], rtol=1e-6, atol=1e-7)

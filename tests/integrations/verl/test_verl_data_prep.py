@@ -1,0 +1,85 @@
+"""`ebpo verl prepare-data` writes verl parquet files in the order each recipe reads."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.verl
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "datasets"
+EVAL = {
+    "math-500": "math-500.jsonl",
+    "aime-2024": "aime-2024.parquet",
+    "aime-2025": "aime-2025.jsonl",
+    "amc-2023": "amc-2023.jsonl",
+    "olympiadbench": "olympiadbench.parquet",
+}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    pd = pytest.importorskip("pandas")
+    from ebpo.cli import main
+    from ebpo.data import load_dataset
+
+    out = tmp_path_factory.mktemp("verl_data")
+    rows = load_dataset("dapo-math-17k", data_files=FIXTURES / "dapo-math-17k.parquet")
+    # External labels as the paper's LLM labeller / 16-sample pass-rate run would give them.
+    labels = [
+        {"id": row["id"], "topic": ["Geometry", "Algebra"][i % 2], "pass_rate": [0.9, 0.1, 0.5, 0.3][i % 4]}
+        for i, row in enumerate(rows)
+    ]
+    labels_file = out / "labels.jsonl"
+    labels_file.write_text("\n".join(json.dumps(r) for r in labels))
+    argv = ["verl", "prepare-data", f"--out-dir={out}", f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
+            f"--labels={labels_file}"]
+    for name, file in EVAL.items():
+        argv.append(f"--eval-file={name}={FIXTURES / file}")
+    assert main(argv) == 0
+    return out, {r["id"]: r for r in labels}, pd
+
+
+def test_training_orders(prepared):
+    out, labels, pd = prepared
+    frames = {o: pd.read_parquet(out / f"dapo_math_17k.{o}.parquet") for o in ("shuffle", "topic", "difficulty")}
+    ids = {o: [e["id"] for e in f["extra_info"]] for o, f in frames.items()}
+    assert sorted(ids["shuffle"]) == sorted(ids["topic"]) == sorted(ids["difficulty"]) == sorted(labels)
+    topic = list(frames["topic"]["topic"])
+    assert topic == sorted(topic)  # contiguous blocks in label order
+    assert topic == [labels[i]["topic"] for i in ids["topic"]]
+    difficulty = list(frames["difficulty"]["difficulty"])
+    assert difficulty == sorted(difficulty)  # easy -> hard
+    assert difficulty == pytest.approx([1 - labels[i]["pass_rate"] for i in ids["difficulty"]])
+    row = frames["topic"].iloc[0]
+    assert row["reward_model"]["ground_truth"] and row["prompt"][0]["role"] == "user"
+    assert "Answer:" in row["prompt"][0]["content"]  # DAPO template
+    assert row["extra_info"]["topic"] == row["topic"]
+
+
+def test_eval_sets_and_recipe_finds_them(prepared):
+    from ebpo.integrations.verl.launcher import dry_run, with_defaults
+    from ebpo.integrations.verl.recipes import recipe_overrides
+
+    out, _, pd = prepared
+    math500 = pd.read_parquet(out / "math500.parquet")
+    assert len(math500) > 0 and not any(math.isnan(x) for x in math500["difficulty"])  # MATH levels
+    for recipe in ("ebpo_topic", "ebpo_diff"):
+        _, notes = dry_run(with_defaults(recipe_overrides(recipe, data_dir=str(out))))
+        assert not any("not found" in note for note in notes), notes
+
+
+def test_missing_labels_skip_the_curriculum_file_and_say_so(tmp_path, capsys):
+    from ebpo.cli import main
+
+    argv = ["verl", "prepare-data", f"--out-dir={tmp_path}", f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
+            "--topic-method=none", "--eval"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "skipped dapo_math_17k.topic.parquet" in out and "skipped dapo_math_17k.difficulty.parquet" in out
+    assert (tmp_path / "dapo_math_17k.shuffle.parquet").exists()
+    assert not (tmp_path / "dapo_math_17k.topic.parquet").exists()
+    assert main(["verl", "prepare-data", f"--out-dir={tmp_path}", "--eval-file=gsm8k=x.jsonl"]) == 2

@@ -1,0 +1,41 @@
+"""`ebpo verl doctor` confirms the registration, and says so loudly when verl would not load it."""
+
+from __future__ import annotations
+
+import pytest
+
+from ebpo.integrations.verl.doctor import run_checks
+
+pytestmark = pytest.mark.verl
+
+
+def test_doctor_passes_on_this_install():
+    checks = run_checks(fresh_process=False)
+    assert [c.name for c in checks] == ["verl version", "entry point", "compute_advantage(ebpo)", "checkpoint callback"]
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+
+@pytest.mark.parametrize("policy", ["none", "someone_else"])
+def test_doctor_fails_when_verl_would_skip_the_entry_point(monkeypatch, capsys, policy):
+    from ebpo.cli import main
+
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", policy)
+    entry = {c.name: c for c in run_checks(fresh_process=False)}["entry point"]
+    assert not entry.ok and "VERL_USE_EXTERNAL_PLUGINS" in entry.detail
+    assert main(["verl", "doctor", "--no-fresh-process"]) == 1
+    assert "BROKEN" in capsys.readouterr().out
+
+
+def test_doctor_fails_when_the_entry_point_is_missing(monkeypatch):
+    import ebpo.integrations.verl.doctor as doctor
+
+    monkeypatch.setattr(doctor, "entry_points", lambda group: [])
+    entry = {c.name: c for c in doctor.run_checks(fresh_process=False)}["entry point"]
+    assert not entry.ok and "reinstall" in entry.detail
+
+
+@pytest.mark.slow
+def test_doctor_fresh_interpreter_probe():
+    checks = {c.name: c for c in run_checks(fresh_process=True)}
+    probe = checks["fresh `import verl` registers"]
+    assert probe.ok and probe.detail == "ebpo, ebpo_bb, jspo"
