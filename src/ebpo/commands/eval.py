@@ -1,0 +1,99 @@
+"""``ebpo eval``: Pass@1 / pass@k / maj@k of a model on math benchmarks (the paper's protocol).
+
+    ebpo eval --model Qwen/Qwen3-8B --benchmarks math-500,aime-2024,aime-2025,amc-2023,olympiadbench --n 32
+    ebpo eval --model ./ckpt --benchmarks math-500 --data-file math-500=math500.parquet --n 4 \\
+              --max-new-tokens 1024 --out eval_results/ckpt
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ebpo.evaluation import PAPER_BENCHMARKS, PAPER_MAX_NEW_TOKENS
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "eval",
+        help="Pass@k evaluation on math benchmarks",
+        description="Sample n responses per problem, score them with the math reward, and write a "
+        "table (benchmarks x metrics + average) as Markdown, CSV and JSON plus every sample as JSONL.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", required=True, help="hub id, local directory, .gguf file or 'smollm2-135m'")
+    parser.add_argument("--benchmarks", default=",".join(PAPER_BENCHMARKS), help="comma-separated registry names (ebpo.data.DATASETS)")
+    parser.add_argument("--n", type=int, default=32, help="samples per problem")
+    parser.add_argument("--k", default=None, help="comma-separated k for pass@k and maj@k (default: 1,n)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=PAPER_MAX_NEW_TOKENS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--template", choices=("dapo", "boxed", "raw"), default="dapo", help="prompt template")
+    chat = parser.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="force the tokenizer's chat template")
+    chat.add_argument("--no-chat", dest="chat", action="store_false", help="plain templated text (base models)")
+    parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences per generate call (transformers)")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many problems per benchmark")
+    parser.add_argument(
+        "--data-file", action="append", default=[], metavar="NAME=PATH",
+        help="local .jsonl/.parquet for a benchmark (hub or unified schema); repeatable",
+    )
+    parser.add_argument(
+        "--data-dir", default=None,
+        help="directory with <benchmark>.parquet/.jsonl local copies (default: $EBPO_DATA_DIR)",
+    )
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per math-verify call")
+    parser.add_argument("--score-workers", type=int, default=1, help="helper processes for scoring")
+    parser.add_argument("--out", default="eval_results", help="output directory")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _parse_data_files(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--data-file must be NAME=PATH, got {item!r}")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ebpo.data import DATASETS, DatasetUnavailableError
+    from ebpo.evaluation import SamplingConfig, run_eval
+
+    try:
+        benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+        unknown = [b for b in benchmarks if b not in DATASETS]
+        if unknown:
+            raise ValueError(f"--benchmarks: unknown {unknown}; choose from {sorted(DATASETS)}")
+        ks = [int(k) for k in args.k.split(",")] if args.k else None
+        summary = run_eval(
+            args.model,
+            benchmarks,
+            n=args.n,
+            ks=ks,
+            out_dir=args.out,
+            data_files=_parse_data_files(args.data_file),
+            data_dir=args.data_dir,
+            limit=args.limit,
+            backend=args.backend,
+            template=args.template,
+            chat=args.chat,
+            sampling=SamplingConfig(args.temperature, args.top_p, args.max_new_tokens, args.seed),
+            batch_size=args.batch_size,
+            timeout=args.timeout,
+            score_workers=args.score_workers,
+            progress=not args.no_progress,
+        )
+    except (ValueError, DatasetUnavailableError) as error:
+        print(f"ebpo eval: error: {error}", file=sys.stderr)
+        return 2
+    print(summary["markdown"])
+    print(f"wrote {args.out}/results.md, results.csv, results.json and samples.jsonl ({summary['samples']} samples, {summary['seconds']} s)")
+    return 0

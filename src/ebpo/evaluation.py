@@ -1,0 +1,523 @@
+"""Pass@k evaluation of a causal LM on math benchmarks (the EBPO paper's protocol).
+
+Metrics, per benchmark, from n samples per problem of which c are correct:
+
+- **Pass@1** = mean over problems of c/n (the paper's headline metric: "Pass@1 averaged over 32
+  samples", temperature 1.0, top-p 1.0).
+- **pass@k** (k <= n): the unbiased estimator of Chen et al. (2021, "Evaluating Large Language
+  Models Trained on Code", eq. 1), averaged over problems:
+      pass@k = 1 - C(n - c, k) / C(n, k)
+  computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i) to stay exact in floating point for large n.
+- **maj@k** (k <= n): majority vote over the extracted answers of the first k samples (answers
+  grouped by their normalised string, responses without an answer do not vote, ties go to the
+  answer seen first); 1 if the winning answer is correct.
+
+Generation: vLLM when installed and asked for (``backend="vllm"``, GPU), otherwise transformers
+``generate`` (batched, left padding, KV cache). Scoring goes through
+:func:`ebpo.rewards.score_math_detailed`, the same path as the training reward.
+
+    from ebpo.evaluation import sample_and_score, summarize
+    records = sample_and_score(model, tokenizer, problems, n=4, max_new_tokens=256)
+    summarize(records, ks=(1, 4))
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "PAPER_BENCHMARKS",
+    "Generation",
+    "SamplingConfig",
+    "TransformersGenerator",
+    "VLLMGenerator",
+    "format_table",
+    "maj_at_k",
+    "pass_at_k",
+    "run_eval",
+    "sample_and_score",
+    "summarize",
+    "vllm_available",
+]
+
+PAPER_BENCHMARKS = ("math-500", "aime-2024", "aime-2025", "amc-2023", "olympiadbench")
+PAPER_MAX_NEW_TOKENS = 20_480
+
+
+# ---------------------------------------------------------------------------------------- metrics
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of Chen et al. (2021): the probability that at least one of k samples drawn
+    without replacement from n samples, c of them correct, is correct: 1 - C(n-c, k)/C(n, k)."""
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an int, got {value!r}")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, n={n}], got {k}")
+    if n - c < k:  # every k-subset contains a correct sample
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def maj_at_k(predictions: Sequence[str | None], scores: Sequence[float], k: int) -> float:
+    """Majority vote over the first ``k`` samples: 1.0 if the most frequent extracted answer
+    (normalised string; None = no answer, does not vote; ties -> first seen) was scored correct."""
+    from ebpo.rewards import normalize_answer
+
+    if len(predictions) != len(scores):
+        raise ValueError(f"predictions and scores differ in length: {len(predictions)} vs {len(scores)}")
+    if not 1 <= k <= len(predictions):
+        raise ValueError(f"k must be in [1, {len(predictions)}], got {k}")
+    votes: Counter[str] = Counter()
+    first: dict[str, int] = {}
+    for i in range(k):
+        if predictions[i] is None:
+            continue
+        key = normalize_answer(predictions[i])
+        votes[key] += 1
+        first.setdefault(key, i)
+    if not votes:
+        return 0.0
+    winner = max(votes, key=lambda key: (votes[key], -first[key]))
+    return float(scores[first[winner]] == 1.0)
+
+
+def summarize(records: Iterable[Mapping[str, Any]], ks: Sequence[int] = (1,)) -> dict[str, dict[str, float]]:
+    """Per-benchmark metrics (fractions in [0, 1]) from per-sample records (keys ``benchmark``,
+    ``problem_id``, ``sample_index``, ``prediction``, ``score``): ``pass@1`` plus ``pass@k`` and
+    ``maj@k`` for every k in ``ks`` with k <= n (n = samples per problem, the minimum over
+    problems), and ``n``, ``problems``, ``no_answer``, ``timeouts`` (fractions/counts)."""
+    by_problem: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        by_problem[record["benchmark"]][record["problem_id"]].append(record)
+    out: dict[str, dict[str, float]] = {}
+    for benchmark, problems in by_problem.items():
+        samples = [sorted(s, key=lambda r: r["sample_index"]) for s in problems.values()]
+        n = min(len(s) for s in samples)
+        metrics: dict[str, float] = {"problems": float(len(samples)), "n": float(n)}
+        for k in sorted({1, *ks}):
+            if k > n:
+                continue
+            metrics[f"pass@{k}"] = _mean(pass_at_k(len(s), sum(r["score"] == 1.0 for r in s), k) for s in samples)
+            if k > 1:
+                metrics[f"maj@{k}"] = _mean(
+                    maj_at_k([r["prediction"] for r in s], [r["score"] for r in s], k) for s in samples
+                )
+        flat = [r for s in samples for r in s]
+        metrics["no_answer"] = _mean(r.get("status") == "no_answer" for r in flat)
+        metrics["timeouts"] = float(sum(r.get("status") == "timeout" for r in flat))
+        out[benchmark] = metrics
+    return out
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+# ------------------------------------------------------------------------------------ generation
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling options; defaults are the paper's (temperature 1.0, top-p 1.0, up to 20,480 new
+    tokens). ``temperature=0`` means greedy decoding."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = PAPER_MAX_NEW_TOKENS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled response: its text, its length in tokens, and whether it ended with EOS (False:
+    cut at max_new_tokens)."""
+
+    text: str
+    num_tokens: int
+    finished: bool
+
+
+class Generator(Protocol):
+    def generate(self, prompts: Sequence[str], n: int, progress: Any = None) -> list[list[Generation]]: ...
+
+
+class TransformersGenerator:
+    """Sampling with ``model.generate``: prompts repeated n times, ``batch_size`` sequences per
+    call, left padding so every row continues right after its prompt, KV cache on."""
+
+    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig, *, batch_size: int = 16) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer needs a pad or eos token for batched generation")
+        self.model, self.tokenizer, self.sampling, self.batch_size = model, tokenizer, sampling, batch_size
+
+    def generate(self, prompts: Sequence[str], n: int, progress: Any = None) -> list[list[Generation]]:
+        import torch
+
+        tok, s = self.tokenizer, self.sampling
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        eos_ids = _eos_ids(self.model, tok)
+        jobs = [(p, j) for p in range(len(prompts)) for j in range(n)]
+        out: list[list[Generation | None]] = [[None] * n for _ in prompts]
+        generator_state = torch.random.fork_rng()
+        with generator_state, torch.inference_mode():
+            torch.manual_seed(s.seed)
+            self.model.eval()
+            for start in range(0, len(jobs), self.batch_size):
+                chunk = jobs[start : start + self.batch_size]
+                encoded = [_encode(tok, prompts[p]) for p, _ in chunk]
+                width = max(len(ids) for ids in encoded)
+                input_ids = torch.tensor([[pad_id] * (width - len(ids)) + ids for ids in encoded])
+                attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
+                # top_k=0: transformers' generation config defaults to top_k=50, which the paper's
+                # "temperature 1.0, top-p 1.0" (pure ancestral sampling, vLLM's default) excludes.
+                sample_kwargs = (
+                    {"do_sample": True, "temperature": s.temperature, "top_p": s.top_p, "top_k": 0}
+                    if s.temperature > 0
+                    else {"do_sample": False}
+                )
+                if progress is not None:
+                    sample_kwargs["stopping_criteria"] = [_StepProgress(progress, width, s.max_new_tokens)]
+                generated = self.model.generate(
+                    input_ids=input_ids.to(self.model.device),
+                    attention_mask=attention.to(self.model.device),
+                    max_new_tokens=s.max_new_tokens,
+                    pad_token_id=pad_id,
+                    eos_token_id=eos_ids or None,
+                    use_cache=True,
+                    **sample_kwargs,
+                )[:, width:].tolist()
+                for (p, j), ids in zip(chunk, generated, strict=True):
+                    out[p][j] = _to_generation(tok, ids, eos_ids, pad_id)
+                if progress is not None:
+                    progress.update(len(chunk))
+        return out  # type: ignore[return-value]
+
+
+class _StepProgress:
+    """A never-stopping ``StoppingCriteria`` that shows the decoding step of the current batch in
+    the progress bar's postfix (a batch of long generations can take minutes on CPU)."""
+
+    def __init__(self, bar: Any, prompt_width: int, max_new_tokens: int, every: float = 2.0) -> None:
+        self.bar, self.width, self.max, self.every, self.last = bar, prompt_width, max_new_tokens, every, 0.0
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.bar.set_postfix_str(f"token {input_ids.shape[1] - self.width}/{self.max}", refresh=True)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def _encode(tokenizer: Any, prompt: str) -> list[int]:
+    # A rendered chat template already holds the BOS text (e.g. Llama 3's <|begin_of_text|>);
+    # plain prompts for base models get the tokenizer's special tokens.
+    bos = tokenizer.bos_token
+    add_special = not (bos and prompt.startswith(bos))
+    return tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = list(ids) if isinstance(ids, (list, tuple)) else ([ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def _to_generation(tokenizer: Any, ids: list[int], eos_ids: list[int], pad_id: int) -> Generation:
+    # Generated rows are right-padded after EOS; cut at the first EOS.
+    finished = False
+    for i, token in enumerate(ids):
+        if token in eos_ids:
+            ids, finished = ids[:i], True
+            break
+    else:
+        while ids and ids[-1] == pad_id and pad_id not in eos_ids:
+            ids = ids[:-1]
+    # clean_up_tokenization_spaces=False: the cleanup strips spaces before punctuation, which
+    # corrupts BPE output (transformers warns about it).
+    text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    return Generation(text, len(ids) + int(finished), finished)
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+class VLLMGenerator:
+    """Sampling with vLLM (GPU): one ``LLM.generate`` call with ``SamplingParams(n=...)``."""
+
+    def __init__(self, model_path: str, sampling: SamplingConfig, **llm_kwargs: Any) -> None:
+        if not vllm_available():
+            raise ValueError("backend 'vllm' needs the vllm package (pip install vllm; GPU only)")
+        from vllm import LLM
+
+        self.sampling = sampling
+        self.llm = LLM(model=model_path, seed=sampling.seed, **llm_kwargs)
+
+    def generate(self, prompts: Sequence[str], n: int, progress: Any = None) -> list[list[Generation]]:
+        from vllm import SamplingParams
+
+        s = self.sampling
+        params = SamplingParams(
+            n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=s.seed
+        )
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
+        if progress is not None:
+            progress.update(len(prompts) * n)
+        return [
+            [Generation(o.text, len(o.token_ids), o.finish_reason == "stop") for o in out.outputs]
+            for out in outputs
+        ]
+
+
+# ---------------------------------------------------------------------------------- sample+score
+def sample_and_score(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Mapping[str, Any]],
+    n: int,
+    *,
+    template: str = "dapo",
+    chat: bool | None = None,
+    sampling: SamplingConfig | None = None,
+    batch_size: int = 16,
+    generator: Generator | None = None,
+    timeout: float | None = None,
+    score_workers: int = 1,
+    progress: bool = True,
+    **sampling_kwargs: Any,
+) -> list[dict[str, Any]]:
+    """Sample ``n`` responses per problem and score each with :func:`ebpo.rewards.score_math`.
+
+    ``problems``: rows of the unified schema (:mod:`ebpo.data`). Prompts are rendered with
+    :func:`ebpo.templates.render_prompt` (``template``; the tokenizer's chat template when it has
+    one, unless ``chat=False``). ``sampling`` or keyword arguments (``temperature``, ``top_p``,
+    ``max_new_tokens``, ``seed``) set the sampling; ``generator`` replaces the transformers
+    backend (e.g. a :class:`VLLMGenerator`). Returns one record per sample: ``benchmark``,
+    ``problem_id``, ``sample_index``, ``prompt``, ``response``, ``prediction``, ``answer``,
+    ``score``, ``status``, ``num_tokens``, ``finished``."""
+    from tqdm.auto import tqdm
+
+    from ebpo.rewards import DEFAULT_TIMEOUT, score_math_batch
+    from ebpo.templates import render_prompt
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n!r}")
+    if sampling is None:
+        sampling = SamplingConfig(**sampling_kwargs)
+    elif sampling_kwargs:
+        raise ValueError(f"pass sampling options either as sampling= or as keywords, not both: {sorted(sampling_kwargs)}")
+    for i, problem in enumerate(problems):
+        if "prompt" not in problem or "answer" not in problem:
+            raise ValueError(f"problems[{i}] must have 'prompt' and 'answer' (the ebpo.data schema), got {sorted(problem)}")
+    prompts = [render_prompt(p["prompt"], tokenizer, template=template, chat=chat) for p in problems]
+    generator = generator or TransformersGenerator(model, tokenizer, sampling, batch_size=batch_size)
+    with tqdm(total=len(prompts) * n, desc="sampling", unit="sample", disable=not progress) as bar:
+        generations = generator.generate(prompts, n, progress=bar)
+    flat = [(i, j, g) for i, gens in enumerate(generations) for j, g in enumerate(gens)]
+    results = score_math_batch(
+        [g.text for _, _, g in flat],
+        [problems[i]["answer"] for i, _, _ in flat],
+        timeout=timeout or DEFAULT_TIMEOUT,
+        num_workers=score_workers,
+        progress=progress,
+    )
+    records = []
+    for (i, j, g), result in zip(flat, results, strict=True):
+        problem = problems[i]
+        records.append(
+            {
+                "benchmark": problem.get("source", ""),
+                "problem_id": problem.get("id", str(i)),
+                "sample_index": j,
+                "prompt": prompts[i],
+                "response": g.text,
+                "prediction": result.prediction,
+                "answer": problem["answer"],
+                "score": result.score,
+                "status": result.status,
+                "num_tokens": g.num_tokens,
+                "finished": g.finished,
+            }
+        )
+    return records
+
+
+# ----------------------------------------------------------------------------------------- tables
+def _metric_names(results: Mapping[str, Mapping[str, float]], ks: Sequence[int]) -> list[str]:
+    names = ["pass@1"]
+    for k in sorted(set(ks)):
+        if k > 1:
+            names += [f"pass@{k}", f"maj@{k}"]
+    return [m for m in names if any(m in r for r in results.values())]
+
+
+def results_table(
+    results: Mapping[str, Mapping[str, float]], benchmarks: Sequence[str], ks: Sequence[int]
+) -> tuple[list[str], list[list[str | float | None]]]:
+    """The paper's layout: one row per metric, benchmarks as columns plus ``avg`` (unweighted mean
+    over the benchmarks that have the metric), values in percent."""
+    header = ["metric", *benchmarks, "avg"]
+    rows: list[list[str | float | None]] = []
+    for metric in _metric_names(results, ks):
+        values = [100.0 * results[b][metric] if metric in results.get(b, {}) else None for b in benchmarks]
+        present = [v for v in values if v is not None]
+        rows.append([metric, *values, sum(present) / len(present) if present else None])
+    return header, rows
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> str:
+    """A Markdown table (values with two decimals, ``-`` for missing)."""
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    lines = [f"### {title}", ""] if title else []
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------- the job
+def run_eval(
+    model_name: str,
+    benchmarks: Sequence[str],
+    *,
+    n: int = 32,
+    ks: Sequence[int] | None = None,
+    out_dir: str | os.PathLike[str] = "eval_results",
+    data_files: Mapping[str, str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    backend: str = "auto",
+    template: str = "dapo",
+    chat: bool | None = None,
+    sampling: SamplingConfig | None = None,
+    batch_size: int = 16,
+    timeout: float | None = None,
+    score_workers: int = 1,
+    model: Any = None,
+    tokenizer: Any = None,
+    generator: Generator | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate ``model_name`` on ``benchmarks`` and write to ``out_dir``:
+
+    - ``samples.jsonl``: every sample with its prompt, response, extracted answer, score, status;
+    - ``results.md`` / ``results.csv`` / ``results.json``: the table (metrics x benchmarks + avg,
+      in percent) and, in JSON, the raw metrics and the configuration.
+
+    ``backend``: ``"vllm"``, ``"transformers"`` or ``"auto"`` (vLLM if installed and the model is
+    not passed in already loaded). ``data_files`` maps benchmark names to local files (hub schema
+    or unified); ``data_dir`` (default env ``EBPO_DATA_DIR``) holds ``<benchmark>.parquet``/
+    ``.jsonl`` files for the others; ``limit`` caps problems per benchmark. ``ks`` defaults to (1, n). An already
+    loaded ``model``/``tokenizer`` or a custom ``generator`` (with ``tokenizer``) skip loading."""
+    from ebpo.data import load_dataset
+
+    if backend not in ("auto", "vllm", "transformers"):
+        raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}")
+    if not benchmarks:
+        raise ValueError("benchmarks must name at least one benchmark")
+    ks = tuple(sorted(set(ks or (1, n))))
+    if any(k < 1 or k > n for k in ks):
+        raise ValueError(f"every k in ks must be in [1, n={n}], got {ks}")
+    sampling = sampling or SamplingConfig()
+    data_files = dict(data_files or {})
+    unknown = set(data_files) - set(benchmarks)
+    if unknown:
+        raise ValueError(f"data_files names benchmarks that are not evaluated: {sorted(unknown)}")
+
+    problems: list[dict[str, str]] = []
+    for name in benchmarks:
+        rows = load_dataset(name, data_files=data_files.get(name), data_dir=data_dir, limit=limit)
+        for row in rows:
+            row["source"] = name  # the column a record is tabulated under
+        problems += rows
+
+    use_vllm = generator is None and (
+        backend == "vllm" or (backend == "auto" and model is None and vllm_available())
+    )
+    if generator is not None:
+        if tokenizer is None:
+            raise ValueError("a custom generator needs the tokenizer that renders its prompts")
+    elif use_vllm:
+        from ebpo.models import resolve_model_path
+
+        generator = VLLMGenerator(resolve_model_path(model_name), sampling)
+        if tokenizer is None:
+            tokenizer = generator.llm.get_tokenizer()
+    elif model is None or tokenizer is None:
+        from ebpo.models import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(model_name)
+
+    started = time.time()
+    records = sample_and_score(
+        model, tokenizer, problems, n, template=template, chat=chat, sampling=sampling,
+        batch_size=batch_size, generator=generator, timeout=timeout, score_workers=score_workers,
+        progress=progress,
+    )
+    elapsed = time.time() - started
+    metrics = summarize(records, ks)
+    header, rows = results_table(metrics, benchmarks, ks)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "samples.jsonl").open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    title = f"{model_name}: {', '.join(_metric_names(metrics, ks))} (%), n={n}, T={sampling.temperature}, top-p={sampling.top_p}"
+    markdown = format_table(header, rows, title)
+    (out / "results.md").write_text(markdown, encoding="utf-8")
+    with (out / "results.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["model", *header])
+        for row in rows:
+            writer.writerow([model_name, *("" if v is None else (round(v, 4) if isinstance(v, float) else v) for v in row)])
+    summary = {
+        "model": model_name,
+        "benchmarks": list(benchmarks),
+        "table": {"columns": header, "rows": rows},
+        "metrics": metrics,
+        "config": {
+            "n": n, "ks": list(ks), "template": template, "chat": chat, "limit": limit,
+            "backend": "vllm" if use_vllm else "transformers", "batch_size": batch_size,
+            "sampling": asdict(sampling), "data_files": data_files,
+            "data_dir": None if data_dir is None else str(data_dir),
+        },
+        "samples": len(records),
+        "seconds": round(elapsed, 2),
+        "python": platform.python_version(),
+    }
+    (out / "results.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    summary["markdown"] = markdown
+    return summary
