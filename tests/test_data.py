@@ -38,6 +38,13 @@ def fixture(name: str) -> Path:
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub and datasets read the variable once, at import; another test may have
+    # imported them before it was set, so set their constants too.
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
 
 
 def test_every_registered_dataset_has_a_fixture_in_its_hub_schema():
