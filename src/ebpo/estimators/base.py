@@ -382,9 +382,8 @@ def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
     zero_variance = multi & (batch.group_variance <= 0)
     # advantage and rewards are 0 on invalid rows, so plain segment sums count valid rows only.
     advantage_sq = advantage**2
-    per_group = segment_sum(torch.stack([advantage_sq, batch.rewards.clamp(min=0)], dim=1), batch.group_index, batch.num_groups)
-    group_signal = per_group[:, 0] > SIGNAL_THRESHOLD**2
-    failed = nonempty & (per_group[:, 1] == 0)
+    group_signal = segment_sum(advantage_sq, batch.group_index, batch.num_groups) > SIGNAL_THRESHOLD**2
+    failed = nonempty & (segment_sum(batch.rewards.clamp(min=0), batch.group_index, batch.num_groups) == 0)
     n = max(num_valid, 1)
     adv_mean = float(advantage.sum()) / n
     adv_var = (float(advantage_sq.sum()) - num_valid * adv_mean**2) / max(num_valid - 1, 1)
