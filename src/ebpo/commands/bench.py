@@ -1,0 +1,141 @@
+"""``ebpo bench``: the small-scale reproduction (see :mod:`ebpo.bench`).
+
+Runs the built-in CPU task of ``ebpo train`` for every (method, G, learning rate, seed), chooses
+each method's learning rate on the validation split, and writes tables (mean ± 95% CI over seeds),
+curves and ``results.md`` to ``--output-dir``. Rerunning the same command skips finished cells,
+so a long run can be stopped and continued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "bench",
+        help="small-scale reproduction: every method × G × seed with real token-level RL, tables and curves",
+        description=(
+            "Trains the built-in CPU task (ebpo train) for each method × G × learning rate × seed, evaluates "
+            "held-out Pass@1, picks each method's learning rate on the validation split, and writes "
+            "results.md, CSV/JSON tables (mean ± 95% CI over seeds), learning / gradient-norm / entropy "
+            "curves and steps-to-target. Resumable per cell: rerun the same command to continue."
+        ),
+    )
+    parser.add_argument("--quick", action="store_true", help="CI mode: 1 seed, grpo and ebpo, G=4, 2 learning rates, a few steps")
+    parser.add_argument("--output-dir", default=None, help="results folder (default: bench-results, or bench-results-quick with --quick)")
+    parser.add_argument("--estimators", default=None, help="comma-separated methods (default: the ten of issue #7); see --list")
+    parser.add_argument("--group-sizes", default=None, help="comma-separated G values (default: 2,4,8)")
+    parser.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default: 3)")
+    parser.add_argument("--lrs", default=None, help="comma-separated learning-rate sweep (default: 1e-4,2e-4,5e-4)")
+    parser.add_argument("--equal-lr", type=float, default=None, help="rate of the equal-learning-rate table, one of --lrs (default: the middle one)")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: 60; --quick: 6)")
+    parser.add_argument("--prompts-per-step", type=int, default=None, help="prompts per RL step (default: 16; --quick: 8)")
+    parser.add_argument("--eval-samples", type=int, default=None, help="samples per problem for Pass@1 (default: 16)")
+    parser.add_argument("--eval-every", type=int, default=None, help="held-out Pass@1 every N steps for the learning curves (default: 10)")
+    parser.add_argument("--eval-problems", type=int, default=None, help="held-out / validation problems per (topic, tier) cell (default: 8)")
+    parser.add_argument("--shard", default=None, help="K/N: run only every N-th cell from the K-th (1-based), to run N processes on one output dir in parallel")
+    parser.add_argument("--report-only", action="store_true", help="aggregate the finished cells and write the report; run nothing")
+    parser.add_argument("--list", action="store_true", help="list the methods and exit")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per process (default: 1; more threads are slower for this tiny model on a busy machine)")
+    parser.add_argument("--verbose", action="store_true", help="show each train job's progress bars and tables")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _csv(text: str, cast: Any, argument: str) -> tuple:
+    try:
+        values = tuple(cast(v.strip()) for v in text.split(",") if v.strip())
+    except ValueError as error:
+        raise ValueError(f"{argument} must be a comma-separated list, got {text!r} ({error})") from error
+    if not values:
+        raise ValueError(f"{argument} is empty")
+    return values
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    """``"K/N"`` (1-based, as people count) -> ``(K - 1, N)``."""
+    if text is None:
+        return None
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError as error:
+        raise ValueError(f"--shard must be K/N with 1 <= K <= N, got {text!r}") from error
+    if not 1 <= k <= n:
+        raise ValueError(f"--shard must be K/N with 1 <= K <= N, got {text!r}")
+    return k - 1, n
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`ebpo.bench.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
+    from ebpo.bench import BenchConfig
+
+    overrides: dict[str, Any] = {}
+    if args.output_dir is not None:
+        overrides["output_dir"] = args.output_dir
+    if args.estimators is not None:
+        overrides["methods"] = _csv(args.estimators, str, "--estimators")
+    if args.group_sizes is not None:
+        overrides["group_sizes"] = _csv(args.group_sizes, int, "--group-sizes")
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+        overrides["seeds"] = tuple(range(args.seeds))
+    if args.lrs is not None:
+        overrides["learning_rates"] = _csv(args.lrs, float, "--lrs")
+    for name in ("equal_lr", "steps", "prompts_per_step", "eval_samples", "eval_every", "eval_problems", "threads"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = value
+    overrides["verbose"] = bool(args.verbose)
+    config = BenchConfig.quick(**overrides) if args.quick else BenchConfig(**overrides)
+    config.validate()
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from ebpo import bench
+
+    if args.list:
+        for name, method in bench.METHODS.items():
+            default = "*" if name in bench.DEFAULT_METHODS else " "
+            print(f"{default} {name:<16} {method.description}")
+        print("(* = in the default matrix)")
+        return 0
+    try:
+        config = config_from_args(args)
+    except ValueError as error:
+        print(f"ebpo bench: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        shard = _shard(args.shard)
+    except ValueError as error:
+        print(f"ebpo bench: error: {error}", file=sys.stderr)
+        return 2
+    started = time.time()
+    if args.report_only:
+        summary = bench.aggregate(bench.load_cells(config), config)
+        path = bench.write_report(summary, config)
+        print(f"{summary['cells_finished']}/{summary['cells_total']} cells finished; wrote {path}")
+        return 0
+    total = len(bench.shard_cells(config.cells(), shard))
+    print(f"ebpo bench: {total} cells{f' (shard {args.shard})' if shard else ''} ({len(config.methods)} methods × {len(config.group_sizes)} G × "
+          f"{len(config.learning_rates)} lrs × {len(config.seeds)} seeds) → {config.output_dir}", flush=True)
+    try:
+        summary = bench.run_bench(config, shard=shard)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished cells are kept; rerun the same command to continue ({config.output_dir})", file=sys.stderr)
+        return 130
+    except ValueError as error:
+        print(f"ebpo bench: error: {error}", file=sys.stderr)
+        return 2
+    info = summary["bench"]
+    report = Path(config.output_dir) / "results.md"
+    print(report.read_text())
+    print(f"ran {info['ran']} cells, skipped {info['skipped']} finished ones; wall time {time.time() - started:.0f} s; wrote {report}")
+    return 0
