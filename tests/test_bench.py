@@ -115,8 +115,8 @@ def test_table_is_mean_and_ci_over_seeds(tmp_path):
     assert row["avg"]["mean"] == pytest.approx(mean)
     assert row["avg"]["ci"] == pytest.approx(T_975_DF2 * sd / math.sqrt(3))
     assert row["add"]["mean"] == pytest.approx(mean + 0.1)  # per-topic column
-    assert row["2-digit"]["mean"] == pytest.approx(mean - 0.2)  # per-tier column
-    assert summary["columns"] == ["add", "mul", "1-digit", "2-digit", "avg"]
+    assert row["tier 2"]["mean"] == pytest.approx(mean - 0.2)  # per-tier column
+    assert summary["columns"] == ["add", "mul", "tier 1", "tier 2", "avg"]
     assert row["seeds"] == [0, 1, 2]
 
 

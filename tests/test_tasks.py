@@ -17,8 +17,10 @@ def test_problems_cover_every_topic_and_tier_with_correct_answers():
         assert row["prompt"] == f"{a}{symbol}{b}="
         assert int(row["answer"]) == eval(f"{a}{symbol}{b}")  # noqa: S307 - trusted, generated digits
         assert int(row["answer"]) >= 0
-        digits = row["difficulty"]
-        assert all(len(str(x)) == digits for x in (a, b) if x >= 10 or digits == 1)
+        low, high = tasks.TIER_RANGES[row["difficulty"]]
+        assert low <= a <= high and low <= b <= high
+        if row["difficulty"] == 2:  # never a tier-1 problem again
+            assert max(a, b) >= 10
         assert set(row) == {"id", "prompt", "answer", "source", "topic", "difficulty"}
 
 
@@ -44,9 +46,20 @@ def test_small_cells_give_what_they_have_and_no_duplicates():
     assert len(ids) == len(set(ids)) < 100  # only ~1/10 of the 100 one-digit sums are held out
 
 
-def test_word_style_asks_for_an_answer_line():
+def test_word_style_asks_for_an_answer_line_and_shows_one():
     row = tasks.make_problems("train", 1, topics=["mul"], tiers=[2], style="word")[0]
     assert "Answer:" in row["prompt"] and "boxes" in row["prompt"]
+    # a worked example ending in an answer line that both rewards parse
+    assert "Answer: 7" in tasks.word_text(row["prompt"]) and tasks.word_messages(row["prompt"])[-1]["content"] == row["prompt"]
+    assert tasks.integer_reward("Tom has 3 + 4 = 7 apples.\nAnswer: 7", "7") == 1.0
+    assert tasks.problem_split("add", 3, 4) == "train"  # the example never gives away a held-out answer
+
+
+def test_tiers_have_growing_operand_ranges():
+    assert [tasks.TIER_RANGES[t] for t in tasks.TIERS] == [(0, 9), (0, 20), (10, 99)]
+    rows = tasks.make_problems("train", 300, topics=["add"])
+    by_tier = {t: {r["id"].split("-", 2)[2] for r in rows if r["difficulty"] == t} for t in tasks.TIERS}
+    assert not by_tier[1] & by_tier[2]  # the tiers never share a problem
 
 
 @pytest.mark.parametrize(

@@ -189,10 +189,11 @@ def test_a_preset_without_prior_runs_and_still_plots_shrinkage(tmp_path):
 @pytest.mark.slow
 @pytest.mark.smollm
 def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
-    """The real SmolLM2-135M-Instruct, 2 RL steps on arithmetic word problems (3-17 min on the
-    shared 2-core CPU, depending on load): loss and gradient non-zero. Scored by the integer
-    reward (``reward="auto"``): with ``reward="math"`` SmolLM2 rarely writes the ``Answer:`` line
-    within 48 tokens and every reward is 0 (measured), so there is no gradient to check."""
+    """The real SmolLM2-135M-Instruct, 2 RL steps on arithmetic word problems scored by the math
+    reward (:func:`ebpo.rewards.score_math`), as the issue asks: loss and gradient non-zero. The
+    word prompt shows a worked example ending in ``Answer: 7`` (``ebpo.tasks.WORD_EXAMPLE``), so
+    the model writes the ``Answer:`` line; at temperature 0.7 about a third of its 1-digit sums
+    score 1 (measured: 6/16), so the groups are mixed and there is a gradient."""
     pytest.importorskip("gguf")
     from ebpo.models import smollm2_gguf_path
 
@@ -205,10 +206,12 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
         dataset="arithmetic-word",
         topics=("add",),
         tiers=(1,),
+        reward="math",
+        temperature=0.7,
         steps=2,
         group_size=4,
         prompts_per_step=2,
-        max_completion_length=48,
+        max_completion_length=32,
         eval_problems=1,
         eval_every=0,
         save_every=0,
@@ -224,3 +227,4 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
     assert len(records) == 2
     assert any(r["grad_norm"] > 0 for r in records)
     assert any(r["loss"] != 0 for r in records)
+    assert any(r["reward"] > 0 for r in records)  # some completions are right, by the math reward

@@ -591,7 +591,7 @@ def _columns(cells: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
         topics.update(dict.fromkeys(cell["heldout"].get("topics", {})))
         tiers.update(dict.fromkeys(cell["heldout"].get("tiers", {})))
     columns = [(t, "topics", t) for t in sorted(topics)]
-    columns += [(f"{t}-digit" if t.isdigit() else t, "tiers", t) for t in sorted(tiers, key=_natural)]
+    columns += [(f"tier {t}" if t.isdigit() else t, "tiers", t) for t in sorted(tiers, key=_natural)]
     return columns + [("avg", "overall", "")]
 
 

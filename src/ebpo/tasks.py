@@ -1,13 +1,16 @@
-"""The built-in CPU task family: integer arithmetic by topic and number of digits.
+"""The built-in CPU task family: integer arithmetic by topic and difficulty tier (operand range).
 
-Topics are operations (``add``, ``sub``, ``mul``); the difficulty tier is the number of digits of
-each operand (1, 2, 3). A tiny model warm-started on this family solves 1-digit additions almost
-always and 3-digit products almost never, so RL sees a realistic mix of groups that always
-succeed, always fail and are mixed, and the topic / difficulty labels feed the curricula.
+Topics are operations (``add``, ``sub``, ``mul``); the difficulty tier sets the operand range
+(:data:`TIER_RANGES`): tier 1 one digit (0-9), tier 2 up to 20 with at least one operand >= 10,
+tier 3 two digits (10-99). The ranges are small enough for the built-in tiny model to learn: its
+warm start solves most 1-digit problems, part of the tier-2 ones and few two-digit products, so RL
+sees a realistic mix of groups that always succeed, always fail and are mixed, and the topic /
+difficulty labels feed the curricula.
 
 Rows have the schema of ``ebpo.data``: ``{id, prompt, answer, source, topic, difficulty}``.
 Two prompt styles: ``"compact"`` (``12+34=``, for the character-level model) and ``"word"``
-(a short word problem asking for an ``Answer: N`` line, for pretrained instruct models).
+(a short word problem asking for an ``Answer: N`` line, for pretrained instruct models; render it
+with :func:`word_messages`, which puts a worked example first).
 
 Splits never overlap: a problem's split is a fixed function of the problem itself (a CRC32 hash of
 ``topic:a:b``), so train / validation / held-out stay disjoint whatever the seed or size.
@@ -23,14 +26,18 @@ from typing import Any
 
 __all__ = [
     "BUILTIN_DATASETS",
+    "WORD_EXAMPLE",
     "SPLITS",
     "STYLES",
     "TIERS",
+    "TIER_RANGES",
     "TOPICS",
     "extract_integer",
     "integer_reward",
     "make_problems",
     "problem_split",
+    "word_messages",
+    "word_text",
 ]
 
 TOPICS = ("add", "sub", "mul")
@@ -46,7 +53,15 @@ _WORD_TEMPLATES = {
     "sub": "Sam has {a} apples and gives away {b}. How many apples does Sam have left?",
     "mul": "There are {a} boxes with {b} pencils in each box. How many pencils are there in total?",
 }
-_WORD_SUFFIX = "\nThe last line of your response should be of the form Answer: N, where N is a number."
+_WORD_SUFFIX = "\nEnd with a line 'Answer: <number>'."
+#: the worked example shown before every word problem (question, reply): a prior chat turn for
+#: instruct models (:func:`word_messages`), plain text otherwise. SmolLM2-135M-Instruct copies its
+#: short "... Answer: N" shape, which both rewards parse; without it it rarely writes the line.
+#: (3 + 4 is a training problem, so the example never gives away a held-out answer.)
+WORD_EXAMPLE = (
+    "Tom has 3 apples and buys 4 more. How many apples does Tom have now?" + _WORD_SUFFIX,
+    "Tom has 3 + 4 = 7 apples.\nAnswer: 7",
+)
 # Out of 10 hash buckets: 1 held-out, 1 validation, 8 train.
 _HELDOUT_BUCKETS, _VALIDATION_BUCKETS = {0}, {1}
 _ANSWER_LINE = re.compile(r"answer\s*[:=]\s*\$?\s*(-?\d[\d,]*)", re.IGNORECASE)
@@ -63,10 +78,17 @@ def problem_split(topic: str, a: int, b: int) -> str:
     return "train"
 
 
-def _operands(topic: str, digits: int, rng: random.Random) -> tuple[int, int]:
-    low = 0 if digits == 1 else 10 ** (digits - 1)
-    high = 10**digits - 1
-    a, b = rng.randint(low, high), rng.randint(low, high)
+#: difficulty tier -> (lowest, highest) operand; tier 2 also needs one operand >= 10 (so it never
+#: repeats a tier-1 problem)
+TIER_RANGES = {1: (0, 9), 2: (0, 20), 3: (10, 99)}
+
+
+def _operands(topic: str, tier: int, rng: random.Random) -> tuple[int, int]:
+    low, high = TIER_RANGES[tier]
+    while True:
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        if tier != 2 or max(a, b) >= 10:
+            break
     if topic == "sub" and b > a:  # keep answers non-negative
         a, b = b, a
     return a, b
@@ -134,6 +156,23 @@ def make_problems(
                     }
                 )
     return rows
+
+
+def word_messages(prompt: str) -> list[dict[str, str]]:
+    """Chat messages for a word-style prompt: :data:`WORD_EXAMPLE` as a first user / assistant
+    turn, then the problem."""
+    question, reply = WORD_EXAMPLE
+    return [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": prompt},
+    ]
+
+
+def word_text(prompt: str) -> str:
+    """The plain-text form of :func:`word_messages`, for models without a chat template."""
+    question, reply = WORD_EXAMPLE
+    return f"{question}\n{reply}\n\n{prompt}\n"
 
 
 def extract_integer(text: str) -> int | None:
