@@ -179,7 +179,7 @@ class ReferenceEBPO:
             if self.beta_binomial:
                 alpha = beta = 1.0
                 m, v = means_mean, tau2
-                if count_means >= self.warmup_groups and 0 < m < 1 and 0 < v < m * (1 - m):
+                if count_means >= self.warmup_groups and 0 < m < 1 and 0 < v < m * (1 - m) * (1 - 1e-9):
                     c = m * (1 - m) / v - 1
                     alpha, beta = m * c, (1 - m) * c
                 s = (alpha + beta) / (alpha + beta + size)

@@ -200,3 +200,13 @@ def test_output_follows_input_dtype_and_shape(name):
     assert res64.advantages.dtype == torch.float64
     for value in res.metrics.values():
         assert isinstance(value, float)
+
+
+def test_ebpo_bb_falls_back_to_uniform_prior_on_the_boundary():
+    """Group means all 0 or 1 give v = m(1 − m) exactly: no Beta distribution, so Beta(1, 1),
+    whatever rounding the running moments introduce."""
+    rewards = [0.0] * 24 + [0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    ids = [0] * 24 + [1, 2, 3, 3, 4, 3, 5, 6]
+    res = ebpo.make_estimator("ebpo_bb", warmup_groups=1)(as_tensor(rewards), ids)
+    assert res.metrics["beta_alpha"] == 1.0 and res.metrics["beta_beta"] == 1.0
+    assert res.shrinkage[0] == pytest.approx(2 / 26)

@@ -23,10 +23,18 @@ from ebpo.estimators.ebpo import EBPO, PriorParameters
 
 __all__ = ["EBPOBetaBinomial", "beta_method_of_moments"]
 
+_BOUNDARY_MARGIN = 1e-9
+
 
 def beta_method_of_moments(mean: torch.Tensor, variance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(α, β)`` of the Beta distribution with this mean and variance; ``(1, 1)`` where none exists."""
-    admissible = (mean > 0) & (mean < 1) & (variance > 0) & (variance < mean * (1 - mean))
+    """``(α, β)`` of the Beta distribution with this mean and variance; ``(1, 1)`` where none exists.
+
+    A Beta distribution needs ``0 < v < m(1 − m)``. ``v = m(1 − m)`` exactly is common (every
+    group mean 0 or 1) and Welford may land a rounding error below it, which would give a
+    near-zero-strength prior instead of the fallback: the bound is taken with a relative margin.
+    """
+    bound = mean * (1 - mean) * (1 - _BOUNDARY_MARGIN)
+    admissible = (mean > 0) & (mean < 1) & (variance > 0) & (variance < bound)
     concentration = torch.where(admissible, mean * (1 - mean) / variance.clamp(min=1e-300) - 1, torch.ones_like(mean))
     alpha = torch.where(admissible, mean * concentration, torch.ones_like(mean))
     beta = torch.where(admissible, (1 - mean) * concentration, torch.ones_like(mean))
@@ -75,19 +83,15 @@ class EBPOBetaBinomial(EBPO):
                 f"rewards must lie in [0, 1] for ebpo_bb (Beta-Binomial prior); got {float(rewards[outside][0])}"
             )
 
-    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor]:
+    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         alpha, beta = beta_method_of_moments(params.means_mean, params.between_variance)
         warm = params.num_groups_seen >= self.warmup_groups
         alpha = torch.where(warm, alpha, torch.ones_like(alpha))
         beta = torch.where(warm, beta, torch.ones_like(beta))
-        self._last_alpha_beta = (alpha, beta)
         strength = alpha + beta
-        return alpha / strength, strength / (strength + batch.group_count)
-
-    def _metrics(self, batch, global_prior, shrinkage):
-        metrics = super()._metrics(batch, global_prior, shrinkage)
-        alpha, beta = self._last_alpha_beta
         nonempty = batch.nonempty
-        metrics["beta_alpha"] = float(alpha[nonempty].mean()) if nonempty.any() else 1.0
-        metrics["beta_beta"] = float(beta[nonempty].mean()) if nonempty.any() else 1.0
-        return metrics
+        metrics = {
+            "beta_alpha": float(alpha[nonempty].mean()) if nonempty.any() else 1.0,
+            "beta_beta": float(beta[nonempty].mean()) if nonempty.any() else 1.0,
+        }
+        return alpha / strength, strength / (strength + batch.group_count), metrics

@@ -252,19 +252,20 @@ class EBPO(AdvantageEstimator):
         return PriorParameters(*per_group.unbind(dim=1))
 
     # ------------------------------------------------------------------ step 3: shrinkage
-    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-group ``(prior_mean, S)``: the target of the shrinkage and the weight on it."""
+    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """Per-group ``(prior_mean, S)`` — the target of the shrinkage and the weight on it — plus
+        metrics specific to how they were obtained."""
         n = batch.group_count
         tau2 = params.between_variance
         if self.tau2 == "corrected":
             tau2 = (tau2 - params.sigma2 / n.clamp(min=1)).clamp(min=0)
-        return params.mean, shrinkage_factor(params.sigma2, tau2, n, self.eps)
+        return params.mean, shrinkage_factor(params.sigma2, tau2, n, self.eps), {}
 
     # ------------------------------------------------------------------ steps 4-5
     def _compute(self, batch: Batch, *, update: bool):
         global_prior, cluster_priors = self._priors_after(batch)
         params = self._parameters(batch, global_prior, cluster_priors)
-        prior_mean, shrinkage = self._shrink(batch, params)
+        prior_mean, shrinkage, shrink_metrics = self._shrink(batch, params)
         group_baseline = empirical_bayes_baseline(batch.group_mean, prior_mean, shrinkage)
 
         baseline = batch.per_row(group_baseline)
@@ -275,7 +276,8 @@ class EBPO(AdvantageEstimator):
             if self.prior != "batch":
                 self.global_prior, self.cluster_priors = global_prior, cluster_priors
             self.steps += 1
-        return baseline, advantage, batch.per_row(shrinkage), self._metrics(batch, global_prior, shrinkage)
+        metrics = {**self._metrics(batch, global_prior, shrinkage), **shrink_metrics}
+        return baseline, advantage, batch.per_row(shrinkage), metrics
 
     def _metrics(self, batch: Batch, global_prior: Prior, shrinkage: torch.Tensor) -> dict[str, float]:
         group_shrinkage = shrinkage[batch.nonempty]
