@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ebpo.runtime import torch_threads
+
 
 def make_batch(num_groups: int, group_size: int, length: int, padding: int, seed: int):
     """A verl DataProto shaped like one PPO step's batch."""
@@ -47,19 +49,15 @@ def make_batch(num_groups: int, group_size: int, length: int, padding: int, seed
     )
 
 
+def _in_one_thread(fn: Callable[[], object]) -> object:
+    with torch_threads(1):
+        return fn()
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return (time.perf_counter() - start) * 1e3
-
-
-def _one_thread(fn: Callable[[], object]) -> object:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return fn()
-    finally:
-        torch.set_num_threads(previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "uid -> int (np.unique, as verl)": lambda: np.unique(uid, return_inverse=True),
         "rewards.sum(-1) (as grpo_vectorized)": lambda: rewards.sum(-1),
         "non-empty rows (mask[:, 0] + suspects)": lambda: nonempty_rows(mask),
-        "core estimator (int ids, 1 thread)": lambda: _one_thread(lambda: estimator(scores, ids, mask=valid, update=False)),
+        "core estimator (int ids, 1 thread)": lambda: _in_one_thread(lambda: estimator(scores, ids, mask=valid, update=False)),
         "core estimator (int ids, all threads)": lambda: estimator(scores, ids, mask=valid, update=False),
         "token broadcast (one multiply)": lambda: advantage.unsqueeze(-1) * mask,
     }

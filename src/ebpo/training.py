@@ -754,17 +754,10 @@ def run_train_job(config: TrainJobConfig | None = None) -> dict[str, Any]:
     config = config or TrainJobConfig()
     started = time.time()
     config.validate()
-    threads = _num_threads(config)
-    if threads is None:
-        return _run(config, started)
-    import torch
+    from ebpo.runtime import torch_threads
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(_num_threads(config)):
         return _run(config, started)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _num_threads(config: TrainJobConfig) -> int | None:

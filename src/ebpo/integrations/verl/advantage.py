@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ebpo.estimators import estimator_options
 from ebpo.integrations.verl.state import STORE
+from ebpo.runtime import torch_threads
 
 __all__ = [
     "PLUGIN_KEYS",
@@ -125,28 +125,6 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
 
 
 # ---------------------------------------------------------------------- threads and padding
-@contextmanager
-def _single_threaded() -> Iterator[None]:
-    """Run the core estimator with one intra-op thread, then restore the previous setting.
-
-    The core works on ``[bs]`` vectors (16k numbers) in a few dozen small ops; none gains from
-    parallelism, but each parallel region waits for every pool thread to be scheduled. Measured
-    on a loaded 2-core machine (benchmarks/bench_verl_compute_advantage.py): the core call takes
-    ~2-8 ms with one thread and ~20-120 ms with two. The big ``[bs, T]`` ops (reward sum, token
-    broadcast) stay outside and keep every thread. The advantage step runs synchronously in
-    verl's trainer loop, so the brief change does not slow anything else down.
-    """
-    previous = torch.get_num_threads()
-    if previous == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
     """``[bs]`` bool: rows with at least one response token (``Σ_t mask[i, t] > 0``).
 
@@ -221,7 +199,9 @@ def outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         valid = nonempty_rows(response_mask)
-        with _single_threaded():
+        # The big [bs, T] ops (reward sum, token broadcast) keep every thread; the estimator's
+        # small [bs] ops run on one (see ebpo.runtime.torch_threads).
+        with torch_threads(1):
             result = estimator(scores, index, mask=valid)  # the core hashes verl's uid strings once
         advantages = result.advantages.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
     _report(name, result.metrics, getattr(estimator, "steps", 0), plugin)
