@@ -150,6 +150,11 @@ def _check_choice(argument: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{argument} must be one of {list(choices)}, got {value!r}")
 
 
+def _check_positive_int(argument: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{argument} must be a positive integer, got {value!r}")
+
+
 def _check_positive(argument: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{argument} must be a positive finite number, got {value!r}")

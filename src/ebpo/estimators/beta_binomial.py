@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ebpo.estimators.base import Batch, register_estimator
+from ebpo.estimators.base import Batch, _check_positive_int, register_estimator
 from ebpo.estimators.ebpo import EBPO, PriorParameters
 
 __all__ = ["EBPOBetaBinomial", "beta_method_of_moments"]
@@ -69,8 +69,7 @@ class EBPOBetaBinomial(EBPO):
             eps=eps,
             nan_policy=nan_policy,
         )
-        if isinstance(warmup_groups, bool) or not isinstance(warmup_groups, int) or warmup_groups < 1:
-            raise ValueError(f"warmup_groups must be a positive integer, got {warmup_groups!r}")
+        _check_positive_int("warmup_groups", warmup_groups)
         self.warmup_groups = warmup_groups
 
     def options(self):

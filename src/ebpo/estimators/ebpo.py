@@ -36,6 +36,7 @@ from ebpo.estimators.base import (
     Batch,
     _check_choice,
     _check_positive,
+    _check_positive_int,
     register_estimator,
 )
 from ebpo.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
@@ -151,8 +152,7 @@ class EBPO(AdvantageEstimator):
         _check_choice("normalize", normalize, NORMALIZE_MODES)
         if not isinstance(per_cluster, bool):
             raise ValueError(f"per_cluster must be True or False, got {per_cluster!r}")
-        if isinstance(min_cluster_groups, bool) or not isinstance(min_cluster_groups, int) or min_cluster_groups < 1:
-            raise ValueError(f"min_cluster_groups must be a positive integer, got {min_cluster_groups!r}")
+        _check_positive_int("min_cluster_groups", min_cluster_groups)
         self.prior = prior
         self.half_life = float(half_life)
         self.within_variance = within_variance

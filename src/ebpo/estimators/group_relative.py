@@ -36,8 +36,7 @@ class GRPO(AdvantageEstimator):
 
     def _compute(self, batch: Batch, *, update: bool):
         singleton = batch.group_count <= 1
-        group_mean = torch.where(singleton, torch.zeros_like(batch.group_mean), batch.group_mean)
-        baseline = batch.per_row(group_mean)
+        baseline = batch.per_row(_group_mean_baseline(batch))
         centred = batch.rewards - baseline
         if self.scale == "group":
             group_std = torch.where(singleton, torch.ones_like(batch.group_variance), batch.group_variance.sqrt())
@@ -79,8 +78,7 @@ class ReinforcePlusPlusBaseline(AdvantageEstimator):
     """
 
     def _compute(self, batch: Batch, *, update: bool):
-        singleton = batch.group_count <= 1
-        baseline = batch.per_row(torch.where(singleton, torch.zeros_like(batch.group_mean), batch.group_mean))
+        baseline = batch.per_row(_group_mean_baseline(batch))
         advantage = normalize_advantages(batch.rewards - baseline, batch.weight, "batch", self.eps)
         return baseline, advantage, torch.zeros_like(baseline), {}
 
@@ -130,6 +128,11 @@ class JSPO(AdvantageEstimator):
         lam_row = batch.per_row(lam)
         baseline = (1 - lam_row) * loo + lam_row * batch.per_row(others_mean)
         return baseline, batch.rewards - baseline, lam_row, {"jspo_lambda_mean": _mean_over_groups(lam, batch)}
+
+
+def _group_mean_baseline(batch: Batch) -> torch.Tensor:
+    """``[K]`` group means, 0 for singleton groups (verl's convention: mean 0, std 1)."""
+    return torch.where(batch.group_count <= 1, torch.zeros_like(batch.group_mean), batch.group_mean)
 
 
 def _mean_over_groups(per_group: torch.Tensor, batch: Batch) -> float:
