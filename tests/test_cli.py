@@ -24,3 +24,22 @@ def test_demo_shows_ebpo_signal_where_grpo_has_none(capsys):
     out = capsys.readouterr().out
     assert "all-fail groups that still get a signal: GRPO 0.0%" in out
     assert "EBPO 0.0%" not in out.split("all-fail groups")[1]
+
+
+def test_value_error_is_one_line_exit_2_and_ebpo_debug_reraises(capsys, monkeypatch):
+    import argparse
+
+    from ebpo import cli
+
+    def broken(args: argparse.Namespace) -> int:
+        raise ValueError("--thing must be positive,\n got -1")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser.set_defaults(func=broken, command="demo")
+    monkeypatch.delenv("EBPO_DEBUG", raising=False)
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err == "ebpo demo: error: --thing must be positive, got -1\n"
+    monkeypatch.setenv("EBPO_DEBUG", "1")
+    with pytest.raises(ValueError, match="must be positive"):
+        cli.main([])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -10,17 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ebpo.cli import main
 from ebpo.commands import data as data_command
 from ebpo.curriculum import is_contiguous
 from tests.test_curriculum import serve_chat_completions, synthetic_problems
 
 
 def run(argv: list[str]) -> int:
-    # Only the data command: keeps these tests independent of the other subcommands.
-    parser = argparse.ArgumentParser(prog="ebpo")
-    data_command.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["data", *argv])
-    return args.func(args)
+    # Through ebpo.cli.main: it turns a ValueError into one line on stderr and exit code 2.
+    return main(["data", *argv])
 
 
 def first_letter_topic(row: dict) -> str:

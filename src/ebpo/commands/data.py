@@ -113,9 +113,8 @@ def run(args: argparse.Namespace) -> int:
         if args.data_command == "label":
             return run_label(args)
         return run_order(args)
-    except (ValueError, FileNotFoundError, ConnectionError) as error:  # ConnectionError: hub unreachable
-        print(f"ebpo data {args.data_command}: error: {error}", file=sys.stderr)
-        return 2
+    except (FileNotFoundError, ConnectionError) as error:  # ConnectionError: hub unreachable
+        raise ValueError(str(error)) from error  # one line, exit 2 (ebpo.cli)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ebpo.evaluation import PAPER_BENCHMARKS, PAPER_MAX_NEW_TOKENS
@@ -91,9 +90,8 @@ def run(args: argparse.Namespace) -> int:
             score_workers=args.score_workers,
             progress=not args.no_progress,
         )
-    except (ValueError, DatasetUnavailableError) as error:
-        print(f"ebpo eval: error: {error}", file=sys.stderr)
-        return 2
+    except DatasetUnavailableError as error:
+        raise ValueError(str(error)) from error  # one line, exit 2 (ebpo.cli)
     print(summary["markdown"])
     print(f"wrote {args.out}/results.md, results.csv, results.json and samples.jsonl ({summary['samples']} samples, {summary['seconds']} s)")
     return 0

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ebpo.cli import Parser, user_error
+
 SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data")
 
 
@@ -36,13 +38,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 # ---------------------------------------------------------------------- sub-parsers
 def _doctor_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ebpo verl doctor", description="Check that verl registers ebpo's estimators.")
+    p = Parser(prog="ebpo verl doctor", description="Check that verl registers ebpo's estimators.")
     p.add_argument("--no-fresh-process", action="store_true", help="skip the fresh-interpreter probe (faster)")
     return p
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ebpo verl run", description="Run verl.trainer.main_ppo with the plug-in.")
+    p = Parser(prog="ebpo verl run", description="Run verl.trainer.main_ppo with the plug-in.")
     p.add_argument("--dry-run", action="store_true", help="compose and validate the config on CPU, do not train")
     p.add_argument("--no-defaults", action="store_true", help="do not add ebpo's default overrides")
     p.add_argument("--print-config", action="store_true", help="with --dry-run: print the composed YAML")
@@ -50,7 +52,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _recipe_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ebpo verl recipe", description="Reproduce one of the paper's verl runs.")
+    p = Parser(prog="ebpo verl recipe", description="Reproduce one of the paper's verl runs.")
     p.add_argument("name", nargs="?", help="recipe name (see --list)")
     p.add_argument("--list", action="store_true", help="list the recipes")
     p.add_argument("--dry-run", action="store_true", help="compose and validate the full config on CPU")
@@ -65,7 +67,7 @@ def _recipe_parser() -> argparse.ArgumentParser:
 def _prepare_parser() -> argparse.ArgumentParser:
     from ebpo.integrations.verl.data_prep import add_arguments
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="ebpo verl prepare-data", description="Write DAPO-Math-17K and the evaluation sets as verl parquet files."
     )
     add_arguments(p)
@@ -95,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
             return run_prepare(_prepare_parser().parse_args(argv))
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
-        print(f"ebpo verl {command}: error: {error}", file=sys.stderr)
-        return 2
+        return user_error(f"ebpo verl {command}", error)
 
 
 def _overrides(extra: list[str]) -> list[str]:
