@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import inspect
+import math
 import os
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -280,7 +285,7 @@ def test_trl_reward_signature_and_columns():
         log_extra=lambda *a: None,
     )
     assert out == [1.0, 1.0, 0.0]
-    assert logged == {"math_reward/timeouts": 0.0, "math_reward/no_answer": 1.0}
+    assert logged == {"math_reward/timeouts": 0.0, "math_reward/no_answer": 1.0, "math_reward/unscorable": 0.0}
     assert reward.__name__ == "math_reward"
 
 
@@ -298,7 +303,8 @@ def test_trl_reward_overlong_and_reward_model_column():
 
 
 def test_verl_compute_score():
-    assert compute_score("math_dapo", "...\nAnswer: 34", "34") == {"score": 1.0, "acc": 1.0, "timed_out": 0.0}
+    expected = {"score": 1.0, "acc": 1.0, "timed_out": 0.0, "unscorable": 0.0}
+    assert compute_score("math_dapo", "...\nAnswer: 34", "34") == expected
     assert compute_score("math_dapo", "Answer: 33", "34", extra_info={"index": 0})["score"] == 0.0
     params = list(inspect.signature(compute_score).parameters)
     assert params[:4] == ["data_source", "solution_str", "ground_truth", "extra_info"]
@@ -323,3 +329,188 @@ def test_stats_count_calls():
     stats = reward_stats()
     assert stats["calls"] == 2 and stats["correct"] == 1 and stats["no_answer"] == 1
     assert threading.current_thread() is threading.main_thread()
+
+
+# ------------------------------------------------------------------------------- fork safety
+def _needs_math_verify(n: int) -> list[tuple[str, str, float]]:
+    """(response, ground truth, expected score): equal fractions written differently (1.0) and
+    reciprocals (0.0). No fast path applies, so every pair goes to math-verify; the expected
+    score is known by construction, not from our code."""
+    pairs = []
+    for i in range(n):
+        k = i % 7 + 1
+        if i % 2:
+            pairs.append((f"Answer: \\frac{{{k}}}{{{2 * k + 1}}}", f"\\frac{{{2 * k}}}{{{4 * k + 2}}}", 1.0))
+        else:
+            pairs.append((f"Answer: \\frac{{{k}}}{{{2 * k + 1}}}", f"\\frac{{{2 * k + 1}}}{{{k}}}", 0.0))
+    return pairs
+
+
+def _score_in_threads(pairs: list[tuple[str, str, float]]) -> list[float]:
+    # Worker threads: the time limit cannot use signals there, so the calls go to helper processes.
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda pair: score_math(pair[0], pair[1]), pairs))
+
+
+def _score_in_forked_child(queue) -> None:
+    queue.put(_score_in_threads(_needs_math_verify(60)))
+
+
+def test_forked_worker_does_not_share_the_parents_helper_processes():
+    # Issue #11 item 1: a fork()ed worker inherited the parent's pipes to its helpers; parent and
+    # child then read each other's answers (24-28 of 60 child and 14-18 of 30 parent scores wrong).
+    import multiprocessing
+
+    warm = _needs_math_verify(8)
+    assert _score_in_threads(warm) == [p[2] for p in warm]
+    parent_helpers = list(rewards._POOL._all)
+    assert parent_helpers, "scoring in threads should have started helper processes"
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_score_in_forked_child, args=(queue,))
+    child.start()
+    try:
+        pairs = _needs_math_verify(30)
+        parent_scores = _score_in_threads(pairs)  # while the child scores
+        child_scores = queue.get(timeout=300)
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert child_scores == [p[2] for p in _needs_math_verify(60)]
+    assert parent_scores == [p[2] for p in pairs]
+    # The child neither killed nor replaced the parent's helpers, and they still answer right.
+    assert all(worker.proc.poll() is None for worker in parent_helpers)
+    assert _score_in_threads(warm) == [p[2] for p in warm]
+
+
+@pytest.mark.slow  # starts two helper processes
+def test_pool_used_from_another_process_starts_its_own_helpers():
+    # The fallback for a fork that bypassed os.register_at_fork: verify() sees a new pid.
+    pool = rewards._WorkerPool(max_workers=1)
+    try:
+        assert pool.verify("\\frac{1}{2}", "0.5", 5.0) == "verified"
+        inherited = pool._all[0]
+        pool.owner_pid = -1  # as if this process were a fork of the pool's owner
+        assert pool.verify("\\frac{2}{4}", "0.5", 5.0) == "verified"
+        assert pool.owner_pid == os.getpid() and pool._all and pool._all[0] is not inherited
+        assert inherited in rewards._INHERITED  # detached, kept alive, never killed by us
+    finally:
+        pool.shutdown()
+        inherited.proc.kill()
+        inherited.proc.wait(5)
+
+
+# ------------------------------------------------------------------------------- odd inputs
+@pytest.mark.parametrize(
+    "timeout",
+    [math.nan, math.inf, -math.inf, 1e10, rewards.MAX_TIMEOUT * 1.01, 0, -1.0, "5", None, True, 10**400],
+    ids=lambda value: repr(value)[:12],
+)
+def test_timeout_must_be_finite_positive_and_at_most_an_hour(timeout):
+    # nan / inf / 1e10 used to be accepted and scored every parsed answer 0 (setitimer failed).
+    calls = [
+        lambda: score_math("Answer: \\frac{1}{2}", "0.5", timeout=timeout),
+        lambda: score_math_batch(["Answer: 1"], ["1"], timeout=timeout),
+        lambda: make_trl_reward(timeout=timeout),
+        lambda: compute_score("m", "Answer: 1", "1", timeout=timeout),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"^timeout must be a number of seconds in \(0, 3600\]"):
+            call()
+
+
+def test_largest_timeout_is_accepted():
+    assert score_math("Answer: \\frac{1}{2}", "0.5", timeout=rewards.MAX_TIMEOUT) == 1.0
+
+
+@pytest.mark.parametrize(
+    "ground_truth",
+    [None, math.nan, np.float32("nan"), pd.NA, pd.NaT, decimal.Decimal("NaN"), "", "   ", "$ $", "nan", "NaN", "<NA>"],
+    ids=repr,
+)
+def test_missing_ground_truth_scores_zero_and_is_counted(ground_truth):
+    # A pandas missing value used to become the text "nan", and "Answer: nan" scored 1.0.
+    reset_reward_stats()
+    for response in ("Answer: nan", "Answer: <NA>", "\\boxed{}", "Answer: 1"):
+        result = score_math_detailed(response, ground_truth)
+        assert (result.score, result.status) == (0.0, "missing_ground_truth"), response
+    assert reward_stats()["missing_ground_truth"] == 4 and reward_stats()["calls"] == 4
+
+
+class _StrRaises:
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+@pytest.mark.parametrize(
+    ("response", "ground_truth", "status"),
+    [
+        ("Answer: 1", 10**5000, "too_long"),  # str() refuses ints of more than 4,300 digits
+        ("Answer: 1", -(10**5000), "too_long"),
+        (10**5000, "1", "too_long"),
+        ("Answer: 1", fractions.Fraction(10**5000, 3), "too_long"),
+        ("Answer: 1", _StrRaises(), "bad_input"),
+        (_StrRaises(), "1", "bad_input"),
+        (b"Answer: 1", "1", "bad_input"),
+        ("Answer: 1", ["1"], "bad_input"),
+    ],
+    ids=["huge-int-gold", "huge-negative-gold", "huge-int-response", "huge-fraction", "str-raises-gold",
+         "str-raises-response", "bytes", "list-gold"],
+)
+def test_unusable_inputs_score_zero_and_never_raise(response, ground_truth, status):
+    reset_reward_stats()
+    result = score_math_detailed(response, ground_truth)
+    assert (result.score, result.status) == (0.0, status)
+    assert reward_stats()[status] == 1
+    assert compute_score("m", response, ground_truth)["score"] == 0.0
+
+
+def test_integers_longer_than_pythons_str_limit_compare_digit_by_digit():
+    # With a raised max_answer_chars the integer fast path used int(), which refuses > 4,300 digits.
+    long_ones = "1" * 5000
+    kwargs = {"max_answer_chars": 20_000}
+    assert score_math_detailed(f"Answer: {long_ones}", "2" * 5000, **kwargs) == rewards.ScoreResult(0.0, "integer", long_ones)
+    assert score_math_detailed(f"Answer: +000{long_ones}", long_ones, **kwargs).score == 1.0
+    assert score_math_detailed("Answer: -0", "0").score == 1.0
+    assert score_math_detailed("Answer: -7", "7").score == 0.0
+
+
+def test_unscorable_pairs_are_logged_once(monkeypatch, caplog):
+    monkeypatch.setattr(rewards, "_WARNED", set())
+    with caplog.at_level("WARNING", logger="ebpo.rewards"):
+        for _ in range(3):
+            score_math("Answer: nan", math.nan)
+            score_math(b"Answer: 1", "1")
+    messages = [r.getMessage() for r in caplog.records if r.name == "ebpo.rewards"]
+    assert len(messages) == 2
+    assert "missing_ground_truth" in messages[0] and "bad_input" in messages[1]
+
+
+def test_trl_and_verl_adapters_treat_odd_ground_truths_like_score_math():
+    logged = {}
+    reward = make_trl_reward()
+    answers = [math.nan, None, _StrRaises(), 10**5000, pd.NA, "4"]
+    out = reward(
+        prompts=["p"] * 6,
+        completions=["Answer: nan", "Answer: 1", "Answer: 1", "Answer: 1", [{"role": "assistant", "content": b"x"}], "Answer: 4"],
+        answer=answers,
+        log_metric=lambda name, value: logged.__setitem__(name, value),
+    )
+    assert out == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert logged["math_reward/unscorable"] == 4.0  # nan, None, the object, pd.NA (the huge int is too_long)
+    verl = compute_score("m", "Answer: nan", math.nan)
+    assert verl == {"score": 0.0, "acc": 0.0, "timed_out": 0.0, "unscorable": 1.0}
+    # multimodal message parts that are not text are skipped, not joined (used to raise TypeError)
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "Answer: 4"}, {"type": "text", "text": None}]}]
+    assert reward(prompts=["p"], completions=[parts], answer=["4"]) == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_answer_chars", 0), ("max_answer_chars", 1.5), ("max_brace_depth", -1), ("max_brace_depth", True), ("isolation", None)],
+)
+def test_bad_scoring_options_name_the_option(option, value):
+    with pytest.raises(ValueError, match=f"^{option} must be"):
+        score_math_detailed("Answer: 1", "1", **{option: value})

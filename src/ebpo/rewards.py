@@ -35,16 +35,25 @@ verl's reward loop calls ``compute_score`` from a thread pool (``loop.run_in_exe
   a grace period (e.g. a computation stuck in C code).
 
 A call that runs out of time scores 0 and is counted: see :func:`reward_stats`. Nothing here
-raises on any input string.
+raises on any response or ground truth: a missing ground truth (None, NaN, pandas.NA, empty) or an
+input that is neither text nor a number scores 0 and is counted too (statuses
+``missing_ground_truth`` and ``bad_input``). Only bad options raise (ValueError): ``timeout`` must
+be finite, in (0, ``MAX_TIMEOUT`` = 3600] seconds.
+
+Fork safety: the helper pool belongs to the process that started it; a ``fork``ed child (a
+multiprocessing or DataLoader worker) starts its own helpers and never talks to the parent's.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import decimal
 import functools
 import json
 import logging
+import math
+import numbers
 import os
 import re
 import selectors
@@ -52,6 +61,8 @@ import signal
 import subprocess
 import sys
 import threading
+import unicodedata
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +71,8 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "MAX_TIMEOUT",
+    "STATUSES",
     "ScoreResult",
     "compute_score",
     "extract_answer",
@@ -76,6 +89,10 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT = 5.0  # seconds per math-verify call (parse both sides + verify): math-verify's default
+# Largest accepted ``timeout``: one hour per response. A larger value is a unit mistake (ms for s)
+# or a way to say "no limit", which this module does not offer: the limit is what keeps a
+# pathological expression from stalling a training step. (setitimer overflows above ~3e8 s.)
+MAX_TIMEOUT = 3600.0
 MAX_ANSWER_CHARS = 512
 MAX_BRACE_DEPTH = 32
 # Extra seconds a helper process gets beyond ``timeout`` before the caller kills it: its own timer
@@ -93,12 +110,15 @@ STATUSES = (
     "too_long",  # answer exceeds max_answer_chars / max_brace_depth: not parsed
     "timeout",  # math-verify exceeded the time limit
     "error",  # any exception inside math-verify
+    "missing_ground_truth",  # ground truth None, NaN, pandas.NA, empty, or "nan" / "<NA>" text
+    "bad_input",  # response or ground truth neither text nor a number (bytes, list, object...)
 )
 
 # math-verify logs a warning when its own (signal) timeouts are disabled, which we do on purpose,
 # and one per parse timeout, which we count instead; keep them out of training logs.
 for _name in ("math_verify.parser", "math_verify.grader", "math_verify.utils"):
     logging.getLogger(_name).setLevel(logging.ERROR)
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -124,8 +144,10 @@ def _count(*keys: str) -> None:
 
 def reward_stats() -> dict[str, int]:
     """Counters since the last reset: ``calls``, ``correct``, one per status in :data:`STATUSES`
-    (``timeout`` is the number of responses that scored 0 because of the time limit) and
-    ``worker_restarts`` (helper processes killed after overrunning)."""
+    (``timeout`` is the number of responses that scored 0 because of the time limit;
+    ``missing_ground_truth`` and ``bad_input`` the pairs that could not be compared at all) and
+    ``worker_restarts`` (helper processes killed after overrunning). Counted per process: a
+    forked worker counts its own calls."""
     with _STATS_LOCK:
         out = {key: 0 for key in ("calls", "correct", *STATUSES, "worker_restarts")}
         out.update(_STATS)
@@ -245,14 +267,110 @@ def _max_brace_depth(text: str) -> int:
     return best
 
 
-def _as_text(value: Any) -> str:
+def _integer_key(text: str) -> tuple[bool, str]:
+    """``(negative, digits without leading zeros)`` of a string matching ``_INTEGER``: equal keys
+    <=> equal integers. Digit by digit, so no int() and no limit on the number of digits (Python
+    refuses to convert more than 4,300); Unicode decimal digits count as their value, as in int()."""
+    negative = text.startswith("-")
+    digits = "".join(str(unicodedata.decimal(ch)) for ch in text.lstrip("+-")).lstrip("0")
+    return (negative and bool(digits), digits)
+
+
+# Text a missing value turns into when a caller (or pandas' astype(str)) stringified it; no math
+# answer is "nan", and scoring "Answer: nan" as correct would reward the policy for writing it.
+_MISSING_TEXTS = frozenset({"nan", "<na>"})
+
+
+def _is_missing(value: Any) -> bool:
+    """None, a NaN number (float, numpy, Decimal) or pandas' NA / NaT."""
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):
+        return True
+    try:
+        return isinstance(value, numbers.Number) and bool(value != value)
+    except Exception:  # a number type whose comparison misbehaves: not a NaN we can recognise
+        return False
+
+
+def _input_text(value: Any, max_chars: int) -> tuple[str, str | None]:
+    """A response or ground truth as text: ``(text, None)``, or ``("", problem)`` with problem
+    ``"missing"`` (None, NaN, pandas.NA/NaT), ``"too_long"`` (an integer with more digits than
+    ``max_chars``, which Python may even refuse to write out) or ``"bad_input"`` (bytes,
+    containers, arbitrary objects: their str() is a repr, not an answer, and may raise).
+
+    Numbers are accepted because datasets store answers as numbers: a float equal to an integer
+    (27.0) is written as the integer, so it compares as one."""
     if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))  # answers stored as floats (e.g. 27.0) compare as integers
-    return str(value)
+        return str.__str__(value), None  # a plain str even for subclasses (numpy.str_, ...)
+    if _is_missing(value):
+        return "", "missing"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
+        return "", "bad_input"  # (complex numbers too: no math answer here is complex-typed)
+    try:
+        if isinstance(value, numbers.Integral):
+            value = int(value)
+            # Over 4 bits per digit: such an int has more than max_chars digits; say so before
+            # str() refuses it (> 4,300 digits) or, with that limit lifted, takes quadratic time.
+            if value.bit_length() > 4 * (max_chars + 2):
+                return "", "too_long"
+            return str(value), None
+        if not isinstance(value, numbers.Rational):  # float, numpy floats, Decimal
+            number = float(value)
+            if number.is_integer():
+                return str(int(number)), None
+        return str(value), None
+    except ValueError:  # int -> str digit limit (e.g. a Fraction with a huge numerator)
+        return "", "too_long"
+    except Exception:  # a number type whose conversion raises
+        return "", "bad_input"
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    """repr() for an error message: bounded, and never raising itself."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise ValueError(f"timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {_short_repr(timeout)}")
+    try:
+        value = float(timeout)
+    except (OverflowError, ValueError):
+        value = math.inf
+    if not 0.0 < value <= MAX_TIMEOUT:  # also False for NaN
+        raise ValueError(
+            f"timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}] (finite; larger limits "
+            f"are not supported), got {_short_repr(timeout)}"
+        )
+    return value
+
+
+def _check_positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {_short_repr(value)}")
+    return int(value)
+
+
+_UNSCORABLE = ("missing_ground_truth", "bad_input")  # statuses of pairs that could not be compared
+_WARNED: set[str] = set()
+_UNSCORABLE_WARNINGS = {
+    "missing_ground_truth": "a ground truth is missing (None, NaN, pandas.NA or empty)",
+    "bad_input": "a response or ground truth is neither text nor a number",
+}
+
+
+def _warn_once(status: str) -> None:
+    """Say once per process, in the log, that some responses cannot be scored at all; the
+    counters in reward_stats() say how many."""
+    if status not in _UNSCORABLE_WARNINGS or status in _WARNED:
+        return
+    _WARNED.add(status)
+    _LOG.warning(
+        "%s: such responses score 0; reward_stats()[%r] counts them", _UNSCORABLE_WARNINGS[status], status
+    )
 
 
 # --------------------------------------------------------------------------------- math-verify
@@ -368,6 +486,23 @@ class _Worker:
             return None
         return self._read_line(timeout + _KILL_GRACE)
 
+    def detach(self) -> None:
+        """In a forked child: let go of the parent's helper without talking to it or killing it.
+        The inherited pipe descriptors are pointed at /dev/null rather than closed, so that the
+        file objects stay valid (a buffered flush at garbage collection goes nowhere) and their
+        numbers are never reused by an unrelated file; the object is kept alive in
+        ``_INHERITED`` so that Popen's finaliser never runs on a process that is not ours."""
+        with contextlib.suppress(Exception):
+            self.selector.close()  # closes this process's epoll descriptor only
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            for stream in (self.proc.stdin, self.proc.stdout):
+                with contextlib.suppress(Exception):
+                    os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+        _INHERITED.append(self)
+
     def kill(self) -> None:
         with contextlib.suppress(Exception):
             self.selector.close()
@@ -380,16 +515,38 @@ class _WorkerPool:
     """Helper processes created on demand, one per concurrent caller thread, at most
     ``max_workers`` (env ``EBPO_REWARD_WORKERS``, default: the CPU count); further callers wait.
     Why a cap: verl's reward loop runs ``compute_score`` on a default thread pool of up to 32
-    threads, and each helper holds its own sympy (~100 MB)."""
+    threads, and each helper holds its own sympy (~100 MB).
+
+    Fork safety: a pool belongs to the process that created it (``owner_pid``). A ``fork``ed child
+    (e.g. a multiprocessing or DataLoader worker) inherits the parent's pipes to the parent's
+    helpers; if it used them, parent and child would read each other's answers. So in a child the
+    pool starts afresh (:meth:`_forget_inherited`, run by ``os.register_at_fork`` and, as a
+    fallback, when a call sees a new pid): new locks (another thread may have held one at the
+    fork), new helpers, and the inherited pipe descriptors pointed at /dev/null so the child can
+    neither write to the parent's helpers nor kill them. The parent's pool is untouched."""
 
     def __init__(self, max_workers: int | None = None) -> None:
         if max_workers is None:
             max_workers = int(os.environ.get("EBPO_REWARD_WORKERS", 0)) or (os.cpu_count() or 1)
         self.max_workers = max(1, max_workers)
+        self._reset()
+        _POOLS.add(self)
+
+    def _reset(self) -> None:
+        self.owner_pid = os.getpid()
         self._slots = threading.BoundedSemaphore(self.max_workers)
         self._idle: list[_Worker] = []
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
+
+    def _forget_inherited(self) -> None:
+        """In a forked child: drop the parent's helpers without touching them; start afresh."""
+        if self.owner_pid == os.getpid():
+            return
+        inherited = self._all
+        self._reset()
+        for worker in inherited:
+            worker.detach()
 
     def _acquire(self) -> _Worker:
         with self._lock:
@@ -410,6 +567,8 @@ class _WorkerPool:
         worker.kill()
 
     def verify(self, prediction: str, gold: str, timeout: float) -> str:
+        if self.owner_pid != os.getpid():  # forked without the at-fork hook (e.g. a raw fork(2))
+            self._forget_inherited()
         with self._slots:
             try:
                 worker = self._acquire()
@@ -424,6 +583,9 @@ class _WorkerPool:
         return status if healthy else "error"
 
     def shutdown(self) -> None:
+        if self.owner_pid != os.getpid():  # never kill another process's helpers
+            self._forget_inherited()
+            return
         with self._lock:
             workers, self._all, self._idle = self._all, [], []
         for worker in workers:
@@ -434,6 +596,20 @@ class _WorkerPool:
         with self._lock:
             return len(self._all)
 
+
+_POOLS: weakref.WeakSet[_WorkerPool] = weakref.WeakSet()
+_INHERITED: list[_Worker] = []  # the parent's helpers as seen by a forked child: kept, never used
+
+
+def _after_fork_in_child() -> None:
+    global _STATS_LOCK
+    _STATS_LOCK = threading.Lock()  # a parent thread may have held it at the fork
+    for pool in list(_POOLS):
+        pool._forget_inherited()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _POOL = _WorkerPool()
 atexit.register(_POOL.shutdown)
@@ -466,25 +642,46 @@ def score_math_detailed(
 ) -> ScoreResult:
     """Score one response and say how: see the module docstring for the pipeline.
 
-    ``isolation``: ``"auto"`` (in-process timer in the main thread, helper process elsewhere),
-    ``"signal"`` (main thread only) or ``"process"`` (always a helper process; survives even
-    computations that ignore signals, at ~1 ms extra per parsed call).
+    ``timeout``: seconds in (0, :data:`MAX_TIMEOUT`]; anything else (NaN, inf, 1e10, a string)
+    is a ValueError. ``isolation``: ``"auto"`` (in-process timer in the main thread, helper
+    process elsewhere), ``"signal"`` (main thread only) or ``"process"`` (always a helper process;
+    survives even computations that ignore signals, at ~1 ms extra per parsed call).
+
+    Inputs never raise: ``response`` and ``ground_truth`` are text or numbers (a float equal to an
+    integer compares as the integer). A missing ground truth (None, NaN, pandas.NA, empty, or the
+    text ``"nan"`` / ``"<NA>"`` of a stringified missing value) scores 0 with status
+    ``missing_ground_truth``; bytes, lists, dicts and other objects on either side score 0 with
+    status ``bad_input``; an integer with more digits than ``max_answer_chars`` scores 0 with
+    status ``too_long``. Each is counted in :func:`reward_stats`, and the first missing ground
+    truth / bad input of a process is logged as a warning. A missing response is ``no_answer``.
     """
-    if timeout <= 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-    if isolation not in ("auto", "signal", "process"):
-        raise ValueError(f"isolation must be 'auto', 'signal' or 'process', got {isolation!r}")
-    result = _score(_as_text(response), _as_text(ground_truth), timeout, max_answer_chars, max_brace_depth, isolation)
+    timeout = _check_timeout(timeout)
+    max_answer_chars = _check_positive_int(max_answer_chars, "max_answer_chars")
+    max_brace_depth = _check_positive_int(max_brace_depth, "max_brace_depth")
+    if not isinstance(isolation, str) or isolation not in ("auto", "signal", "process"):
+        raise ValueError(f"isolation must be 'auto', 'signal' or 'process', got {_short_repr(isolation)}")
+    gold, gold_problem = _input_text(ground_truth, max_answer_chars)
+    text, response_problem = _input_text(response, max_answer_chars)
+    gold = _strip_math_delimiters(gold)
+    if gold_problem == "missing" or (gold_problem is None and (not gold or gold.lower() in _MISSING_TEXTS)):
+        result = ScoreResult(0.0, "missing_ground_truth", None)
+    elif gold_problem is not None:
+        result = ScoreResult(0.0, gold_problem, None)
+    elif response_problem in ("bad_input", "too_long"):
+        result = ScoreResult(0.0, response_problem, None)
+    else:  # a missing response is "" here: no answer
+        result = _score(text, gold, timeout, max_answer_chars, max_brace_depth, isolation)
     _count("calls", result.status, *(("correct",) if result.score == 1.0 else ()))
+    _warn_once(result.status)
     return result
 
 
 def _score(response: str, gold: str, timeout: float, max_chars: int, max_depth: int, isolation: str) -> ScoreResult:
+    """Score a response against a non-empty ground truth (delimiters already stripped)."""
     prediction = _extract(response, max_chars)
-    gold = _strip_math_delimiters(gold)
     if prediction is _TOO_LONG:
         return ScoreResult(0.0, "too_long", None)
-    if prediction is None or not gold:
+    if prediction is None:
         return ScoreResult(0.0, "no_answer", prediction)
     too_big = (
         len(prediction) > max_chars
@@ -497,16 +694,18 @@ def _score(response: str, gold: str, timeout: float, max_chars: int, max_depth: 
     if _canonical(prediction) == _canonical(gold):
         return ScoreResult(1.0, "exact", prediction)
     if _INTEGER.fullmatch(prediction) and _INTEGER.fullmatch(gold):
-        return ScoreResult(float(int(prediction) == int(gold)), "integer", prediction)
+        return ScoreResult(float(_integer_key(prediction) == _integer_key(gold)), "integer", prediction)
     status = _guarded_verify(prediction, gold, timeout, isolation)
     return ScoreResult(1.0 if status == "verified" else 0.0, status, prediction)
 
 
 def score_math(response: str, ground_truth: str, *, timeout: float = DEFAULT_TIMEOUT) -> float:
     """1.0 if the final answer of ``response`` (DAPO ``Answer:`` line or last ``\\boxed{}``)
-    equals ``ground_truth`` mathematically (math-verify), else 0.0. Never raises on strings and
-    never takes much longer than ``timeout`` seconds; timeouts score 0 and are counted in
-    :func:`reward_stats`."""
+    equals ``ground_truth`` mathematically (math-verify), else 0.0. Never raises on any response or
+    ground truth (see :func:`score_math_detailed` for what cannot be scored: it scores 0 and is
+    counted) and never takes much longer than ``timeout`` seconds; timeouts score 0 and are
+    counted in :func:`reward_stats`. A ``timeout`` outside (0, :data:`MAX_TIMEOUT`] is a
+    ValueError."""
     return score_math_detailed(response, ground_truth, timeout=timeout).score
 
 
@@ -525,8 +724,8 @@ def score_math_batch(
         raise ValueError(
             f"responses and ground_truths must have the same length, got {len(responses)} and {len(ground_truths)}"
         )
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers!r}")
+    timeout = _check_timeout(timeout)
+    num_workers = _check_positive_int(num_workers, "num_workers")
     from tqdm.auto import tqdm
 
     pairs = list(zip(responses, ground_truths, strict=True))
@@ -567,20 +766,19 @@ def overlong_penalty(length: int, *, max_length: int, buffer_length: int, penalt
 
 
 # ----------------------------------------------------------------------------------- adapters
-def _completion_text(completion: Any) -> str:
-    """TRL completions are strings (standard format) or message lists (conversational format)."""
-    if isinstance(completion, str):
-        return completion
+def _completion_text(completion: Any) -> Any:
+    """TRL completions are strings (standard format) or message lists (conversational format):
+    the text of the last message. Anything else is passed on for score_math to judge."""
     if isinstance(completion, list) and completion:
         message = completion[-1]
         content = message.get("content", "") if isinstance(message, dict) else message
         if isinstance(content, list):  # multimodal parts: keep the text ones
-            return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return _as_text(content)
-    return _as_text(completion)
+            return "".join(t for p in content if isinstance(p, dict) and isinstance(t := p.get("text"), str))
+        return content
+    return completion
 
 
-def _answers_from_columns(columns: dict[str, Any], answer_column: str, n: int) -> list[str]:
+def _answers_from_columns(columns: dict[str, Any], answer_column: str, n: int) -> list[Any]:
     if answer_column in columns:
         answers = columns[answer_column]
     elif "reward_model" in columns:  # verl-style rows: {"ground_truth": ..., "style": "rule"}
@@ -592,7 +790,7 @@ def _answers_from_columns(columns: dict[str, Any], answer_column: str, n: int) -
         )
     if len(answers) != n:
         raise ValueError(f"column {answer_column!r} has {len(answers)} entries for {n} completions")
-    return [_as_text(a) for a in answers]
+    return list(answers)  # as given: score_math_detailed handles missing or odd values
 
 
 def make_trl_reward(
@@ -608,8 +806,12 @@ def make_trl_reward(
 
     ``overlong=(max_length, buffer_length)`` adds :func:`overlong_penalty` on the completion's
     token count (TRL passes ``completion_ids``). If TRL provides ``log_metric`` the function logs
-    ``math_reward/timeouts`` (responses that hit the time limit in this batch) and
-    ``math_reward/no_answer``."""
+    ``math_reward/timeouts`` (responses that hit the time limit in this batch),
+    ``math_reward/no_answer`` and ``math_reward/unscorable`` (missing ground truth or an input
+    that is neither text nor a number; they score 0). Options are checked here, not at the first
+    batch: a bad ``timeout`` or ``num_workers`` is a ValueError."""
+    _check_timeout(timeout)
+    _check_positive_int(num_workers, "num_workers")
 
     def math_reward(prompts: list, completions: list, **columns: Any) -> list[float]:
         answers = _answers_from_columns(columns, answer_column, len(completions))
@@ -629,6 +831,7 @@ def make_trl_reward(
         if callable(log_metric):
             log_metric("math_reward/timeouts", float(sum(r.status == "timeout" for r in results)))
             log_metric("math_reward/no_answer", float(sum(r.status == "no_answer" for r in results)))
+            log_metric("math_reward/unscorable", float(sum(r.status in _UNSCORABLE for r in results)))
         return rewards
 
     return math_reward
@@ -653,8 +856,15 @@ def compute_score(
     too). Options come through ``reward.custom_reward_function.reward_kwargs`` (``timeout``);
     other keyword arguments verl may add (e.g. ``reward_router_address``) are ignored.
 
-    Returns ``{"score", "acc", "timed_out"}``: verl uses ``score`` as the reward (1.0/0.0; note
-    verl's built-in DAPO scorer gives +1/-1) and logs the other keys per sample. verl's reward loop
-    calls this from a thread pool, where the helper-process time limit applies."""
+    Returns ``{"score", "acc", "timed_out", "unscorable"}``: verl uses ``score`` as the reward
+    (1.0/0.0; note verl's built-in DAPO scorer gives +1/-1) and logs the other keys per sample;
+    ``unscorable`` is 1.0 when the ground truth is missing or an input is neither text nor a number
+    (see :func:`score_math_detailed`). verl's reward loop calls this from a thread pool, where the
+    helper-process time limit applies. A bad ``timeout`` is a ValueError."""
     result = score_math_detailed(solution_str, ground_truth, timeout=timeout)
-    return {"score": result.score, "acc": result.score, "timed_out": float(result.status == "timeout")}
+    return {
+        "score": result.score,
+        "acc": result.score,
+        "timed_out": float(result.status == "timeout"),
+        "unscorable": float(result.status in _UNSCORABLE),
+    }

@@ -68,7 +68,18 @@ def _add_label_parser(actions: Any) -> None:
     topic.add_argument("--embedding-model", default="all-MiniLM-L6-v2", help="sentence-transformers model or directory")
     topic.add_argument("--llm-base-url", default=None, help="e.g. http://localhost:8000/v1 (for --topic llm)")
     topic.add_argument("--llm-model", default=None, help="served model name (for --topic llm)")
-    topic.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    topic.add_argument(
+        "--llm-api-key-env",
+        default=None,
+        metavar="VAR",
+        help="name of the environment variable holding the endpoint's API key (default: no key, except "
+        "OPENAI_API_KEY for https://api.openai.com); the key goes over plain http only to localhost",
+    )
+    topic.add_argument(
+        "--llm-allow-insecure-http",
+        action="store_true",
+        help="allow sending the key over plain http to a non-local host (a private network you trust)",
+    )
     topic.add_argument("--topic-output", default="topic", help="column to write (default topic)")
     diff = label.add_argument_group("difficulty (higher = harder)")
     diff.add_argument(
@@ -176,12 +187,13 @@ def _topic_labels(frame: Any, args: argparse.Namespace) -> tuple[list, str]:
         )
         return labels, f"{args.embedding_model} + UMAP + KMeans (K={args.num_topics}, seed {args.seed})"
     # llm: off unless asked for, and then both the endpoint and the model must be named.
-    import os
-
     if not args.llm_base_url or not args.llm_model:
         raise ValueError("--topic llm needs --llm-base-url (an OpenAI-compatible endpoint) and --llm-model")
     complete = curriculum.openai_compatible_completer(
-        args.llm_base_url, args.llm_model, api_key=os.environ.get(args.llm_api_key_env)
+        args.llm_base_url,
+        args.llm_model,
+        api_key=curriculum.llm_api_key(args.llm_base_url, args.llm_api_key_env),
+        allow_insecure_http=args.llm_allow_insecure_http,
     )
     labels = curriculum.llm_topics(texts, complete)
     unclassified = sum(label == curriculum.UNCLASSIFIED for label in labels)
