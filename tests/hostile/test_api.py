@@ -321,6 +321,7 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
     ("mask-uint64", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint64))),
     ("mask-torch-uint8", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint8))),
     ("mask-torch-uint16", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint16))),
+    ("mask-torch-uint64", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint64))),
     ("ids-at-least-2**63-list", lambda e: e(*GOOD), lambda e: e(GOOD[0], [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1])),
     ("ids-2**63-apart-list", lambda e: e(*GOOD), lambda e: e(GOOD[0], [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2])),
     ("ids-uint64-array", lambda e: e(*GOOD), lambda e: e(GOOD[0], np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64))),
