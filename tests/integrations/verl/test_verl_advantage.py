@@ -262,3 +262,91 @@ def test_metrics_side_channel_inside_verls_real_trainer_method(tmp_path, monkeyp
     written = put["fields"]["advantages"]
     for i in range(len(mask)):
         torch.testing.assert_close(written[i], expected[i, : lengths[i]], rtol=1e-6, atol=1e-7)
+
+
+def test_no_trainer_metrics_dict_warns_once_naming_where_metrics_go(tmp_path, caplog):
+    """Outside any verl trainer (a custom loop, an unknown trainer) the statistics cannot reach the
+    trainer's loggers: one WARNING per process says so and names the JSONL that still gets them."""
+    import logging
+
+    from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
+
+    data, *_ = verl_batch(GROUPS, seed=6)
+    STORE.run_dir = str(tmp_path)  # as the checkpoint callback sets it
+    with caplog.at_level(logging.WARNING):
+        _compute(data, "ebpo")
+        _compute(data, "ebpo")
+    warnings = [r for r in caplog.records if "no verl trainer `metrics` dict" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert str(tmp_path / METRICS_FILENAME) in warnings[0].getMessage()
+    assert len((tmp_path / METRICS_FILENAME).read_text().splitlines()) == 2  # and they do go there
+
+    STORE.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _compute(data, "ebpo", ebpo={"log_to_trainer": False})  # the user opted out: nothing to say
+        assert not caplog.records
+        _compute(data, "ebpo")  # no file configured either: the warning says how to get one
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "no file either" in warning and "+algorithm.ebpo.metrics_file" in warning
+
+
+def _experimental_trainer(tmp_path, rewards, steps=7):
+    """The state ``SeparateRayPPOTrainer._fit_compute_advantage`` reads (fully-async, one-step-off)."""
+    from types import SimpleNamespace
+
+    config = OmegaConf.create(
+        {
+            "algorithm": {"adv_estimator": "ebpo", "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0},
+            "actor_rollout_ref": {"rollout": {"n": 4}},
+            "trainer": {"default_local_dir": str(tmp_path / "run")},
+        }
+    )
+    return SimpleNamespace(
+        config=config, metrics={"training/global_step": steps}, timing_raw={}, reward_tensor=rewards,
+        reward_extra_infos_dict={}, global_steps=steps,
+    )
+
+
+def test_metrics_reach_the_experimental_trainers(tmp_path, caplog):
+    """verl's experimental trainers (``verl.experimental``: fully-async, one-step-off) keep their
+    metrics in ``self.metrics``; the statistics land there, and — as these trainers never build
+    the checkpoint callback — the JSONL goes to their ``trainer.default_local_dir``."""
+    import logging
+
+    from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+
+    from ebpo.integrations.verl.state import METRICS_FILENAME
+
+    data, rewards, uids, valid = verl_batch(GROUPS, seed=9)
+    trainer = _experimental_trainer(tmp_path, data.batch["token_level_rewards"].clone())
+    with caplog.at_level(logging.WARNING):
+        out = SeparateRayPPOTrainer._fit_compute_advantage(trainer, data)
+    assert trainer.metrics["ebpo/num_groups"] == len(GROUPS) and "ebpo/shrinkage_mean" in trainer.metrics
+    assert not [r for r in caplog.records if "metrics` dict" in r.getMessage()]
+    record = json.loads((tmp_path / "run" / METRICS_FILENAME).read_text())
+    assert record["global_step"] == 7 and record["ebpo/num_groups"] == len(GROUPS)
+    expected = _reference(ebpo.make_estimator("ebpo"), rewards, uids, valid, data.batch["response_mask"])
+    torch.testing.assert_close(out.batch["advantages"], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_metrics_reach_an_out_of_tree_trainer_subclass():
+    """A recipe's trainer outside verl's package (e.g. verl's ``recipe/dapo``) that subclasses
+    ``RayPPOTrainer`` is recognised by its class, not its module name."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
+
+    data, *_ = verl_batch(GROUPS, seed=10)
+    namespace = {"__name__": "recipe.dapo.dapo_ray_trainer", "compute_advantage": compute_advantage,
+                 "RayPPOTrainer": RayPPOTrainer, "OmegaConf": OmegaConf}
+    exec(
+        "class RayDAPOTrainer(RayPPOTrainer):\n"
+        "    def fit_step(self, data):\n"
+        "        metrics = {}\n"
+        "        config = OmegaConf.create({'adv_estimator': 'ebpo'})\n"
+        "        compute_advantage(data, adv_estimator='ebpo', config=config)\n"
+        "        return metrics\n",
+        namespace,
+    )
+    trainer = object.__new__(namespace["RayDAPOTrainer"])  # no Ray, no workers: only the method
+    metrics = trainer.fit_step(data)
+    assert metrics["ebpo/num_groups"] == len(GROUPS)
