@@ -350,3 +350,50 @@ def test_metrics_reach_an_out_of_tree_trainer_subclass():
     trainer = object.__new__(namespace["RayDAPOTrainer"])  # no Ray, no workers: only the method
     metrics = trainer.fit_step(data)
     assert metrics["ebpo/num_groups"] == len(GROUPS)
+
+
+def _authors_batch_prior(rewards, uids, eps=1e-6):
+    """The authors' released EBPO advantage, written from its formulas (spec, "Where the statistics
+    live" and "Conventions"): statistics of THIS batch only; μ = mean of the group means;
+    σ² = population variance of all rewards; τ² = population variance of the group means;
+    S_m = (σ²/n_m) / (σ²/n_m + τ²) (1 when the denominator ≤ eps); V_m = (1 − S_m)·r̄_m + S_m·μ;
+    a = r − V; Â = (a − mean a) / (std a + eps) with the unbiased std."""
+    groups = {}
+    for reward, uid in zip(rewards, uids, strict=True):
+        groups.setdefault(uid, []).append(float(reward))
+    means = {uid: sum(v) / len(v) for uid, v in groups.items()}
+    mu = sum(means.values()) / len(means)
+    tau2 = sum((m - mu) ** 2 for m in means.values()) / len(means)
+    overall = sum(map(float, rewards)) / len(rewards)
+    sigma2 = sum((float(r) - overall) ** 2 for r in rewards) / len(rewards)
+    raw = []
+    for reward, uid in zip(rewards, uids, strict=True):
+        n = len(groups[uid])
+        denominator = sigma2 / n + tau2
+        shrink = 1.0 if denominator <= eps else (sigma2 / n) / denominator
+        raw.append(float(reward) - ((1 - shrink) * means[uid] + shrink * mu))
+    mean = sum(raw) / len(raw)
+    std = (sum((a - mean) ** 2 for a in raw) / (len(raw) - 1)) ** 0.5
+    return torch.tensor([(a - mean) / (std + eps) for a in raw], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_prior_recipes_reproduce_the_authors_formula_on_uneven_groups(seed):
+    """The EBPO recipes' estimator options, through verl's compute_advantage, equal the authors'
+    batch-prior EBPO on uneven groups with padding rows — where μ = mean of group means differs
+    from the mean of all rewards."""
+    from ebpo.integrations.verl.launcher import algorithm_overrides
+    from ebpo.integrations.verl.recipes import recipe_overrides
+
+    algorithm = algorithm_overrides(recipe_overrides("ebpo_topic"))
+    data, rewards, uids, valid = verl_batch([4, 2, 1, 4, 3, 4, 2, 4], seed=seed, continuous=seed % 2 == 1)
+    got = _compute(data, algorithm["adv_estimator"], **{k: v for k, v in algorithm.items() if k != "adv_estimator"})
+    mask = data.batch["response_mask"]
+    expected = torch.zeros_like(mask)
+    expected[torch.from_numpy(valid)] = (
+        _authors_batch_prior(rewards[valid], list(uids[valid])).to(mask.dtype)[:, None] * mask[torch.from_numpy(valid)]
+    )
+    torch.testing.assert_close(got["advantages"], expected, rtol=1e-5, atol=1e-6)
+    # Not a vacuous check: on these batches the two choices of μ give different advantages.
+    rewards_mean = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"]
+    assert (rewards_mean - expected).abs().max() > 1e-4

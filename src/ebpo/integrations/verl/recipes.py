@@ -16,11 +16,13 @@ every 10 steps.
 | ``dapo`` | clip-high 0.28, group filtering on ``acc``, overlong buffer 4096 (penalty 1.0), no std division, KL loss kept |
 | ``entropy_mech`` | Clip-Cov (ratio 2e-4, bounds [1, 5]) with PPO clipping opened to [0, 2], no KL loss |
 
-The EBPO recipes use ``algorithm.ebpo.prior=batch``: the paper's numbers come from the authors'
-verl fork, whose Welford statistics are created inside the advantage function, so the prior is
-the current batch (512 prompts) — which is also what makes the topic-sorted stream matter (each
+The EBPO recipes use ``algorithm.ebpo.prior=batch`` and ``algorithm.ebpo.prior_mean=group_means``:
+the paper's numbers come from the authors' verl fork, whose Welford statistics are created inside
+the advantage function, so the prior is the current batch (512 prompts) and μ the mean of its
+group means — which is also what makes the topic-sorted stream matter (each
 batch's prior is its topic's mean, Prop. 3.8). The paper's text describes a whole-history prior;
-pass ``+algorithm.ebpo.prior=history`` (or ``ema``) to run that instead.
+pass ``+algorithm.ebpo.prior=history +algorithm.ebpo.prior_mean=rewards`` (or ``prior=ema``) to
+run that instead.
 
 Every deliberate difference from the authors' scripts is listed, with its reason, in
 ``recipes/verl/README.md`` ("Differences from the authors' scripts").
@@ -147,8 +149,9 @@ def _common(model: str, data_dir: str, order: str, project: str, experiment: str
     ]
 
 
-#: the prior of the authors' released code (see module docstring)
-EBPO_OVERRIDES = ("algorithm.adv_estimator=ebpo", "+algorithm.ebpo.prior=batch")
+#: the prior of the authors' released code (see module docstring): the current batch, with μ the
+#: mean of the group means (their code; the mean of all rewards differs when group sizes do)
+EBPO_OVERRIDES = ("algorithm.adv_estimator=ebpo", "+algorithm.ebpo.prior=batch", "+algorithm.ebpo.prior_mean=group_means")
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
