@@ -377,7 +377,7 @@ def _authors_batch_prior(rewards, uids, eps=1e-6):
     return torch.tensor([(a - mean) / (std + eps) for a in raw], dtype=torch.float64)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [10, 11, 16, 17])  # batches where the two means of μ differ
 def test_batch_prior_recipes_reproduce_the_authors_formula_on_uneven_groups(seed):
     """The EBPO recipes' estimator options, through verl's compute_advantage, equal the authors'
     batch-prior EBPO on uneven groups with padding rows — where μ = mean of group means differs
