@@ -12,6 +12,7 @@ OVERRIDES are Hydra overrides of ``verl/trainer/config/ppo_trainer.yaml``; EBPO'
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from ebpo.cli import Parser, user_error
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if not rest and not flags or rest[:1] in (["-h"], ["--help"]):
         print(__doc__)
         return 0 if rest else 2
+    if rest and rest[0] not in SUBCOMMANDS:
+        _refuse_unknown_subcommand(rest[0])
     command = rest[0] if rest and rest[0] in SUBCOMMANDS else "run"
     argv = (rest[1:] if rest and rest[0] in SUBCOMMANDS else rest) + flags
     try:
@@ -98,6 +101,18 @@ def run(args: argparse.Namespace) -> int:
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
         return user_error(f"ebpo verl {command}", error)
+
+
+def _refuse_unknown_subcommand(word: str) -> None:
+    """``ebpo verl docter``: a first word that is neither a subcommand nor a Hydra override (no
+    ``=``, no ``-``/``+``/``~`` prefix) is a typo — refuse it instead of launching a run with it."""
+    if "=" in word or word.startswith(("-", "+", "~")):
+        return
+    guess = difflib.get_close_matches(word, SUBCOMMANDS, n=1)
+    hint = f"; did you mean {guess[0]!r}?" if guess else ""
+    raise ValueError(
+        f"unknown subcommand {word!r}{hint} (expected one of {', '.join(SUBCOMMANDS)}, or Hydra overrides key=value)"
+    )
 
 
 def _overrides(extra: list[str]) -> list[str]:

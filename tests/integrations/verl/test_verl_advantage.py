@@ -262,3 +262,138 @@ def test_metrics_side_channel_inside_verls_real_trainer_method(tmp_path, monkeyp
     written = put["fields"]["advantages"]
     for i in range(len(mask)):
         torch.testing.assert_close(written[i], expected[i, : lengths[i]], rtol=1e-6, atol=1e-7)
+
+
+def test_no_trainer_metrics_dict_warns_once_naming_where_metrics_go(tmp_path, caplog):
+    """Outside any verl trainer (a custom loop, an unknown trainer) the statistics cannot reach the
+    trainer's loggers: one WARNING per process says so and names the JSONL that still gets them."""
+    import logging
+
+    from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
+
+    data, *_ = verl_batch(GROUPS, seed=6)
+    STORE.run_dir = str(tmp_path)  # as the checkpoint callback sets it
+    with caplog.at_level(logging.WARNING):
+        _compute(data, "ebpo")
+        _compute(data, "ebpo")
+    warnings = [r for r in caplog.records if "no verl trainer `metrics` dict" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert str(tmp_path / METRICS_FILENAME) in warnings[0].getMessage()
+    assert len((tmp_path / METRICS_FILENAME).read_text().splitlines()) == 2  # and they do go there
+
+    STORE.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _compute(data, "ebpo", ebpo={"log_to_trainer": False})  # the user opted out: nothing to say
+        assert not caplog.records
+        _compute(data, "ebpo")  # no file configured either: the warning says how to get one
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "no file either" in warning and "+algorithm.ebpo.metrics_file" in warning
+
+
+def _experimental_trainer(tmp_path, rewards, steps=7):
+    """The state ``SeparateRayPPOTrainer._fit_compute_advantage`` reads (fully-async, one-step-off)."""
+    from types import SimpleNamespace
+
+    config = OmegaConf.create(
+        {
+            "algorithm": {"adv_estimator": "ebpo", "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0},
+            "actor_rollout_ref": {"rollout": {"n": 4}},
+            "trainer": {"default_local_dir": str(tmp_path / "run")},
+        }
+    )
+    return SimpleNamespace(
+        config=config, metrics={"training/global_step": steps}, timing_raw={}, reward_tensor=rewards,
+        reward_extra_infos_dict={}, global_steps=steps,
+    )
+
+
+def test_metrics_reach_the_experimental_trainers(tmp_path, caplog):
+    """verl's experimental trainers (``verl.experimental``: fully-async, one-step-off) keep their
+    metrics in ``self.metrics``; the statistics land there, and — as these trainers never build
+    the checkpoint callback — the JSONL goes to their ``trainer.default_local_dir``."""
+    import logging
+
+    from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+
+    from ebpo.integrations.verl.state import METRICS_FILENAME
+
+    data, rewards, uids, valid = verl_batch(GROUPS, seed=9)
+    trainer = _experimental_trainer(tmp_path, data.batch["token_level_rewards"].clone())
+    with caplog.at_level(logging.WARNING):
+        out = SeparateRayPPOTrainer._fit_compute_advantage(trainer, data)
+    assert trainer.metrics["ebpo/num_groups"] == len(GROUPS) and "ebpo/shrinkage_mean" in trainer.metrics
+    assert not [r for r in caplog.records if "metrics` dict" in r.getMessage()]
+    record = json.loads((tmp_path / "run" / METRICS_FILENAME).read_text())
+    assert record["global_step"] == 7 and record["ebpo/num_groups"] == len(GROUPS)
+    expected = _reference(ebpo.make_estimator("ebpo"), rewards, uids, valid, data.batch["response_mask"])
+    torch.testing.assert_close(out.batch["advantages"], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_metrics_reach_an_out_of_tree_trainer_subclass():
+    """A recipe's trainer outside verl's package (e.g. verl's ``recipe/dapo``) that subclasses
+    ``RayPPOTrainer`` is recognised by its class, not its module name."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
+
+    data, *_ = verl_batch(GROUPS, seed=10)
+    namespace = {"__name__": "recipe.dapo.dapo_ray_trainer", "compute_advantage": compute_advantage,
+                 "RayPPOTrainer": RayPPOTrainer, "OmegaConf": OmegaConf}
+    exec(
+        "class RayDAPOTrainer(RayPPOTrainer):\n"
+        "    def fit_step(self, data):\n"
+        "        metrics = {}\n"
+        "        config = OmegaConf.create({'adv_estimator': 'ebpo'})\n"
+        "        compute_advantage(data, adv_estimator='ebpo', config=config)\n"
+        "        return metrics\n",
+        namespace,
+    )
+    trainer = object.__new__(namespace["RayDAPOTrainer"])  # no Ray, no workers: only the method
+    metrics = trainer.fit_step(data)
+    assert metrics["ebpo/num_groups"] == len(GROUPS)
+
+
+def _authors_batch_prior(rewards, uids, eps=1e-6):
+    """The authors' released EBPO advantage, written from its formulas (spec, "Where the statistics
+    live" and "Conventions"): statistics of THIS batch only; μ = mean of the group means;
+    σ² = population variance of all rewards; τ² = population variance of the group means;
+    S_m = (σ²/n_m) / (σ²/n_m + τ²) (1 when the denominator ≤ eps); V_m = (1 − S_m)·r̄_m + S_m·μ;
+    a = r − V; Â = (a − mean a) / (std a + eps) with the unbiased std."""
+    groups = {}
+    for reward, uid in zip(rewards, uids, strict=True):
+        groups.setdefault(uid, []).append(float(reward))
+    means = {uid: sum(v) / len(v) for uid, v in groups.items()}
+    mu = sum(means.values()) / len(means)
+    tau2 = sum((m - mu) ** 2 for m in means.values()) / len(means)
+    overall = sum(map(float, rewards)) / len(rewards)
+    sigma2 = sum((float(r) - overall) ** 2 for r in rewards) / len(rewards)
+    raw = []
+    for reward, uid in zip(rewards, uids, strict=True):
+        n = len(groups[uid])
+        denominator = sigma2 / n + tau2
+        shrink = 1.0 if denominator <= eps else (sigma2 / n) / denominator
+        raw.append(float(reward) - ((1 - shrink) * means[uid] + shrink * mu))
+    mean = sum(raw) / len(raw)
+    std = (sum((a - mean) ** 2 for a in raw) / (len(raw) - 1)) ** 0.5
+    return torch.tensor([(a - mean) / (std + eps) for a in raw], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("seed", [10, 11, 16, 17])  # batches where the two means of μ differ
+def test_batch_prior_recipes_reproduce_the_authors_formula_on_uneven_groups(seed):
+    """The EBPO recipes' estimator options, through verl's compute_advantage, equal the authors'
+    batch-prior EBPO on uneven groups with padding rows — where μ = mean of group means differs
+    from the mean of all rewards."""
+    from ebpo.integrations.verl.launcher import algorithm_overrides
+    from ebpo.integrations.verl.recipes import recipe_overrides
+
+    algorithm = algorithm_overrides(recipe_overrides("ebpo_topic"))
+    data, rewards, uids, valid = verl_batch([4, 2, 1, 4, 3, 4, 2, 4], seed=seed, continuous=seed % 2 == 1)
+    got = _compute(data, algorithm["adv_estimator"], **{k: v for k, v in algorithm.items() if k != "adv_estimator"})
+    mask = data.batch["response_mask"]
+    expected = torch.zeros_like(mask)
+    expected[torch.from_numpy(valid)] = (
+        _authors_batch_prior(rewards[valid], list(uids[valid])).to(mask.dtype)[:, None] * mask[torch.from_numpy(valid)]
+    )
+    torch.testing.assert_close(got["advantages"], expected, rtol=1e-5, atol=1e-6)
+    # Not a vacuous check: on these batches the two choices of μ give different advantages.
+    rewards_mean = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"]
+    assert (rewards_mean - expected).abs().max() > 1e-4

@@ -45,9 +45,12 @@ def prepared(tmp_path_factory):
 
 def test_training_orders(prepared):
     out, labels, pd = prepared
-    frames = {o: pd.read_parquet(out / f"dapo_math_17k.{o}.parquet") for o in ("shuffle", "topic", "difficulty")}
+    orders = ("file", "shuffle", "topic", "difficulty")
+    frames = {o: pd.read_parquet(out / f"dapo_math_17k.{o}.parquet") for o in orders}
     ids = {o: [e["id"] for e in f["extra_info"]] for o, f in frames.items()}
-    assert sorted(ids["shuffle"]) == sorted(ids["topic"]) == sorted(ids["difficulty"]) == sorted(labels)
+    assert all(sorted(ids[o]) == sorted(labels) for o in orders)
+    assert ids["file"] == list(labels)  # the dataset's own order (naive EBPO), untouched
+    assert ids["shuffle"] != ids["file"]
     topic = list(frames["topic"]["topic"])
     assert topic == sorted(topic)  # contiguous blocks in label order
     assert topic == [labels[i]["topic"] for i in ids["topic"]]
@@ -67,7 +70,7 @@ def test_eval_sets_and_recipe_finds_them(prepared):
     out, _, pd = prepared
     math500 = pd.read_parquet(out / "math500.parquet")
     assert len(math500) > 0 and not any(math.isnan(x) for x in math500["difficulty"])  # MATH levels
-    for recipe in ("ebpo_topic", "ebpo_diff"):
+    for recipe in ("ebpo", "ebpo_topic", "ebpo_diff", "grpo"):
         _, notes = dry_run(with_defaults(recipe_overrides(recipe, data_dir=str(out))))
         assert not any("not found" in note for note in notes), notes
 
@@ -83,3 +86,51 @@ def test_missing_labels_skip_the_curriculum_file_and_say_so(tmp_path, capsys):
     assert (tmp_path / "dapo_math_17k.shuffle.parquet").exists()
     assert not (tmp_path / "dapo_math_17k.topic.parquet").exists()
     assert main(["verl", "prepare-data", f"--out-dir={tmp_path}", "--eval-file=gsm8k=x.jsonl"]) == 2
+
+
+def _argv(out, *extra):
+    return ["verl", "prepare-data", f"--out-dir={out}", f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
+            "--topic-method=none", *extra]
+
+
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_failure_after_loading_the_training_set_writes_nothing(tmp_path, monkeypatch):
+    """The training set loads, an evaluation set does not (no hub): neither --out-dir nor a
+    staging directory nor a partial file is left, and an existing --out-dir keeps its files."""
+    from ebpo.cli import main
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: offline
+    monkeypatch.setenv("EBPO_DATA_DIR", "")
+    fresh = tmp_path / "fresh" / "data"
+    assert main(_argv(fresh, "--eval", "aime-2024")) == 2
+    assert _tree(tmp_path) == []
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "dapo_math_17k.file.parquet").write_bytes(b"previous run")
+    assert main(_argv(kept, "--eval", "aime-2024")) == 2
+    assert _tree(tmp_path) == ["kept", "kept/dapo_math_17k.file.parquet"]
+    assert (kept / "dapo_math_17k.file.parquet").read_bytes() == b"previous run"
+
+
+def test_an_error_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
+    import ebpo.data
+    from ebpo.cli import main
+
+    real_write = ebpo.data.write_rows
+    written = []
+
+    def write_then_fail(rows, path):
+        if written:
+            raise OSError("disk full")
+        written.append(path)
+        return real_write(rows, path)
+
+    monkeypatch.setattr(ebpo.data, "write_rows", write_then_fail)
+    out = tmp_path / "out"
+    with pytest.raises(OSError, match="disk full"):
+        main(_argv(out, "--eval"))
+    assert len(written) == 1 and _tree(tmp_path) == []  # the first file was written, then removed

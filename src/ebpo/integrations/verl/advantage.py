@@ -24,7 +24,9 @@ on the Hydra command line), for all three registered names. See :func:`resolve_o
 
 from __future__ import annotations
 
+import difflib
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +34,7 @@ from typing import Any
 import torch
 
 from ebpo.estimators import estimator_options
-from ebpo.integrations.verl.state import STORE
+from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
 from ebpo.runtime import torch_threads
 
 __all__ = [
@@ -103,11 +105,14 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     core = REGISTERED_NAMES[name]
     section = _plain(_get(config, OPTIONS_SECTION))
     allowed = set(estimator_options(core))
-    unknown = sorted(set(section) - allowed - set(PLUGIN_KEYS))
+    valid = sorted(allowed | set(PLUGIN_KEYS))
+    unknown = sorted(set(section) - set(valid), key=str)
     if unknown:
+        guesses = [m for key in unknown for m in difflib.get_close_matches(str(key), valid, n=1)]
+        hint = f" (did you mean {', '.join(map(repr, guesses))}?)" if guesses else ""
         raise ValueError(
-            f"unknown key(s) {unknown} under algorithm.{OPTIONS_SECTION} for adv_estimator={name!r}; "
-            f"expected some of {sorted(allowed | set(PLUGIN_KEYS))}"
+            f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.{OPTIONS_SECTION} for "
+            f"adv_estimator={name!r}{hint}; valid keys: {', '.join(valid)}"
         )
     plugin = {key: section.pop(key) for key in PLUGIN_KEYS if key in section}
     if section.get("per_cluster"):
@@ -141,37 +146,80 @@ def nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- side channel
-def _trainer_frame_metrics(max_depth: int = 12) -> tuple[dict | None, int | None]:
-    """The calling verl trainer's ``metrics`` dict and ``global_steps``, if we are inside one.
+#: modules whose frames (or whose classes, in a trainer's MRO) mark a verl trainer on the stack
+VERL_TRAINER_MODULES = ("verl.trainer.", "verl.experimental.")
+
+
+def _is_trainer_frame(frame: Any) -> bool:
+    """A frame of verl's trainers (``verl.trainer``, ``verl.experimental``) or a method of a
+    subclass of one (an out-of-tree recipe's trainer, e.g. ``recipe.dapo``)."""
+    if frame.f_globals.get("__name__", "").startswith(VERL_TRAINER_MODULES):
+        return True
+    owner = frame.f_locals.get("self")
+    return owner is not None and any(
+        getattr(cls, "__module__", "").startswith(VERL_TRAINER_MODULES) for cls in type(owner).__mro__[:-1]
+    )
+
+
+def _trainer_frame_metrics(max_depth: int = 12) -> tuple[dict | None, Any]:
+    """The calling verl trainer's ``metrics`` dict and the trainer object, if we are inside one.
 
     verl gives estimators no metrics channel. Its trainers call ``compute_advantage`` from a
-    method holding a local ``metrics`` dict that is later sent to ``Tracking.log``; updating that
-    dict puts our statistics into every configured backend (wandb, tensorboard, console...).
-    Only frames of ``verl.trainer`` modules are considered; outside a trainer nothing is found.
+    method holding a local ``metrics`` dict that is later sent to ``Tracking.log`` (``verl.trainer``:
+    the v1 and legacy trainers; ``verl.experimental``: the fully-async and one-step-off trainers,
+    where it is ``self.metrics``); updating that dict puts our statistics into every configured
+    backend (wandb, tensorboard, console...). Outside such a frame nothing is found.
     """
     frame = sys._getframe(2)
     for _ in range(max_depth):
         if frame is None:
             break
-        if frame.f_globals.get("__name__", "").startswith("verl.trainer"):
+        if _is_trainer_frame(frame):
             local = frame.f_locals
             metrics = local.get("metrics")
             if isinstance(metrics, dict):
-                trainer = local.get("self")
-                step = getattr(trainer, "global_steps", None)
-                return metrics, step if isinstance(step, int) else None
+                return metrics, local.get("self")
         frame = frame.f_back
     return None, None
 
 
+def _trainer_run_dir(trainer: Any) -> str | None:
+    """``trainer.config.trainer.default_local_dir`` (absolute), or None."""
+    try:
+        path = trainer.config.trainer.get("default_local_dir")
+    except Exception:  # not a verl trainer config (tests' stand-ins, foreign trainers)
+        return None
+    return os.path.abspath(path) if isinstance(path, str) and path else None
+
+
 def _report(name: str, metrics: Mapping[str, float], steps: int, plugin: Mapping[str, Any]) -> None:
     prefixed = {f"{name}/{key}": float(value) for key, value in metrics.items()}
-    trainer_metrics, global_step = (None, None)
+    trainer_metrics, trainer = (None, None)
     if plugin.get("log_to_trainer", True):
-        trainer_metrics, global_step = _trainer_frame_metrics()
+        trainer_metrics, trainer = _trainer_frame_metrics()
         if trainer_metrics is not None:
             trainer_metrics.update(prefixed)
-    record = {"estimator": name, "estimator_step": steps, "global_step": global_step, **prefixed}
+        if STORE.run_dir is None and trainer is not None:
+            # Trainers that never build the checkpoint callback (legacy use_v1=False, experimental
+            # ones) still get the JSONL in their run directory.
+            STORE.run_dir = _trainer_run_dir(trainer)
+    if plugin.get("log_to_trainer", True) and trainer_metrics is None:
+        path = STORE.metrics_path(plugin.get("metrics_file"))
+        STORE.warn_once(
+            "no-trainer-metrics",
+            "ebpo: no verl trainer `metrics` dict on the call stack of %s (a trainer outside "
+            "verl.trainer / verl.experimental?): the estimator statistics do not reach the "
+            "trainer's loggers; they go to %s",
+            name,
+            path or f"no file either — set +algorithm.{OPTIONS_SECTION}.metrics_file=PATH/{METRICS_FILENAME}",
+        )
+    step = getattr(trainer, "global_steps", None)
+    record = {
+        "estimator": name,
+        "estimator_step": steps,
+        "global_step": step if isinstance(step, int) else None,
+        **prefixed,
+    }
     try:
         STORE.log_metrics(record, plugin.get("metrics_file"))
     except OSError as error:  # logging must never stop training

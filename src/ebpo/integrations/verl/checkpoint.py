@@ -15,8 +15,15 @@ and the advantage function share :data:`~ebpo.integrations.verl.state.STORE`:
   ``resume_path``: ``trainer.resume_from_path``; ``disable``: none) and loads the state from it;
 * it also points the metrics JSONL at ``trainer.default_local_dir/ebpo_metrics.jsonl``.
 
-The legacy trainer (``trainer.use_v1=False``) never calls checkpoint callbacks: there the prior is
-not persisted (the command ``ebpo verl doctor`` warns about it).
+Which trainers call it (verl 0.9.1): only the v1 trainers (``verl.trainer.ppo.v1``: ``sync``,
+``colocate_async`` and ``separate_async`` modes) build ``trainer.checkpoint_callback_class`` and
+call ``on_save``. Trainers derived from the legacy ``RayPPOTrainer`` never do — the legacy trainer
+itself (``trainer.use_v1=False``), the experimental fully-async (``FullyAsyncTrainer``) and
+one-step-off (``OneStepOffRayTrainer``) trainers, and out-of-tree recipes built on it: there the
+prior is neither saved nor restored (a resumed run starts from an empty prior; harmless with
+``prior=batch``, which keeps no state between steps), and the metrics JSONL falls back to the
+trainer's ``trainer.default_local_dir`` (see :mod:`~ebpo.integrations.verl.advantage`).
+``ebpo verl --dry-run`` warns about ``use_v1=False``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Writes into ``--out-dir``:
 
-* ``dapo_math_17k.shuffle.parquet`` — seeded random order (ebpo, grpo, dr_grpo, dapo, entropy_mech;
+* ``dapo_math_17k.file.parquet`` — the dataset's own order (the paper's "naive" EBPO, read with
+  ``data.shuffle=False`` as the authors did);
+* ``dapo_math_17k.shuffle.parquet`` — seeded random order (grpo, dr_grpo, dapo, entropy_mech;
   those recipes also let verl reshuffle every epoch);
 * ``dapo_math_17k.topic.parquet`` — contiguous topic blocks (EBPO-topic; read with ``data.shuffle=False``);
 * ``dapo_math_17k.difficulty.parquet`` — easy → hard (EBPO-diff; one epoch, no shuffling);
@@ -22,16 +24,29 @@ with a message, never written in a wrong order. Orders come from :func:`ebpo.cur
 
 The Hugging Face Hub is often unreachable on clusters' login nodes: pass local copies with
 ``--train-file`` and ``--eval-file NAME=PATH`` (hub schema or the unified schema).
+
+A user's files are sacred: every argument (the output directory first) is checked and every
+dataset is loaded before anything is written; the files are written into a hidden staging
+directory and moved into ``--out-dir`` only when all of them are complete, so a failure (no
+network, a bad file, an interrupt) leaves neither ``--out-dir`` nor a partial file behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from ebpo.files import check_output_path
+from ebpo.integrations.verl.recipes import TRAIN_STEM
 
 __all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare"]
 
@@ -44,7 +59,7 @@ EVAL_STEMS = {
     "amc-2023": "amc23",
     "olympiadbench": "olympiadbench",
 }
-ORDER_FILES = ("shuffle", "topic", "difficulty")
+ORDER_FILES = ("file", "shuffle", "topic", "difficulty")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,15 +98,69 @@ def _check_data_modules() -> tuple[Any, Any]:
 
 def _read_labels(path: str) -> dict[str, dict[str, Any]]:
     labels: dict[str, dict[str, Any]] = {}
-    with open(path) as handle:
+    with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
-            record = json.loads(line)
-            if "id" not in record:
-                raise ValueError(f"--labels {path}: line {number} has no 'id'")
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"--labels {path}: line {number} is not JSON ({error.msg})") from error
+            if not isinstance(record, dict) or "id" not in record:
+                raise ValueError(f"--labels {path}: line {number} is not a JSON object with an 'id'")
             labels[str(record["id"])] = record
     return labels
+
+
+def _check_input_file(path: str | None, option: str) -> None:
+    if path is not None and not os.path.isfile(path):
+        raise ValueError(f"{option} {path!r} is not a file")
+
+
+def _load(data: Any, name: str, local_file: str | None, option: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of dataset ``name`` (from ``local_file`` if given); a load failure is a one-line ValueError."""
+    import datasets  # noqa: F401  (configures its logger on import: before we quieten it)
+
+    try:
+        with _quiet_logger("datasets"):  # it logs the error we report below: one line, not two
+            return data.load_dataset(name, data_files=local_file, limit=limit)
+    except ValueError as error:  # pyarrow's ArrowInvalid is one too: name the file it came from
+        if local_file is None:
+            raise
+        raise ValueError(f"cannot read {option} {local_file!r}: {error}") from error
+    except ConnectionError as error:  # ebpo.data.DatasetUnavailableError: no hub, no local copy
+        raise ValueError(
+            f"cannot load {name!r}: the Hugging Face Hub is not reachable from here; pass a local copy "
+            f"with {option} (hub schema or ebpo's unified schema)"
+        ) from error
+    except Exception as error:  # a local file that datasets/pyarrow cannot read
+        where = f"{option} {local_file!r}" if local_file else repr(name)
+        raise ValueError(f"cannot read {where}: {type(error).__name__}: {error}") from error
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Only CRITICAL records of logger ``name`` while the block runs."""
+    log = logging.getLogger(name)
+    previous = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(previous)
+
+
+@contextlib.contextmanager
+def _staging_dir(out_dir: Path) -> Iterator[Path]:
+    """A hidden directory beside (or inside) ``out_dir`` on the same file system; removed at the end."""
+    anchor = out_dir if out_dir.is_dir() else out_dir.parent
+    while not anchor.is_dir():
+        anchor = anchor.parent
+    staging = Path(tempfile.mkdtemp(prefix=".ebpo-prepare-", dir=anchor))
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _float_or_nan(value: Any) -> float:
@@ -183,41 +252,69 @@ def prepare(
 ) -> tuple[dict[str, str], list[str]]:
     """Write the files (see module docstring); returns ``({what: path}, notes)``.
 
+    Order of work: check every argument (output directory first), load every dataset, label and
+    order, write into a staging directory, move the finished files into ``out_dir``.
+
     Raises:
-        ValueError: an unknown evaluation set, or ebpo's data modules are missing.
+        ValueError: a bad argument, a dataset that cannot be loaded, or ebpo's data modules are
+            missing — always before anything is written.
     """
     from tqdm.auto import tqdm
 
+    from ebpo.templates import TEMPLATES
+
     data, curriculum = _check_data_modules()
+    out = check_output_path(out_dir, "--out-dir", kind="dir")
     unknown = sorted(set(eval_sets) - set(EVAL_STEMS))
     if unknown:
         raise ValueError(f"unknown evaluation set(s) {unknown}; expected some of {list(EVAL_STEMS)}")
     eval_files = dict(eval_files or {})
-    os.makedirs(out_dir, exist_ok=True)
-    written: dict[str, str] = {}
+    if template not in TEMPLATES:
+        raise ValueError(f"--template must be one of {sorted(TEMPLATES)}, got {template!r}")
+    if isinstance(num_topics, bool) or not isinstance(num_topics, int) or num_topics < 1:
+        raise ValueError(f"--num-topics must be a positive integer, got {num_topics!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"--limit must be a positive integer, got {limit!r}")
+    _check_input_file(train_file, "--train-file")
+    _check_input_file(labels_file, "--labels")
+    for name, path in eval_files.items():
+        _check_input_file(path, f"--eval-file {name}=")
 
-    rows = data.load_dataset(TRAIN_NAME, data_files=train_file, limit=limit)
+    # Everything that can fail on the network or on a bad file, before any output exists.
     labels = _read_labels(labels_file) if labels_file else None
+    rows = _load(data, TRAIN_NAME, train_file, "--train-file", limit)
+    if not rows:
+        raise ValueError(f"the training set is empty ({train_file or TRAIN_NAME})")
+    eval_rows = {name: _load(data, name, eval_files.get(name), f"--eval-file {name}=PATH") for name in eval_sets}
+
     topics, difficulty, notes = label_rows(rows, labels=labels, topic_method=topic_method, num_topics=num_topics, seed=seed)
     verl_rows = _verl_rows(data, rows, template, "train", topics, difficulty)
-    for order in tqdm(ORDER_FILES, desc="training orders", unit="file"):
+    outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # what -> (file name, rows)
+    for order in ORDER_FILES:
         if order == "topic" and topics is None:
             notes.append("skipped dapo_math_17k.topic.parquet: no topic labels (pass --labels or --topic-method)")
             continue
         if order == "difficulty" and difficulty is None:
             notes.append("skipped dapo_math_17k.difficulty.parquet: no difficulty (pass --labels with pass_rate)")
             continue
-        perm = curriculum.order_indices(len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed)
-        path = os.path.join(out_dir, f"dapo_math_17k.{order}.parquet")
-        data.write_rows([verl_rows[i] for i in perm], path)
-        written[f"train.{order}"] = path
+        perm = (
+            range(len(verl_rows))
+            if order == "file"
+            else curriculum.order_indices(len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed)
+        )
+        outputs[f"train.{order}"] = (f"{TRAIN_STEM}.{order}.parquet", [verl_rows[i] for i in perm])
+    for name, rows_of_set in eval_rows.items():
+        levels = curriculum.difficulty_from_levels([r.get("difficulty") or None for r in rows_of_set])
+        outputs[name] = (f"{EVAL_STEMS[name]}.parquet", _verl_rows(data, rows_of_set, template, "test", None, levels))
 
-    for name in tqdm(list(eval_sets), desc="evaluation sets", unit="set"):
-        eval_rows = data.load_dataset(name, data_files=eval_files.get(name))
-        levels = curriculum.difficulty_from_levels([r.get("difficulty") or None for r in eval_rows])
-        path = os.path.join(out_dir, f"{EVAL_STEMS[name]}.parquet")
-        data.write_rows(_verl_rows(data, eval_rows, template, "test", None, levels), path)
-        written[name] = path
+    written: dict[str, str] = {}
+    with _staging_dir(out) as staging:
+        for file_name, file_rows in tqdm(list(outputs.values()), desc="writing parquet files", unit="file"):
+            data.write_rows(file_rows, staging / file_name)
+        out.mkdir(parents=True, exist_ok=True)
+        for what, (file_name, _) in outputs.items():
+            shutil.move(str(staging / file_name), str(out / file_name))  # a rename: same file system
+            written[what] = str(out / file_name)
     return written, notes
 
 
@@ -225,7 +322,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     eval_files: dict[str, str] = {}
     for item in args.eval_file:
         name, sep, path = item.partition("=")
-        if not sep or name not in EVAL_STEMS:
+        if not sep or name not in EVAL_STEMS or not path:
             raise ValueError(f"--eval-file must be NAME=PATH with NAME in {list(EVAL_STEMS)}, got {item!r}")
         eval_files[name] = path
     written, notes = prepare(

@@ -11,6 +11,10 @@
   and forwarded to the Ray workers with
   ``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=…``.
 
+Before launching, :func:`check_overrides` parses the overrides with Hydra's own grammar and
+builds the estimator from the ``algorithm.*`` ones, so a typo (``+algorithm.ebpo.prir=ema``) or a
+bad value fails in a second on the command line instead of after the first rollout in a Ray actor.
+
 A dry run (:func:`dry_run`) composes the config with Hydra exactly as ``main_ppo`` would
 (``verl/trainer/config/ppo_trainer.yaml`` + overrides), resolves every interpolation, runs verl's
 own ``validate_config`` and then our checks (estimator registered, ``algorithm.ebpo.*`` options
@@ -29,6 +33,7 @@ from typing import Any
 __all__ = [
     "CALLBACK_FQN",
     "PLUGIN_MODULE",
+    "check_overrides",
     "compose",
     "dry_run",
     "entry_point_active",
@@ -184,8 +189,73 @@ def dry_run(overrides: Sequence[str]) -> tuple[Any, list[str]]:
     return config, validate(config)
 
 
+def _parse_overrides(overrides: Sequence[str]) -> list[Any]:
+    """Hydra's parsed overrides; a word that is not an override is a one-line ValueError."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for text in overrides:
+        if "=" not in text and not text.startswith("~"):
+            raise ValueError(f"{text!r} is not a Hydra override (expected key=value, +key=value or ~key)")
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as error:
+        raise ValueError(f"cannot parse the Hydra overrides: {error}") from error
+
+
+def algorithm_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """The ``algorithm`` section the overrides set, as a plain dict (Hydra's typed values, later
+    overrides win, ``~`` deletes). Only what the overrides say: verl's defaults are not included."""
+    algorithm: dict[str, Any] = {}
+    for override in _parse_overrides(overrides):
+        path = override.key_or_group.split(".")
+        if path[0] != "algorithm" or len(path) < 2:
+            continue
+        node = algorithm
+        for part in path[1:-1]:
+            child = node.get(part)
+            node[part] = node = dict(child) if isinstance(child, dict) else {}
+        if override.is_delete():
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = override.value()
+    return algorithm
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """Refuse, before anything is launched, overrides that would fail inside verl's actor.
+
+    Checks that every word is a Hydra override and, when the estimator is one of ebpo's, that
+    ``algorithm.ebpo.*`` names only options of that estimator (the allowed keys come from the
+    estimator's constructor, :func:`ebpo.estimators.estimator_options`) with values the estimator
+    accepts. Values that are interpolations (``${...}``) are left to the dry run.
+
+    Raises:
+        ValueError: naming the bad override, key or value.
+    """
+    import ebpo
+    from ebpo.integrations.verl.advantage import OPTIONS_SECTION, resolve_options
+
+    algorithm = algorithm_overrides(overrides)
+    estimator = algorithm.get("adv_estimator", "gae")  # verl's default when none is given
+    if estimator not in OUR_ESTIMATORS:
+        return
+    options, _ = resolve_options(estimator, algorithm)  # unknown keys
+    if any(isinstance(v, str) and "${" in v for v in options.values()):
+        return
+    try:
+        ebpo.make_estimator(estimator, **options)
+    except ValueError as error:
+        raise ValueError(f"invalid algorithm.{OPTIONS_SECTION} option for adv_estimator={estimator}: {error}") from error
+
+
 def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
-    """Run ``python -m verl.trainer.main_ppo`` with the plug-in; returns its exit code."""
+    """Run ``python -m verl.trainer.main_ppo`` with the plug-in; returns its exit code.
+
+    Raises:
+        ValueError: the overrides fail :func:`check_overrides` (nothing is launched).
+    """
+    check_overrides(with_defaults(overrides) if defaults else overrides)  # before importing verl: fast
     via_env = not entry_point_active()
     args = with_defaults(overrides, plugin_via_env=via_env) if defaults else list(overrides)
     env = _external_modules_env() if via_env else None

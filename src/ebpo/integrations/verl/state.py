@@ -21,13 +21,13 @@ import json
 import logging
 import math
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from ebpo.estimators import AdvantageEstimator, make_estimator
+from ebpo.files import write_json
 
 __all__ = [
     "METRICS_FILENAME",
@@ -36,6 +36,7 @@ __all__ = [
     "STORE",
     "EstimatorStore",
     "estimator_key",
+    "non_finite_entry",
 ]
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class EstimatorStore:
         self._estimators: dict[str, tuple[str, dict[str, Any], AdvantageEstimator]] = {}
         self.run_dir: str | None = None  # default home of the metrics JSONL (set by the callback)
         self.restored_from: str | None = None
-        self._warned_no_sink = False
+        self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ estimators
     def get(self, name: str, options: Mapping[str, Any]) -> AdvantageEstimator:
@@ -96,7 +97,7 @@ class EstimatorStore:
             self._estimators.clear()
             self.run_dir = None
             self.restored_from = None
-            self._warned_no_sink = False
+            self._warned.clear()
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
@@ -130,32 +131,41 @@ class EstimatorStore:
             self._estimators = rebuilt
 
     def save(self, directory: str | os.PathLike[str]) -> str:
-        """Write :data:`STATE_FILENAME` into ``directory`` atomically; returns the file path."""
-        os.makedirs(directory, exist_ok=True)
+        """Write :data:`STATE_FILENAME` into ``directory`` atomically; returns the file path.
+
+        Raises:
+            ValueError: the state holds a NaN or an infinity (naming where): such a prior would
+                poison every step after a resume, so it is never written (nothing is written).
+        """
         path = os.path.join(directory, STATE_FILENAME)
-        payload = json.dumps(self.state_dict(), indent=1, allow_nan=True)
-        # Write-then-rename so that a crash mid-save never leaves a truncated state file.
-        fd, tmp = tempfile.mkstemp(prefix=".ebpo_state.", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(payload)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        state = self.state_dict()
+        where = non_finite_entry(state)
+        if where is not None:
+            raise ValueError(
+                f"refusing to save EBPO estimator state to {path}: {where} is not finite "
+                "(a NaN/inf prior would poison every step after a resume)"
+            )
+        write_json(path, state, indent=1)  # temporary file + rename: never a truncated state file
         return path
 
     def load(self, directory: str | os.PathLike[str]) -> bool:
-        """Restore from ``directory/STATE_FILENAME``; False (store untouched) if there is none."""
+        """Restore from ``directory/STATE_FILENAME``; False (store untouched) if there is none.
+
+        Raises:
+            ValueError: the file is not JSON, holds a NaN/inf, or does not describe estimators
+                of this version; the message names the file. The store is left untouched.
+        """
         path = os.path.join(directory, STATE_FILENAME)
         if not os.path.exists(path):
             return False
-        with open(path) as handle:
-            state = json.load(handle)
         try:
+            with open(path, encoding="utf-8") as handle:
+                state = json.load(handle)
+            where = non_finite_entry(state)
+            if where is not None:
+                raise ValueError(f"{where} is not finite; a saved prior is never NaN or infinite")
             self.load_state_dict(state)
-        except ValueError as error:
+        except ValueError as error:  # json.JSONDecodeError is a ValueError too
             raise ValueError(f"cannot restore EBPO estimator state from {path}: {error}") from error
         self.restored_from = str(directory)
         return True
@@ -173,12 +183,12 @@ class EstimatorStore:
         """Append ``record`` as one JSON line; returns the path written, or None without a sink."""
         path = self.metrics_path(explicit_path)
         if path is None:
-            if not self._warned_no_sink:
-                logger.info(
-                    "ebpo: no metrics file configured (set algorithm.ebpo.metrics_file or "
-                    "trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback)"
-                )
-                self._warned_no_sink = True
+            self.warn_once(
+                "no-sink",
+                "ebpo: no metrics file configured (set algorithm.ebpo.metrics_file or "
+                "trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback)",
+                level=logging.INFO,
+            )
             return None
         line = json.dumps({"time": time.time(), **{k: _jsonable(v) for k, v in record.items()}})
         directory = os.path.dirname(path)
@@ -187,6 +197,32 @@ class EstimatorStore:
         with self._lock, open(path, "a") as handle:
             handle.write(line + "\n")
         return path
+
+    def warn_once(self, key: str, message: str, *args: Any, level: int = logging.WARNING) -> bool:
+        """Log ``message`` the first time ``key`` is seen in this process (until :meth:`clear`)."""
+        with self._lock:
+            if key in self._warned:
+                return False
+            self._warned.add(key)
+        logger.log(level, message, *args)
+        return True
+
+
+def non_finite_entry(value: Any, where: str = "state") -> str | None:
+    """The path (``state.estimators[0].state...``) of the first NaN/inf number in ``value``, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} = {value}"
+    if isinstance(value, Mapping):
+        items = ((f"{where}.{key}", item) for key, item in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{where}[{i}]", item) for i, item in enumerate(value))
+    else:
+        return None
+    for path, item in items:
+        found = non_finite_entry(item, path)
+        if found is not None:
+            return found
+    return None
 
 
 def _jsonable(value: Any) -> Any:
