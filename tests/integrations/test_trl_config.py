@@ -72,7 +72,13 @@ def test_make_config_unknown_preset_lists_choices():
         ({"overlong_penalty_factor": float("nan")}, "overlong_penalty_factor"),
         ({"cluster_column": ""}, "cluster_column"),
         ({"estimator_options": {"per_cluster": True}}, "cluster_column"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation"),
+        ({"multi_objective_aggregation": "mean"}, "multi_objective_aggregation must be one of"),
+        ({"filter_groups_metric": "acc"}, "filter_groups_metric must be one of"),
+        ({"scale_rewards": "std"}, "scale_rewards must be one of"),
+        (
+            {"advantage_estimator": "grpo", "scale_rewards": "batch", "estimator_options": {"scale": "group"}},
+            "scale_rewards='batch' and estimator_options\\['scale'\\]='group' disagree",
+        ),
     ],
 )
 def test_bad_options_raise_value_error_naming_them(kwargs, match):
@@ -85,3 +91,40 @@ def test_estimator_options_accept_json_and_curriculum_turns_shuffle_off():
     assert cfg.estimator_options == {"prior": "ema", "half_life": 20}
     assert cfg.shuffle_dataset is False
     assert config().shuffle_dataset is True
+
+
+def test_normalize_then_sum_is_accepted():
+    assert config(multi_objective_aggregation="normalize_then_sum").multi_objective_aggregation == "normalize_then_sum"
+
+
+@pytest.mark.parametrize(("value", "scale"), [("group", "group"), ("batch", "batch"), ("none", "none"), (True, "group"), (False, "none")])
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo"])
+def test_scale_rewards_becomes_the_scale_of_estimators_that_have_one(value, scale, estimator, recwarn):
+    cfg = config(advantage_estimator=estimator, scale_rewards=value)
+    assert cfg.scale_rewards == scale
+    assert cfg.estimator_kwargs == {"nan_policy": "mask", "scale": scale}
+    assert ebpo.make_estimator(estimator, **cfg.estimator_kwargs).scale == scale
+    assert not [w for w in recwarn if "scale_rewards" in str(w.message)]
+
+
+def test_scale_rewards_unset_leaves_the_estimator_alone(recwarn):
+    assert config(advantage_estimator="dr_grpo").estimator_kwargs == {"nan_policy": "mask"}
+    assert config().scale_rewards is None
+    assert not [w for w in recwarn if "scale_rewards" in str(w.message)]
+
+
+@pytest.mark.parametrize("estimator", ["ebpo", "ebpo_bb", "rloo", "jspo", "reinforce_pp_baseline"])
+def test_scale_rewards_that_the_estimator_overrides_warns_naming_both(estimator):
+    with pytest.warns(UserWarning, match=f"scale_rewards='batch' has no effect with advantage_estimator='{estimator}'"):
+        cfg = config(advantage_estimator=estimator, scale_rewards="batch")
+    assert "scale" not in cfg.estimator_kwargs
+
+
+def test_scale_rewards_warning_is_shown_once(recwarn):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's default: once per message and calling line
+        for _ in range(3):
+            config(advantage_estimator="ebpo", scale_rewards="group")
+    assert len([w for w in caught if "scale_rewards" in str(w.message)]) == 1
