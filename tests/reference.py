@@ -87,26 +87,39 @@ def reinforce_pp(rewards, group_ids, mask=None, eps=1e-6):
     return normalize(raw, sorted(valid_rows), "batch", eps), base
 
 
-def jspo(rewards, group_ids, mask=None, eps=1e-6):
+def jspo(rewards, group_ids, mask=None, eps=1e-6, lambda_form="released_code"):
+    """JSPO (Zeng et al., 2025) from the formula of the authors' released code, one prompt at a
+    time (issue #10 item 1; tests/reference.py is not derived from our vectorised code):
+
+        λ_i = v_{−i} / (v_{−i} + s_{−i} + 1e-6)          (lambda_form="released_code")
+        λ_i = ((K−1)/K) · v_{−i} / (v_{−i} + s_{−i} + 1e-6)  ("project_page", K = number of prompts)
+        b_{i,k} = (1 − λ_i)·(mean of group i without response k) + λ_i·μ_{−i},   A = r − b
+
+    over the other prompts j ≠ i: μ_{−i} = mean of their means, s_{−i} = population variance of
+    their means, v_{−i} = mean of (unbiased variance_j / m_j). Our documented conventions where
+    that is undefined: prompts with one response are left out of v (no variance), and their
+    baseline is μ_{−i} (λ reported as 1); with no other prompt λ = 0 and a singleton's baseline
+    is 0.
+    """
     n = len(rewards)
     adv, base, lam_out = [0.0] * n, [0.0] * n, [0.0] * n
     groups = valid_groups(rewards, group_ids, mask)
-    stats = {}
-    for g, rows in groups.items():
-        values = [r for _, r in rows]
-        var = statistics.variance(values) if len(values) >= 2 else 0.0
-        stats[g] = (statistics.fmean(values), var / len(values))
-    for g, rows in groups.items():
-        size = len(rows)
-        others = [stats[k] for k in groups if k != g]
-        if others:
-            others_mean = statistics.fmean([m for m, _ in others])
-            v = statistics.fmean([noise for _, noise in others])
-            s = statistics.pvariance([m for m, _ in others])
-            ratio = v / (v + s) if v + s > eps else 1.0
-            lam = (size - 1) / size * ratio
+    num_prompts = len(groups)
+    for prompt, rows in groups.items():
+        others = [[r for _, r in other_rows] for other, other_rows in groups.items() if other != prompt]
+        if not others:
+            lam, others_mean = 0.0, 0.0
+        elif len(rows) == 1:
+            lam, others_mean = 1.0, statistics.fmean([statistics.fmean(values) for values in others])
         else:
-            others_mean, lam = 0.0, 0.0
+            means = [statistics.fmean(values) for values in others]
+            others_mean = statistics.fmean(means)
+            s = statistics.pvariance(means)
+            noises = [statistics.variance(values) / len(values) for values in others if len(values) >= 2]
+            v = statistics.fmean(noises) if noises else 0.0
+            lam = v / (v + s + eps)
+            if lambda_form == "project_page":
+                lam *= (num_prompts - 1) / num_prompts
         for row, r in rows:
             loo_values = [x for other_row, x in rows if other_row != row]
             loo = statistics.fmean(loo_values) if loo_values else 0.0
@@ -114,6 +127,33 @@ def jspo(rewards, group_ids, mask=None, eps=1e-6):
             adv[row] = r - base[row]
             lam_out[row] = lam
     return adv, base, lam_out
+
+
+def authors_ebpo_batch(rewards, group_ids, mask=None, norm_adv_by_std=True, eps=1e-6):
+    """A port, written from the description of the EBPO authors' verl function (issue #10 item 2,
+    shared/spec/EBPO.md), of one call of their estimator: statistics of the current batch only.
+
+    μ = mean of the group means; σ² = population variance of every reward; τ² = population
+    variance of the group means; S_m = (σ²/n_m)/(σ²/n_m + τ²), 1 if that denominator ≤ eps;
+    V_m = (1 − S_m)·r̄_m + S_m·μ; a = r − V; Â = (a − mean a)/(std a + eps) (unbiased std), or
+    a − mean a when ``norm_adv_by_std`` is False. Padding rows (mask 0) are dropped.
+    """
+    groups = valid_groups(rewards, group_ids, mask)
+    if not groups:
+        return [0.0] * len(rewards)
+    means = {g: statistics.fmean([r for _, r in rows]) for g, rows in groups.items()}
+    all_rewards = [r for rows in groups.values() for _, r in rows]
+    mu = statistics.fmean(means.values())
+    sigma2 = statistics.pvariance(all_rewards)
+    tau2 = statistics.pvariance(list(means.values()))
+    raw = [0.0] * len(rewards)
+    for g, rows in groups.items():
+        noise = sigma2 / len(rows)
+        s = noise / (noise + tau2) if noise + tau2 > eps else 1.0
+        for row, r in rows:
+            raw[row] = r - ((1 - s) * means[g] + s * mu)
+    valid_rows = sorted(row for rows in groups.values() for row, _ in rows)
+    return normalize(raw, valid_rows, "batch" if norm_adv_by_std else "center", eps)
 
 
 class ReferenceEBPO:
@@ -124,8 +164,9 @@ class ReferenceEBPO:
 
     def __init__(self, prior="history", half_life=50.0, within_variance="pooled", tau2="raw",
                  normalize="batch", per_cluster=False, min_cluster_groups=8, eps=1e-6,
-                 beta_binomial=False, warmup_groups=8):
+                 beta_binomial=False, warmup_groups=8, prior_mean="rewards"):
         self.prior, self.half_life, self.within_variance = prior, half_life, within_variance
+        self.prior_mean = prior_mean
         self.tau2, self.normalize, self.eps = tau2, normalize, eps
         self.per_cluster, self.min_cluster_groups = per_cluster, min_cluster_groups
         self.beta_binomial, self.warmup_groups = beta_binomial, warmup_groups
@@ -148,6 +189,8 @@ class ReferenceEBPO:
         count_means, means_mean, tau2 = self._weighted("group_mean", step_now, cluster)
         _, within_mean, _ = self._weighted("group_var", step_now, cluster)
         sigma2 = pooled if self.within_variance == "pooled" else within_mean
+        if self.prior_mean == "group_means":
+            mu = means_mean
         return mu, sigma2, tau2, means_mean, count_means
 
     def __call__(self, rewards, group_ids, mask=None, clusters=None, update=True):

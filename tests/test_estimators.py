@@ -87,20 +87,106 @@ def test_reinforce_pp_baseline_matches_reference(batch):
     check(res.baselines, base)
 
 
-@settings(max_examples=60, deadline=None)
-@given(batches())
-def test_jspo_matches_reference(batch):
+@settings(max_examples=80, deadline=None)
+@given(batches(), st.sampled_from(["released_code", "project_page"]))
+def test_jspo_matches_reference(batch, lambda_form):
     rewards, ids, mask, _ = batch
-    res = ebpo.make_estimator("jspo")(as_tensor(rewards), ids, mask=mask)
-    adv, base, lam = reference.jspo(rewards, ids, mask)
+    res = ebpo.make_estimator("jspo", lambda_form=lambda_form)(as_tensor(rewards), ids, mask=mask)
+    adv, base, lam = reference.jspo(rewards, ids, mask, lambda_form=lambda_form)
     check(res.advantages, adv)
     check(res.baselines, base)
     check(res.shrinkage, lam)
 
 
+# ---------------------------------------------------------------------- fidelity to the authors' formulas
+def fidelity_batches(seed: int = 0, count: int = 300):
+    """Random batches as the issue asks: uneven groups (sizes 1-8), shuffled rows, continuous or
+    0/1 rewards, padding rows (mask 0) in a third of them."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        sizes = rng.integers(1, 9, size=int(rng.integers(1, 12)))
+        ids = np.repeat(np.arange(len(sizes)), sizes)
+        if rng.random() < 0.5:
+            rewards = (rng.random(len(ids)) < rng.beta(1, 1, size=len(sizes))[ids]).astype(float)
+        else:
+            rewards = rng.normal(rng.normal(size=len(sizes))[ids], rng.uniform(0.1, 2.0))
+        mask = rng.random(len(ids)) < 0.85 if rng.random() < 1 / 3 else None
+        order = rng.permutation(len(ids))
+        yield rewards[order], ids[order], (None if mask is None else mask[order])
+
+
+def max_delta_jspo(lambda_form: str = "released_code", seed: int = 0, count: int = 300) -> float:
+    """max |Δadvantage| between ``jspo`` and the per-prompt port of the authors' formula."""
+    worst = 0.0
+    for rewards, ids, mask in fidelity_batches(seed, count):
+        res = ebpo.make_estimator("jspo", lambda_form=lambda_form)(torch.from_numpy(rewards), ids, mask=mask)
+        expected, _, _ = reference.jspo(rewards.tolist(), ids.tolist(), mask, lambda_form=lambda_form)
+        worst = max(worst, float((res.advantages - as_tensor(expected)).abs().max()))
+    return worst
+
+
+def max_delta_ebpo_batch(prior_mean: str = "group_means", seed: int = 0, count: int = 300) -> float:
+    """max |Δadvantage| between ``ebpo(prior="batch")`` and the port of the authors' function, with
+    norm_adv_by_std_in_grpo True (normalize="batch") and False (normalize="center")."""
+    worst = 0.0
+    for rewards, ids, mask in fidelity_batches(seed, count):
+        for normalize, by_std in (("batch", True), ("center", False)):
+            est = ebpo.make_estimator("ebpo", prior="batch", prior_mean=prior_mean, normalize=normalize)
+            res = est(torch.from_numpy(rewards), ids, mask=mask)
+            expected = reference.authors_ebpo_batch(rewards.tolist(), ids.tolist(), mask, norm_adv_by_std=by_std)
+            worst = max(worst, float((res.advantages - as_tensor(expected)).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("lambda_form", ["released_code", "project_page"])
+def test_jspo_equals_the_authors_formula_on_uneven_batches(lambda_form):
+    assert max_delta_jspo(lambda_form) < 1e-12
+
+
+def test_ebpo_batch_prior_equals_the_authors_function_on_uneven_batches():
+    """Issue #10 item 2: with prior_mean="group_means" the batch prior is the authors' estimator;
+    the mean of all rewards (our default) differs as soon as groups differ in size."""
+    assert max_delta_ebpo_batch("group_means") < 1e-12
+    assert max_delta_ebpo_batch("rewards") > 1e-3
+
+
+def test_jspo_lambda_has_no_group_size_factor():
+    """Issue #10 item 1, by hand, G = 2: the released code's λ has no (G−1)/G factor (ours had it,
+    halving λ), and the project page's factor is (K−1)/K with K = 3 prompts."""
+    rewards = [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    ids = [0, 0, 1, 1, 2, 2]
+    # For prompt 0, the other prompts have means 0 and 1 (v = 0 each): μ = 0.5, s = 0.25, v = 0 → λ = 0.
+    # For prompt 1: others (0.5, 1): μ = 0.75, s = 0.0625, v = (0.5/2 + 0)/2 = 0.125.
+    v, s = 0.125, 0.0625
+    lam = v / (v + s + 1e-6)
+    res = ebpo.make_estimator("jspo")(rewards, ids)
+    assert float(res.shrinkage[2]) == pytest.approx(lam, rel=1e-6)
+    assert float(res.baselines[2]) == pytest.approx((1 - lam) * 0.0 + lam * 0.75, rel=1e-6)
+    page = ebpo.make_estimator("jspo", lambda_form="project_page")(rewards, ids)
+    assert float(page.shrinkage[2]) == pytest.approx(lam * 2 / 3, rel=1e-6)
+
+
+def test_jspo_is_plain_rloo_when_the_other_prompts_do_not_vary():
+    """v + s ≈ 0 over the other prompts gives λ = 0 (the released code); ours used to set (G−1)/G."""
+    rewards, ids = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0], [0, 0, 1, 1, 2, 2]
+    res = ebpo.make_estimator("jspo")(rewards, ids)
+    rloo = ebpo.make_estimator("rloo")(rewards, ids)
+    torch.testing.assert_close(res.advantages[:2], rloo.advantages[:2], atol=1e-5, rtol=0)
+    assert float(res.shrinkage[0]) == 0.0
+
+
+def test_jspo_singleton_prompt_uses_the_other_prompts_mean():
+    res = ebpo.make_estimator("jspo")([1.0, 0.0, 1.0, 0.5], [0, 1, 1, 2])
+    assert float(res.baselines[3]) == pytest.approx(0.75)  # mean of the means 1.0 and 0.5
+    assert float(res.shrinkage[3]) == 1.0
+    alone = ebpo.make_estimator("jspo")([0.5], [0])
+    assert float(alone.baselines[0]) == 0.0 and float(alone.advantages[0]) == 0.5
+
+
 EBPO_OPTIONS = st.fixed_dictionaries(
     {
         "prior": st.sampled_from(["history", "batch", "ema"]),
+        "prior_mean": st.sampled_from(["rewards", "group_means"]),
         "half_life": st.sampled_from([1.0, 3.0, 50.0]),
         "within_variance": st.sampled_from(["pooled", "within"]),
         "tau2": st.sampled_from(["raw", "corrected"]),
@@ -123,9 +209,15 @@ def test_ebpo_matches_reference_over_several_steps(stream, options, updates):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(batches(with_clusters=True), min_size=1, max_size=4), st.sampled_from(["history", "ema"]), st.integers(1, 4))
-def test_ebpo_per_cluster_matches_reference(stream, prior, min_cluster_groups):
-    options = {"prior": prior, "per_cluster": True, "min_cluster_groups": min_cluster_groups, "half_life": 2.0}
+@given(
+    st.lists(batches(with_clusters=True), min_size=1, max_size=4),
+    st.sampled_from(["history", "ema"]),
+    st.integers(1, 4),
+    st.sampled_from(["rewards", "group_means"]),
+)
+def test_ebpo_per_cluster_matches_reference(stream, prior, min_cluster_groups, prior_mean):
+    options = {"prior": prior, "per_cluster": True, "min_cluster_groups": min_cluster_groups, "half_life": 2.0,
+               "prior_mean": prior_mean}
     est = ebpo.make_estimator("ebpo", **options)
     ref = reference.ReferenceEBPO(**options)
     for rewards, ids, mask, clusters in stream:

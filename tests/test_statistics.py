@@ -75,3 +75,41 @@ def test_state_dict_round_trip_and_validation():
         RunningMoments.from_state_dict({"mean": 1.0})
     with pytest.raises(ValueError, match="finite"):
         RunningMoments.from_state_dict({"count": 1.0, "mean": math.nan, "m2": 0.0})
+
+
+def test_overflowing_update_raises_and_leaves_the_moments_unchanged():
+    moments = RunningMoments().update(torch.tensor([0.0, 1.0]))
+    before = moments.state_dict()
+    with pytest.raises(ValueError, match="running statistics overflow float64"):
+        moments.add_moments(2.0, 1e300, 0.0)  # δ²·n_a·n_b/n = 1e600
+    assert moments.state_dict() == before
+
+
+def test_first_update_with_a_huge_mean_is_not_nan():
+    """δ²·0 with δ² = inf used to give NaN on an empty accumulator."""
+    moments = RunningMoments().add_moments(2.0, 5e299, 0.0)
+    assert moments.state_dict() == {"count": 2.0, "mean": 5e299, "m2": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"count": 10**400, "mean": 0.0, "m2": 0.0}, "finite numbers"),
+        ({"count": "2", "mean": 0.0, "m2": 0.0}, "finite numbers"),
+        ({"count": True, "mean": 0.0, "m2": 0.0}, "finite numbers"),
+        ({"count": 2.0, "mean": math.inf, "m2": 0.0}, "must be finite"),
+        ({"count": -1.0, "mean": 0.0, "m2": 0.0}, "count >= 0"),
+        ({"count": 2.0, "mean": 0.0, "m2": -1e-3}, "m2 >= 0"),
+        ({"count": 0.0, "mean": 0.5, "m2": 0.0}, "count 0 must have mean 0 and m2 0"),
+        ({"count": 0.0, "mean": 0.0, "m2": 1.0}, "count 0 must have mean 0 and m2 0"),
+        ([1, 2, 3], "finite numbers"),
+    ],
+)
+def test_from_state_dict_refuses_impossible_moments(state, message):
+    with pytest.raises(ValueError, match=message):
+        RunningMoments.from_state_dict(state)
+
+
+def test_merge_refuses_what_is_not_running_moments():
+    with pytest.raises(ValueError, match="merge expects another RunningMoments, got NoneType"):
+        RunningMoments().merge(None)

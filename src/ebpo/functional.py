@@ -9,7 +9,8 @@ invalid rows (padding, rejected samples) contribute nothing to any sum.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import math
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ __all__ = [
     "segment_sum",
     "group_moments",
     "leave_one_out_mean",
+    "leave_one_group_out_moments",
     "shrinkage_factor",
     "empirical_bayes_baseline",
     "normalize_advantages",
@@ -31,29 +33,42 @@ __all__ = [
 ]
 
 
-def factorize(ids: Any) -> tuple[torch.Tensor, Sequence[Hashable]]:
+def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Sequence[Hashable]]:
     """Map arbitrary group ids to dense integers.
 
     Returns ``(index, uniques)``: ``index[i]`` in ``[0, len(uniques))`` and ``uniques[index[i]]``
     equals ``ids[i]``. ``uniques`` is a tensor or numpy array (see :func:`plain_labels`).
+    ``argument`` names the input in error messages (``"group_ids"``, ``"clusters"``).
 
     * Integers spanning a range not much wider than N: a presence table (``bincount``) and a
-      cumulative sum, O(N); other integers: ``torch.unique``.
+      cumulative sum, O(N); other integers: ``torch.unique``. Unsigned 64-bit ids of 2**63 or more
+      keep their value (``np.unique``), and Python ints that numpy would turn into float64 (a list
+      mixing ids ≥ 2**63 with others) are hashed exactly.
     * Fixed-width numpy strings: ``np.unique``.
     * Python objects (verl passes a numpy object array of uuid strings; lists of strings or
       tuples): each id is hashed once into a first-seen dictionary. There is no vectorised
       primitive for Python objects; hashing is O(N) and, on 16,384 uuids, about 5x faster than
       sorting them as ``np.unique`` does (benchmarks/bench_advantages.py).
+
+    Raises:
+        ValueError: floating-point or complex ids, unhashable ids, or a container without an
+            order (set, dict, string) instead of one id per response.
     """
+    check_positional(argument, ids)
     if isinstance(ids, torch.Tensor):
         if ids.dtype.is_floating_point or ids.dtype.is_complex:
-            raise ValueError(f"group_ids must hold integers or hashable ids, got a {ids.dtype} tensor")
+            raise ValueError(f"{argument} must hold integers or hashable ids, got a {ids.dtype} tensor")
+        if ids.dtype in _WIDE_UNSIGNED:  # torch cannot cast them to int64 without wrapping around
+            return factorize(ids.detach().cpu().numpy(), argument)
         return _factorize_integers(ids.detach().reshape(-1).cpu().to(torch.int64))
     array = ids if isinstance(ids, np.ndarray) else _as_array(ids)
     if array.dtype.kind in "iub":
+        if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+            uniques, inverse = np.unique(array, return_inverse=True)
+            return torch.from_numpy(inverse.astype(np.int64, copy=False).reshape(-1)), uniques
         return _factorize_integers(torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)))
     if array.dtype.kind in "fc":
-        raise ValueError(f"group_ids must hold integers or hashable ids, got floats ({array.dtype})")
+        raise ValueError(f"{argument} must hold integers or hashable ids, got floats ({array.dtype})")
     if array.dtype.kind in "US":
         uniques, inverse = np.unique(array, return_inverse=True)
         return torch.from_numpy(inverse.astype(np.int64, copy=False).reshape(-1)), uniques
@@ -63,10 +78,22 @@ def factorize(ids: Any) -> tuple[torch.Tensor, Sequence[Hashable]]:
             (first_seen.setdefault(x, len(first_seen)) for x in array.tolist()), dtype=np.int64, count=len(array)
         )
     except TypeError as error:
-        raise ValueError(f"group_ids must be hashable (ints, strings, tuples, ...): {error}") from error
+        raise ValueError(f"{argument} must be hashable (ints, strings, tuples, ...): {error}") from error
     uniques = np.empty(len(first_seen), dtype=object)
     uniques[:] = list(first_seen)
     return torch.from_numpy(inverse), uniques
+
+
+_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint32", "uint64") if hasattr(torch, name))
+
+
+def check_positional(argument: str, values: Any) -> None:
+    """Refuse containers that have a length but no order: one entry per response is positional."""
+    if isinstance(values, (str, bytes, set, frozenset, Mapping)):
+        raise ValueError(
+            f"{argument} must be a 1-D sequence with one entry per response (list, tuple, array or "
+            f"tensor), got a {type(values).__name__}"
+        )
 
 
 def plain_labels(uniques: Sequence[Hashable]) -> list[Hashable]:
@@ -78,13 +105,20 @@ def plain_labels(uniques: Sequence[Hashable]) -> list[Hashable]:
 def _as_array(ids: Sequence[Hashable]) -> np.ndarray:
     try:
         array = np.asarray(ids)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         array = None
-    # Keep numpy's conversion only for plain numbers: it would turn [1, "1"] into two equal strings.
+    # Keep numpy's conversion only for plain numbers: it would turn [1, "1"] into two equal strings,
+    # and [2**63, -1] into float64 (losing ids that differ in the last digits).
+    if array is not None and array.dtype.kind == "f" and array.ndim == 1 and _all_python_ints(ids):
+        array = None
     if array is None or array.ndim != 1 or array.dtype.kind not in "iubf":
         array = np.empty(len(ids), dtype=object)  # strings, tuples and mixed types stay whole
         array[:] = list(ids)
     return array
+
+
+def _all_python_ints(values: Sequence[Any]) -> bool:
+    return all(isinstance(x, (int, np.integer)) for x in values)
 
 
 def _factorize_integers(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,6 +178,35 @@ def leave_one_out_mean(
     return torch.where(n > 1, (n * mean[index] - rewards) / (n - 1).clamp(min=1), torch.zeros_like(rewards))
 
 
+def leave_one_group_out_moments(
+    values: torch.Tensor, include: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For every entry ``k``: count, mean and population variance of ``values[j]`` over the OTHER
+    included entries ``j ≠ k`` (``include`` 0/1 per entry; an excluded ``k`` sees all included).
+
+    ``c_{−k} = C − include_k``, ``mean_{−k} = (S − include_k·x_k) / c_{−k}``,
+    ``var_{−k} = Σ_{j≠k} (x_j − mean_{−k})² / c_{−k}``. The sum of squares is taken about the mean
+    of all included entries, ``Σ_{j≠k}(x_j − mean_{−k})² = T − include_k·(x_k − m)²·C/(C − 1)`` with
+    ``T = Σ_j (x_j − m)²``, so that values with a large common offset keep their precision.
+    Mean and variance are 0 where no other entry is included. O(K) for K entries.
+    """
+    include = include.to(values.dtype)
+    count = include.sum()
+    if float(count) == 0:
+        zeros = torch.zeros_like(values)
+        return zeros, zeros, zeros
+    overall = (values * include).sum() / count
+    deviation_sq = (values - overall) ** 2
+    total_sq = (deviation_sq * include).sum()
+    others = count - include
+    safe = others.clamp(min=1)
+    others_mean = torch.where(others > 0, (overall * count - values * include) / safe, torch.zeros_like(values))
+    # C/(C − 1) only matters for included entries, and C ≥ 2 whenever an included entry has others.
+    removed = include * deviation_sq * count / (count - 1).clamp(min=1)
+    others_var = torch.where(others > 0, (total_sq - removed).clamp(min=0) / safe, torch.zeros_like(values))
+    return others, others_mean, others_var
+
+
 def shrinkage_factor(
     sigma2: torch.Tensor | float, tau2: torch.Tensor | float, group_size: torch.Tensor, eps: float
 ) -> torch.Tensor:
@@ -178,7 +241,15 @@ def masked_std(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tenso
     if n < 2:
         return torch.ones((), dtype=values.dtype, device=values.device)
     mean = masked(values, weight).sum() / n
-    return (masked((values - mean) ** 2, weight).sum() / (n - 1)).sqrt()
+    std = (masked((values - mean) ** 2, weight).sum() / (n - 1)).sqrt()
+    _check_finite_spread(float(std))
+    return std
+
+
+def _check_finite_spread(std: float) -> None:
+    # An overflowing sum of squares would make every advantage divided by it silently 0.
+    if not math.isfinite(std):
+        raise ValueError("the spread of this batch overflows float64 (values near 1e154 or larger); rescale the rewards")
 
 
 def normalize_advantages(raw: torch.Tensor, weight: torch.Tensor | None, mode: str, eps: float) -> torch.Tensor:
@@ -197,6 +268,7 @@ def normalize_advantages(raw: torch.Tensor, weight: torch.Tensor | None, mode: s
     centred = raw - masked(raw, weight).sum() / n
     if mode == "batch":
         std = float((masked(centred**2, weight).sum() / (n - 1)).sqrt()) if n >= 2 else 1.0
+        _check_finite_spread(std)
         # The revision's condition std(a) > 0: when every raw advantage is the same (e.g. every group
         # of the batch failed), centring leaves only rounding residue, which must not be amplified.
         if std <= _RELATIVE_TOLERANCE * (1.0 + float(raw.abs().max())):

@@ -83,14 +83,25 @@ class RunningMoments:
         return self.m2 / self.count if self.count > 0 else 0.0
 
     def add_moments(self, count: float, mean: float, m2: float) -> RunningMoments:
-        """Fold in a batch summarised by its own ``(count, mean, M2)``."""
+        """Fold in a batch summarised by its own ``(count, mean, M2)``.
+
+        Raises ValueError, leaving this accumulator unchanged, if the result would not be finite
+        (rewards so large that their squared deviations overflow float64): a NaN or inf moment
+        would silently poison every later estimate.
+        """
         if count <= 0:
             return self
         total = self.count + count
         delta = mean - self.mean
-        self.mean = self.mean + delta * count / total
-        self.m2 = self.m2 + m2 + delta * delta * self.count * count / total
-        self.count = total
+        new_mean = self.mean + delta * (count / total)
+        # δ·(δ·w) rather than δ²·w: with nothing seen yet (w = 0) a huge δ must not give inf·0 = NaN.
+        new_m2 = self.m2 + m2 + delta * (delta * (self.count * count / total))
+        if not all(math.isfinite(v) for v in (total, new_mean, new_m2)):
+            raise ValueError(
+                f"running statistics overflow float64 when adding (count={count!r}, mean={mean!r}, M2={m2!r}) "
+                f"to (count={self.count!r}, mean={self.mean!r}, M2={self.m2!r}); rescale the rewards"
+            )
+        self.count, self.mean, self.m2 = total, new_mean, new_m2
         return self
 
     def update(self, values: torch.Tensor, weight: torch.Tensor | None = None) -> RunningMoments:
@@ -99,6 +110,8 @@ class RunningMoments:
 
     def merge(self, other: RunningMoments) -> RunningMoments:
         """Combine with another accumulator in place (Chan et al., 1979)."""
+        if not isinstance(other, RunningMoments):
+            raise ValueError(f"merge expects another RunningMoments, got {type(other).__name__}")
         return self.add_moments(other.count, other.mean, other.m2)
 
     def decay(self, factor: float) -> RunningMoments:
@@ -115,10 +128,25 @@ class RunningMoments:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, float]) -> RunningMoments:
+        """Rebuild from :meth:`state_dict`; refuses what no sequence of updates can produce:
+        non-finite or negative count/M2, or a mean or M2 without any observation."""
         try:
-            moments = cls(float(state["count"]), float(state["mean"]), float(state["m2"]))
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"running moments state must have numeric 'count', 'mean', 'm2'; got {state!r}") from error
-        if not all(math.isfinite(v) for v in (moments.count, moments.mean, moments.m2)) or moments.count < 0 or moments.m2 < 0:
-            raise ValueError(f"running moments state must be finite with count >= 0 and m2 >= 0; got {state!r}")
+            moments = cls(*(_as_float(state[key]) for key in ("count", "mean", "m2")))
+        except (KeyError, TypeError, ValueError, OverflowError) as error:
+            raise ValueError(
+                f"running moments state must have finite numbers 'count', 'mean', 'm2'; got {state!r}"
+            ) from error
+        if not all(math.isfinite(v) for v in (moments.count, moments.mean, moments.m2)):
+            raise ValueError(f"running moments state must be finite; got {state!r}")
+        if moments.count < 0 or moments.m2 < 0:
+            raise ValueError(f"running moments state must have count >= 0 and m2 >= 0; got {state!r}")
+        if moments.count == 0 and (moments.mean != 0 or moments.m2 != 0):
+            raise ValueError(f"running moments state with count 0 must have mean 0 and m2 0; got {state!r}")
         return moments
+
+
+def _as_float(value: object) -> float:
+    # float("3") and float(True) would accept a string or a bool; a saved moment is a number.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)  # OverflowError for an int beyond float64 (10**400)

@@ -17,14 +17,22 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Hashable
+import numbers
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from ebpo.functional import factorize, group_moments, masked, plain_labels, segment_sum
+from ebpo.functional import (
+    check_positional,
+    factorize,
+    group_moments,
+    masked,
+    plain_labels,
+    segment_sum,
+)
 
 __all__ = [
     "AdvantageEstimator",
@@ -172,6 +180,9 @@ class AdvantageEstimator:
     name: ClassVar[str] = ""
     #: whether ``clusters`` is used (others accept and ignore it)
     uses_clusters: ClassVar[bool] = False
+    #: True when ``_compute`` itself validates its outputs with :func:`check_outputs` (a stateful
+    #: estimator must, before it commits its state); ``_result`` then does not check them again
+    checks_own_outputs: ClassVar[bool] = False
 
     def __init__(self, *, eps: float = 1e-6, nan_policy: str = "raise") -> None:
         _check_positive("eps", eps)
@@ -211,9 +222,29 @@ class AdvantageEstimator:
         """Forget all running statistics."""
 
     def _check_state_owner(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("estimator") != self.name:
-            owner = state.get("estimator") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"state belongs to estimator {owner!r}, cannot load it into {self.name!r}")
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        if state.get("estimator") != self.name:
+            raise ValueError(f"state belongs to estimator {state.get('estimator')!r}, cannot load it into {self.name!r}")
+
+    def _check_state_options(self, state: Mapping[str, Any], names: tuple[str, ...]) -> None:
+        """Refuse a state saved under different values of the options ``names`` (those that define
+        what the saved statistics mean)."""
+        saved = state.get("options")
+        if not isinstance(saved, Mapping):
+            raise ValueError(
+                f"state has no 'options' dict (expected the one state_dict() writes, with {list(names)}); "
+                f"got {saved!r}"
+            )
+        for name in names:
+            ours = getattr(self, name)
+            if name not in saved:
+                raise ValueError(f"state does not record option {name!r}; this estimator has {name}={ours!r}")
+            if saved[name] != ours:
+                raise ValueError(
+                    f"state was saved with {name}={saved[name]!r} but this estimator has {name}={ours!r}; "
+                    f"build the estimator with {name}={saved[name]!r} to load it"
+                )
 
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={getattr(self, k)!r}" for k in estimator_options(self.name) if hasattr(self, k))
@@ -253,6 +284,7 @@ class AdvantageEstimator:
         group_index, uniques = factorize(group_ids)
         num_groups = len(uniques)
         count, mean, variance = group_moments(reward_tensor, group_index, weight, num_groups)
+        _check_finite_statistics(reward_tensor, uniques, mean, variance)
 
         cluster_index = cluster_labels = None
         if clusters is not None:
@@ -290,8 +322,13 @@ class AdvantageEstimator:
     ) -> AdvantageResult:
         # Every input is finite on invalid rows (rewards were zeroed), so a product masks them.
         advantage, baseline, shrinkage = (masked(t, batch.weight) for t in (advantage, baseline, shrinkage))
+        if not self.checks_own_outputs:
+            check_outputs(batch, advantages=advantage, baselines=baseline, shrinkage=shrinkage)
         metrics = common_metrics(batch, advantage)
         metrics.update(extra_metrics)
+        overflowed = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+        if overflowed:
+            raise ValueError(f"the statistics {overflowed} of this batch overflow float64; rescale the rewards")
 
         def out(t: torch.Tensor) -> torch.Tensor:
             return t.to(dtype=batch.out_dtype, device=batch.out_device)
@@ -302,19 +339,44 @@ class AdvantageEstimator:
 # ---------------------------------------------------------------------- helpers
 def _as_reward_tensor(rewards: Any) -> tuple[torch.Tensor, torch.dtype, torch.device]:
     if isinstance(rewards, torch.Tensor):
+        if rewards.dtype.is_complex:
+            raise ValueError(f"rewards must be real numbers, got a {rewards.dtype} tensor")
         out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
         out_device = rewards.device
         tensor = rewards.detach().to(device="cpu", dtype=torch.float64)
     else:
-        try:
-            array = np.asarray(rewards, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"rewards must be numbers (a 1-D tensor, array or list); {error}") from error
+        if isinstance(rewards, (str, bytes, set, frozenset, Mapping)):
+            raise ValueError(f"rewards must be a 1-D tensor, array or list of numbers, got a {type(rewards).__name__}")
+        array = _as_real_array(rewards)
         tensor = torch.from_numpy(array.copy())
         out_dtype, out_device = torch.float32, torch.device("cpu")
     if tensor.dim() != 1:
         raise ValueError(f"rewards must be 1-D (one reward per response), got shape {tuple(tensor.shape)}")
     return tensor, out_dtype, out_device
+
+
+def _as_real_array(rewards: Any) -> np.ndarray:
+    """float64 numpy copy of ``rewards``; refuses what numpy would convert silently or lossily
+    (complex numbers lose their imaginary part, strings such as "1" become numbers)."""
+    try:
+        raw = np.asarray(rewards)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"rewards must be numbers (a 1-D tensor, array or list); {error}") from error
+    kind = raw.dtype.kind
+    if kind == "c":
+        raise ValueError(f"rewards must be real numbers, got complex values ({raw.dtype})")
+    if kind in "USV":
+        raise ValueError(f"rewards must be numbers, got {raw.dtype} values such as {raw.reshape(-1)[:1].tolist()}")
+    if kind == "O":  # mixed Python objects: numpy would turn None into NaN and "1" into 1.0
+        for row, value in enumerate(raw.reshape(-1).tolist()):
+            if isinstance(value, complex) or not isinstance(value, numbers.Real):
+                raise ValueError(f"rewards must be real numbers, got {type(value).__name__} {value!r} at row {row}")
+    elif kind not in "biuf":
+        raise ValueError(f"rewards must be numbers, got {raw.dtype} values")
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"rewards must be finite real numbers (a 1-D tensor, array or list); {error}") from error
 
 
 def _length(values: Any) -> int | None:
@@ -328,6 +390,7 @@ def _length(values: Any) -> int | None:
 
 
 def _check_length(argument: str, values: Any, n: int) -> None:
+    check_positional(argument, values)
     shape = getattr(values, "shape", None)
     if shape is not None and len(shape) != 1:
         raise ValueError(f"{argument} must be 1-D (one entry per response), got shape {tuple(shape)}")
@@ -339,21 +402,95 @@ def _check_length(argument: str, values: Any, n: int) -> None:
 
 
 def _as_mask(mask: Any, n: int) -> torch.Tensor:
+    """Boolean validity per row from a bool / 0-1 integer tensor, array or list."""
     _check_length("mask", mask, n)
-    tensor = mask.detach().cpu() if isinstance(mask, torch.Tensor) else torch.from_numpy(np.asarray(mask))
-    if tensor.dtype != torch.bool:
-        if tensor.dtype.is_floating_point or not torch.isin(tensor, torch.tensor([0, 1], dtype=tensor.dtype)).all():
-            raise ValueError(f"mask must be boolean (True = use the response), got dtype {tensor.dtype}")
-        tensor = tensor.to(torch.bool)
-    return tensor
+    if isinstance(mask, torch.Tensor):
+        tensor = mask.detach().cpu().reshape(-1)
+        if tensor.dtype == torch.bool:
+            return tensor
+        if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+            raise ValueError(f"mask must be boolean (True = use the response) or 0/1 integers, got dtype {tensor.dtype}")
+        # == works for every integer dtype (torch.isin does not for uint16/32/64)
+        if not bool(((tensor == 0) | (tensor == 1)).all()):
+            raise ValueError(f"mask must be boolean (True = use the response) or 0/1 integers, got values {_outside_01(tensor.tolist())}")
+        return tensor != 0
+    try:
+        array = np.asarray(mask)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"mask must be a 1-D list, array or tensor of booleans; {error}") from error
+    if array.dtype.kind == "b":
+        return torch.from_numpy(array.copy()).reshape(-1)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"mask must be boolean (True = use the response) or 0/1 integers, got dtype {array.dtype}")
+    if not bool(((array == 0) | (array == 1)).all()):
+        raise ValueError(f"mask must be boolean (True = use the response) or 0/1 integers, got values {_outside_01(array.tolist())}")
+    return torch.from_numpy(array != 0).reshape(-1)
+
+
+def _outside_01(values: list[Any]) -> list[Any]:
+    return [v for v in values if v not in (0, 1)][:3]
+
+
+def _check_finite_statistics(
+    rewards: torch.Tensor, labels: Any, mean: torch.Tensor, variance: torch.Tensor
+) -> None:
+    """Refuse a batch whose per-group mean or variance overflows float64 (rewards near 1e154 or
+    more), before any estimator state can see it."""
+    for name, values in (("mean", mean), ("variance", variance)):
+        bad = ~torch.isfinite(values)
+        if bad.any():
+            group = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"rewards are too large: the reward {name} of group {plain_labels(labels[group : group + 1])[0]!r} "
+                f"overflows float64 (largest |reward| {float(rewards.abs().max()):.3g}); rescale the rewards"
+            )
+
+
+def check_outputs(batch: Batch, **outputs: torch.Tensor) -> None:
+    """Every output (float64, masked) must be finite and fit the caller's dtype (e.g. fp16 holds
+    at most 65504): no silent inf or NaN. Raises ValueError naming the output."""
+    limit = torch.finfo(batch.out_dtype).max
+    for name, values in outputs.items():
+        if values.numel() == 0:
+            continue
+        low, high = torch.aminmax(values)  # one pass, no copy; NaN propagates
+        largest = max(-float(low), float(high)) if not (torch.isnan(low) or torch.isnan(high)) else math.nan
+        if not largest <= limit:  # also catches NaN
+            if not math.isfinite(largest):
+                raise ValueError(f"the {name} of this batch overflow float64 (rewards up to "
+                                 f"{float(batch.rewards.abs().max()):.3g}); rescale the rewards")
+            raise ValueError(
+                f"the {name} of this batch (up to {largest:.6g} in magnitude) do not fit the output dtype "
+                f"{str(batch.out_dtype).removeprefix('torch.')} (max {limit:.6g}); pass the rewards as a "
+                "float32 or float64 tensor, or rescale them"
+            )
+
+
+def check_json_label(argument: str, label: Any) -> None:
+    """A cluster label must survive a JSON round trip: str, int, bool, None, finite float, or a
+    tuple/list of those (tuples come back as tuples, see ``EBPO.load_state_dict``)."""
+    if label is None or isinstance(label, (str, int)):
+        return
+    if isinstance(label, float) and math.isfinite(label):
+        return
+    if isinstance(label, (tuple, list)):
+        for item in label:
+            check_json_label(argument, item)
+        return
+    raise ValueError(
+        f"{argument} labels must be strings, integers, finite floats, None or tuples of them (they are "
+        f"saved in state_dict() as JSON); got {type(label).__name__} {label!r}"
+    )
 
 
 def _group_clusters(
     clusters: Any, group_index: torch.Tensor, valid: torch.Tensor, num_groups: int
 ) -> tuple[torch.Tensor, list[Hashable]]:
     """Cluster of each group; every valid row of a group must carry the same label."""
-    row_cluster, uniques = factorize(clusters)
+    row_cluster, uniques = factorize(clusters, "clusters")
     labels = plain_labels(uniques)
+    for label in labels:  # one check per distinct label, not per row
+        check_json_label("clusters", label)
     big = torch.iinfo(torch.int64).max
     low = torch.full((num_groups,), big, dtype=torch.int64).scatter_reduce(
         0, group_index[valid], row_cluster[valid], reduce="amin"

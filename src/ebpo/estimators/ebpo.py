@@ -6,7 +6,8 @@ arXiv 2602.05165, Algorithm 1. For a batch of groups (one group = the responses 
 1. Fold the batch into three running statistics (before computing its advantages):
    ``W_glob`` ← every reward,  ``W_means`` ← every group mean ``r̄_m``,
    ``W_within`` ← every group's unbiased variance ``s²_m`` (groups with ≥ 2 responses).
-2. Prior parameters:  ``μ = mean(W_glob)``;
+2. Prior parameters:  ``μ = mean(W_glob)`` (``prior_mean="rewards"``) or ``μ = mean(W_means)``
+   (``"group_means"``, the authors' code; the two differ only when group sizes differ);
    ``σ² = var(W_glob)`` (``within_variance="pooled"``, paper v1 and the authors' code) or
    ``σ² = mean(W_within)`` (``"within"``, the revision);
    ``τ² = var(W_means)`` (``tau2="raw"``) or ``max(var(W_means) − σ²/n_m, 0)`` (``"corrected"``).
@@ -19,8 +20,10 @@ on every call (the authors' public verl code, where the prior is the current bat
 ``"ema"`` — exponentially weighted with a half-life in steps, for a policy that keeps improving.
 
 Defaults follow the paper's Algorithm 1 (history prior, pooled σ², raw τ², batch normalisation),
-because the paper's claims (O(1/T) bias, Theorem 3.3) are about that estimator; ``prior="batch"``
-reproduces the authors' released code exactly.
+because the paper's claims (O(1/T) bias, Theorem 3.3) are about that estimator. The authors'
+released code, as described in issue #10 and the project spec, is ``prior="batch",
+prior_mean="group_means"`` (with ``normalize="center"`` when its ``norm_adv_by_std_in_grpo`` is
+False); see docs/estimators.md for what that claim rests on.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from ebpo.estimators.base import (
     _check_choice,
     _check_positive,
     _check_positive_int,
+    check_json_label,
+    check_outputs,
     register_estimator,
 )
 from ebpo.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
@@ -48,6 +53,13 @@ PRIORS = ("history", "batch", "ema")
 WITHIN_VARIANCES = ("pooled", "within")
 TAU2_MODES = ("raw", "corrected")
 NORMALIZE_MODES = ("batch", "center", "none")
+PRIOR_MEANS = ("rewards", "group_means")
+#: options that define what the saved statistics mean; load_state_dict and merge refuse a mismatch.
+#: (within_variance, tau2, prior_mean, normalize, eps, min_cluster_groups only change how the
+#: statistics are read, so a saved prior may be evaluated under other values of those.)
+STATE_OPTIONS = ("prior", "half_life", "per_cluster")
+#: relative rounding allowed between counts that must be ordered (decay multiplies them all alike)
+_COUNT_TOLERANCE = 1e-9
 
 
 @dataclass
@@ -70,10 +82,13 @@ class Prior:
             moments.decay(factor)
 
     def merge(self, other: Prior) -> Prior:
-        """Combine statistics gathered elsewhere (e.g. on another worker)."""
-        self.rewards.merge(other.rewards)
-        self.group_means.merge(other.group_means)
-        self.group_variances.merge(other.group_variances)
+        """Combine statistics gathered elsewhere (e.g. on another worker). On overflow nothing
+        changes (ValueError)."""
+        merged = self.copy()
+        merged.rewards.merge(other.rewards)
+        merged.group_means.merge(other.group_means)
+        merged.group_variances.merge(other.group_variances)
+        self.rewards, self.group_means, self.group_variances = merged.rewards, merged.group_means, merged.group_variances
         return self
 
     def copy(self) -> Prior:
@@ -88,17 +103,29 @@ class Prior:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Prior:
+        """Rebuild from :meth:`state_dict`, refusing statistics no run can produce: every group
+        contributes one mean and at least one reward, and a variance only with 2 or more rewards,
+        so ``count(group_variances) ≤ count(group_means) ≤ count(rewards)``; variances are ≥ 0."""
         try:
-            return cls(*(RunningMoments.from_state_dict(state[key]) for key in ("rewards", "group_means", "group_variances")))
+            prior = cls(*(RunningMoments.from_state_dict(state[key]) for key in ("rewards", "group_means", "group_variances")))
         except (KeyError, TypeError) as error:
             raise ValueError(f"prior state must have 'rewards', 'group_means', 'group_variances'; got {state!r}") from error
+        counts = (prior.group_variances.count, prior.group_means.count, prior.rewards.count)
+        if any(a > b * (1 + _COUNT_TOLERANCE) for a, b in zip(counts, counts[1:], strict=False)):
+            raise ValueError(
+                "prior state is inconsistent: expected count(group_variances) <= count(group_means) <= "
+                f"count(rewards), got {counts[0]!r}, {counts[1]!r}, {counts[2]!r}"
+            )
+        if prior.group_variances.mean < 0:
+            raise ValueError(f"prior state is inconsistent: the mean group variance is negative ({prior.group_variances.mean!r})")
+        return prior
 
 
 @dataclass(frozen=True)
 class PriorParameters:
     """Per-group prior parameters (``[K]`` tensors), taken from each group's own prior."""
 
-    mean: torch.Tensor  # μ: mean of all rewards
+    mean: torch.Tensor  # μ: mean of all rewards, or of the group means (prior_mean="group_means")
     sigma2: torch.Tensor  # within-group variance σ²
     between_variance: torch.Tensor  # var(W_means), τ² before any correction
     means_mean: torch.Tensor  # mean of the group means (used by the Beta-Binomial variant)
@@ -111,6 +138,9 @@ class EBPO(AdvantageEstimator):
 
     Args:
         prior: ``"history"`` (default), ``"batch"`` or ``"ema"``.
+        prior_mean: ``"rewards"`` (default; μ = mean of every reward seen, Algorithm 1's W_glob) or
+            ``"group_means"`` (μ = mean of the group means, W_means, as the authors' code). Equal
+            when every group has the same number of valid responses.
         half_life: for ``prior="ema"``, steps after which an observation weighs half (default 50).
         within_variance: ``"pooled"`` (default) or ``"within"``.
         tau2: ``"raw"`` (default, conservative, keeps S in [0,1]) or ``"corrected"``.
@@ -130,12 +160,14 @@ class EBPO(AdvantageEstimator):
     """
 
     uses_clusters = True
+    checks_own_outputs = True
 
     def __init__(
         self,
         *,
         prior: str = "history",
         half_life: float = 50.0,
+        prior_mean: str = "rewards",
         within_variance: str = "pooled",
         tau2: str = "raw",
         normalize: str = "batch",
@@ -147,6 +179,7 @@ class EBPO(AdvantageEstimator):
         super().__init__(eps=eps, nan_policy=nan_policy)
         _check_choice("prior", prior, PRIORS)
         _check_positive("half_life", half_life)
+        _check_choice("prior_mean", prior_mean, PRIOR_MEANS)
         _check_choice("within_variance", within_variance, WITHIN_VARIANCES)
         _check_choice("tau2", tau2, TAU2_MODES)
         _check_choice("normalize", normalize, NORMALIZE_MODES)
@@ -155,6 +188,7 @@ class EBPO(AdvantageEstimator):
         _check_positive_int("min_cluster_groups", min_cluster_groups)
         self.prior = prior
         self.half_life = float(half_life)
+        self.prior_mean = prior_mean
         self.within_variance = within_variance
         self.tau2 = tau2
         self.normalize = normalize
@@ -172,6 +206,7 @@ class EBPO(AdvantageEstimator):
         return {
             "prior": self.prior,
             "half_life": self.half_life,
+            "prior_mean": self.prior_mean,
             "within_variance": self.within_variance,
             "tau2": self.tau2,
             "normalize": self.normalize,
@@ -190,20 +225,55 @@ class EBPO(AdvantageEstimator):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the running statistics saved by :meth:`state_dict` (JSON round trip allowed).
+
+        Refuses (ValueError, state unchanged) a state of another estimator, one saved with other
+        values of the options that define what the statistics mean (``prior``, ``half_life`` for
+        an ema prior, ``per_cluster``), and statistics no run can produce (non-finite, negative or
+        inconsistent moments, a step count that is not a non-negative integer, duplicate or
+        non-JSON cluster labels). States written by ebpo 0.1.0 load unchanged (they carry the
+        same options; ``prior_mean`` did not exist and does not define the state).
+        """
         self._check_state_owner(state)
+        self._check_state_options(state, self._state_options())
         try:
             global_prior = Prior.from_state_dict(state["global"])
-            clusters = {_label(label): Prior.from_state_dict(s) for label, s in state.get("clusters", [])}
-            steps = int(state["steps"])
+            clusters = _cluster_priors_from_state(state.get("clusters", []))
+            steps = state["steps"]
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"invalid {self.name} state: {error}") from error
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"invalid {self.name} state: steps must be a non-negative integer, got {steps!r}")
+        if clusters and not self.per_cluster:
+            raise ValueError(f"invalid {self.name} state: it holds cluster priors but was saved with per_cluster=False")
         self.global_prior, self.cluster_priors, self.steps = global_prior, clusters, steps
 
+    def _state_options(self) -> tuple[str, ...]:
+        # half_life changes the statistics only under the ema prior
+        return STATE_OPTIONS if self.prior == "ema" else tuple(o for o in STATE_OPTIONS if o != "half_life")
+
     def merge(self, other: EBPO) -> EBPO:
-        """Combine running statistics gathered by another instance (e.g. another worker)."""
-        self.global_prior.merge(other.global_prior)
+        """Combine running statistics gathered by another instance (e.g. another worker).
+
+        ``other`` must be the same estimator with the same state-defining options (see
+        :meth:`load_state_dict`). Either every statistic is merged or, on error, none is.
+        """
+        if not isinstance(other, EBPO) or other.name != self.name:
+            raise ValueError(
+                f"merge expects another {self.name!r} estimator, got "
+                f"{getattr(other, 'name', None) or type(other).__name__!r}"
+            )
+        for option in self._state_options():
+            if getattr(other, option) != getattr(self, option):
+                raise ValueError(
+                    f"cannot merge an estimator with {option}={getattr(other, option)!r} into one with "
+                    f"{option}={getattr(self, option)!r}"
+                )
+        global_prior = self.global_prior.copy().merge(other.global_prior)
+        cluster_priors = {label: prior.copy() for label, prior in self.cluster_priors.items()}
         for label, prior in other.cluster_priors.items():
-            self.cluster_priors.setdefault(label, Prior()).merge(prior)
+            cluster_priors.setdefault(label, Prior()).merge(prior)
+        self.global_prior, self.cluster_priors = global_prior, cluster_priors
         return self
 
     # ------------------------------------------------------------------ step 1: running statistics
@@ -237,8 +307,7 @@ class EBPO(AdvantageEstimator):
         """Per-group prior parameters: the group's cluster prior if mature, else the global one."""
 
         def row(prior: Prior) -> list[float]:
-            sigma2 = prior.rewards.variance if self.within_variance == "pooled" else prior.group_variances.mean
-            return [prior.rewards.mean, sigma2, prior.group_means.variance, prior.group_means.mean, prior.group_means.count]
+            return [self._prior_mean(prior), self._sigma2(prior), prior.group_means.variance, prior.group_means.mean, prior.group_means.count]
 
         table = [row(global_prior)]  # row 0: global
         source = torch.zeros(batch.num_groups, dtype=torch.int64)
@@ -272,6 +341,9 @@ class EBPO(AdvantageEstimator):
         raw_advantage = batch.rewards - baseline
         advantage = normalize_advantages(raw_advantage, batch.weight, self.normalize, self.eps)
 
+        # Validate before committing: a batch whose outputs overflow must not reach the running
+        # prior. Per group for the baseline and S (a masked row shares its group's value, finite).
+        check_outputs(batch, advantages=advantage, baselines=group_baseline, shrinkage=shrinkage)
         if update and batch.valid.any():
             if self.prior != "batch":
                 self.global_prior, self.cluster_priors = global_prior, cluster_priors
@@ -279,12 +351,17 @@ class EBPO(AdvantageEstimator):
         metrics = {**self._metrics(batch, global_prior, shrinkage), **shrink_metrics}
         return baseline, advantage, batch.per_row(shrinkage), metrics
 
+    def _prior_mean(self, prior: Prior) -> float:
+        return prior.rewards.mean if self.prior_mean == "rewards" else prior.group_means.mean
+
+    def _sigma2(self, prior: Prior) -> float:
+        return prior.rewards.variance if self.within_variance == "pooled" else prior.group_variances.mean
+
     def _metrics(self, batch: Batch, global_prior: Prior, shrinkage: torch.Tensor) -> dict[str, float]:
         group_shrinkage = shrinkage[batch.nonempty]
-        sigma2 = global_prior.rewards.variance if self.within_variance == "pooled" else global_prior.group_variances.mean
         metrics = {
-            "prior_mean": global_prior.rewards.mean,
-            "sigma2": sigma2,
+            "prior_mean": self._prior_mean(global_prior),
+            "sigma2": self._sigma2(global_prior),
             "tau2": global_prior.group_means.variance,
             "prior_count": global_prior.rewards.count,
             "shrinkage_mean": float(group_shrinkage.mean()) if group_shrinkage.numel() else 0.0,
@@ -297,5 +374,20 @@ class EBPO(AdvantageEstimator):
 
 
 def _label(label: Any) -> Hashable:
-    # JSON turns tuples into lists; make them hashable again.
-    return tuple(label) if isinstance(label, list) else label
+    # JSON turns tuples into lists (at every depth); make them hashable again.
+    return tuple(_label(item) for item in label) if isinstance(label, (list, tuple)) else label
+
+
+def _cluster_priors_from_state(entries: Any) -> dict[Hashable, Prior]:
+    if not isinstance(entries, list):
+        raise ValueError(f"'clusters' must be a list of [label, prior state] pairs, got {type(entries).__name__}")
+    priors: dict[Hashable, Prior] = {}
+    for entry in entries:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise ValueError(f"each entry of 'clusters' must be a [label, prior state] pair, got {entry!r}")
+        check_json_label("cluster", entry[0])
+        label = _label(entry[0])
+        if label in priors:
+            raise ValueError(f"cluster label {label!r} appears twice in 'clusters'")
+        priors[label] = Prior.from_state_dict(entry[1])
+    return priors

@@ -9,7 +9,12 @@ from __future__ import annotations
 import torch
 
 from ebpo.estimators.base import AdvantageEstimator, Batch, _check_choice, register_estimator
-from ebpo.functional import leave_one_out_mean, masked_std, normalize_advantages
+from ebpo.functional import (
+    leave_one_group_out_moments,
+    leave_one_out_mean,
+    masked_std,
+    normalize_advantages,
+)
 
 __all__ = ["GRPO", "DrGRPO", "RLOO", "ReinforcePlusPlusBaseline", "JSPO"]
 
@@ -83,50 +88,65 @@ class ReinforcePlusPlusBaseline(AdvantageEstimator):
         return baseline, advantage, torch.zeros_like(baseline), {}
 
 
+JSPO_LAMBDA_FORMS = ("released_code", "project_page")
+
+
 @register_estimator("jspo")
 class JSPO(AdvantageEstimator):
-    """James–Stein shrinkage baseline (Zeng, Zhou, Arora, Zanette, 2025), batch statistics only.
+    """James–Stein shrinkage baseline (Zeng, Zhou, Arora, Zanette, 2025, "Shrinking the Variance",
+    arXiv 2511.03710), batch statistics only.
 
-    For response ``i`` of prompt ``m`` (``n = n_m`` valid responses, ``K`` non-empty groups):
+    For response ``k`` of prompt ``i`` (``m_i`` valid responses; ``K`` prompts with a valid
+    response in the batch):
 
-        b_{m,i} = (1 − λ_m) · mean_{j≠i} r_{m,j}  +  λ_m · μ_{−m},
-        λ_m     = ((n − 1)/n) · v_{−m} / (v_{−m} + s_{−m}),
+        b_{i,k} = (1 − λ_i) · mean_{l≠k} r_{i,l}  +  λ_i · μ_{−i},      A_{i,k} = r_{i,k} − b_{i,k},
 
-    where, over the OTHER prompts ``k ≠ m``: ``μ_{−m}`` is the mean of their group means,
-    ``v_{−m}`` the mean of ``s²_k / n_k`` and ``s_{−m}`` the (population) variance of their group
-    means. Leaving out response ``i`` and prompt ``m`` keeps the baseline independent of ``r_{m,i}``,
-    so the policy gradient stays unbiased. Advantage ``A = r − b``, no std normalisation.
+    where, over the OTHER prompts ``j ≠ i``: ``μ_{−i}`` is the mean of their group means,
+    ``s_{−i}`` the population variance of their group means, and ``v_{−i}`` the mean of
+    ``s²_j / m_j`` (unbiased group variance over group size) over those with ``m_j ≥ 2``. Then
 
-    Edge cases: with no other prompt (``K = 1``) ``λ = 0`` (plain RLOO); a singleton group has no
-    leave-one-out mean and ``λ = 0`` by the formula, so its baseline is 0 as in RLOO; when
-    ``v + s ≤ eps`` ``λ = (n − 1)/n`` (nothing separates the prompts).
+    * ``lambda_form="released_code"`` (default; the authors' ``compute_jspo_outcome_advantage``
+      as described in issue #10): ``λ_i = v_{−i} / (v_{−i} + s_{−i} + eps)``, eps = 1e-6 there;
+    * ``lambda_form="project_page"``: ``λ_i = ((K − 1)/K) · v_{−i} / (v_{−i} + s_{−i} + eps)``,
+      the formula of the project page, with ``K`` the number of PROMPTS in the batch.
+
+    When ``v + s`` is ~0 this gives ``λ ≈ 0``: plain RLOO. Leaving out response ``k`` and prompt
+    ``i`` keeps the baseline independent of ``r_{i,k}``: the policy gradient stays unbiased. No
+    std normalisation.
+
+    Our conventions where the formula is undefined (the authors' code assumes every prompt has
+    the same number ≥ 2 of responses; we could not obtain it to check): a prompt with a single
+    valid response has no leave-one-out mean, so its baseline is ``μ_{−i}`` (reported λ = 1); a
+    prompt's singleton-ness also keeps it out of ``v`` (it has no variance estimate) but not out
+    of ``μ`` and ``s``; with no other prompt (``K = 1``) ``λ = 0`` and a singleton's baseline is
+    0 (RLOO's convention). Masked rows are dropped before anything is counted.
     """
 
+    def __init__(self, *, lambda_form: str = "released_code", eps: float = 1e-6, nan_policy: str = "raise") -> None:
+        super().__init__(eps=eps, nan_policy=nan_policy)
+        _check_choice("lambda_form", lambda_form, JSPO_LAMBDA_FORMS)
+        self.lambda_form = lambda_form
+
     def _compute(self, batch: Batch, *, update: bool):
-        nonempty = batch.nonempty.to(torch.float64)
         n = batch.group_count
-        num_groups = nonempty.sum()
-        others = (num_groups - nonempty).clamp(min=1)  # number of OTHER non-empty groups
-        mean_noise = torch.where(n > 0, batch.group_variance / n.clamp(min=1), torch.zeros_like(n))
+        prompts = batch.nonempty
+        multi = n > 1
+        # μ_{−i}, s_{−i} over the other prompts' means; v_{−i} over the other prompts' s²/m.
+        other_prompts, others_mean, others_var = leave_one_group_out_moments(batch.group_mean, prompts)
+        noise = torch.where(multi, batch.group_variance / n.clamp(min=1), torch.zeros_like(n))
+        _, others_noise, _ = leave_one_group_out_moments(noise, multi)
 
-        sum_means = (batch.group_mean * nonempty).sum()
-        sum_means_sq = (batch.group_mean**2 * nonempty).sum()
-        sum_noise = (mean_noise * nonempty).sum()
-        others_mean = (sum_means - batch.group_mean * nonempty) / others
-        others_mean_sq = (sum_means_sq - batch.group_mean**2 * nonempty) / others
-        others_var = (others_mean_sq - others_mean**2).clamp(min=0)
-        others_noise = (sum_noise - mean_noise * nonempty) / others
-
-        denominator = others_noise + others_var
-        # As in EBPO, a denominator within eps of 0 means nothing separates the prompts (and
-        # guards against the rounding residue of the leave-one-out variance).
-        ratio = torch.where(denominator > self.eps, others_noise / denominator.clamp(min=self.eps), torch.ones_like(n))
-        has_others = (num_groups - nonempty) > 0
-        lam = torch.where(has_others & (n > 0), (n - 1) / n.clamp(min=1) * ratio, torch.zeros_like(n))
+        lam = others_noise / (others_noise + others_var + self.eps)
+        if self.lambda_form == "project_page":
+            num_prompts = prompts.sum().to(n.dtype)
+            lam = lam * (num_prompts - 1) / num_prompts.clamp(min=1)
+        has_others = other_prompts > 0
+        lam = torch.where(has_others, torch.where(multi, lam, torch.ones_like(lam)), torch.zeros_like(lam))
+        lam = torch.where(prompts, lam, torch.zeros_like(lam))
 
         loo = leave_one_out_mean(batch.rewards, batch.group_index, batch.group_count, batch.group_mean)
         lam_row = batch.per_row(lam)
-        baseline = (1 - lam_row) * loo + lam_row * batch.per_row(others_mean)
+        baseline = (1 - lam_row) * loo + lam_row * batch.per_row(torch.where(has_others, others_mean, torch.zeros_like(n)))
         return baseline, batch.rewards - baseline, lam_row, {"jspo_lambda_mean": _mean_over_groups(lam, batch)}
 
 
