@@ -19,7 +19,7 @@ def config(**kwargs) -> EBPOConfig:
 
 
 def test_presets_are_the_papers_methods():
-    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "entropy_mech", "rloo", "jspo", "ebpo", "ebpo_bb"}
+    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "entropy_mech", "rloo", "jspo", "ebpo", "ebpo_bb", "ebpo_batch"}
     for name, overrides in PRESETS.items():
         assert overrides["advantage_estimator"] in ebpo.available_estimators(), name
     # every estimator is reachable by name too
@@ -128,3 +128,25 @@ def test_scale_rewards_warning_is_shown_once(recwarn):
         for _ in range(3):
             config(advantage_estimator="ebpo", scale_rewards="group")
     assert len([w for w in caught if "scale_rewards" in str(w.message)]) == 1
+
+
+def test_every_preset_builds_a_valid_config():
+    for name in PRESETS:
+        cfg = make_config(name, output_dir="unused", **CPU)
+        ebpo.make_estimator(cfg.advantage_estimator, **cfg.estimator_kwargs)
+
+
+def test_ebpo_keeps_the_papers_history_prior_and_ebpo_batch_is_the_authors_code():
+    history = ebpo.make_estimator("ebpo", **make_config("ebpo", output_dir="unused", **CPU).estimator_kwargs)
+    assert (history.prior, history.prior_mean) == ("history", "rewards")
+    batch_cfg = make_config("ebpo_batch", output_dir="unused", **CPU)
+    batch = ebpo.make_estimator(batch_cfg.advantage_estimator, **batch_cfg.estimator_kwargs)
+    assert (batch.prior, batch.prior_mean) == ("batch", "group_means")
+
+
+def test_make_config_merges_estimator_options_into_the_presets():
+    cfg = make_config("ebpo_batch", output_dir="unused", estimator_options='{"normalize": "center"}', **CPU)
+    assert cfg.estimator_options == {"prior": "batch", "prior_mean": "group_means", "normalize": "center"}
+    cfg = make_config("ebpo_batch", output_dir="unused", estimator_options={"prior": "history"}, **CPU)
+    assert cfg.estimator_options == {"prior": "history", "prior_mean": "group_means"}
+    assert make_config("ebpo", output_dir="unused", estimator_options=None, **CPU).estimator_options == {}

@@ -445,19 +445,21 @@ def test_normalize_then_sum_reproduces_trls_gdpo(tokenizer, tmp_path):
     torch.testing.assert_close(ours["advantages"], theirs["advantages"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "jspo", "reinforce_pp_baseline", "ebpo", "ebpo_bb"])
-def test_lone_completions_get_zero_advantage_unless_the_estimator_has_a_prior(tokenizer, tmp_path, estimator):
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "rloo", "jspo", "reinforce_pp_baseline", "ebpo", "ebpo_bb", "ebpo_batch"])
+def test_lone_completions_get_zero_advantage_unless_the_estimator_has_a_prior(tokenizer, tmp_path, preset):
     reward = PatchyReward()
-    trainer = build(tokenizer, tiny_args(tmp_path, estimator, max_steps=1), reward)
+    args = tiny_args(tmp_path, preset, max_steps=1)
+    trainer = build(tokenizer, args, reward)
     trainer.train()
     rewards = torch.tensor(reward.calls[0])
     scored = ~rewards.isnan()
     lone = scored & (scored.view(-1, G).sum(1, keepdim=True) == 1).expand(-1, G).flatten()
-    assert lone.any()
+    assert lone.any() and (scored.view(-1, G).sum(1) == G - 1).any()  # lone and uneven groups
     advantages = trainer.outputs[0]["advantages"]
-    prior = has_lone_response_baseline(estimator)
-    assert prior == (estimator in ("ebpo", "ebpo_bb"))
-    replay = ebpo.make_estimator(estimator, nan_policy="mask")(
+    prior = has_lone_response_baseline(args.advantage_estimator)
+    assert prior == preset.startswith("ebpo")
+    # the preset's estimator (ebpo_batch: the authors' batch prior) on the gathered rewards
+    replay = ebpo.make_estimator(args.advantage_estimator, **args.estimator_kwargs)(
         rewards if prior else rewards.masked_fill(lone, float("nan")), torch.arange(len(rewards)) // G
     )
     torch.testing.assert_close(advantages, replay.advantages.float())

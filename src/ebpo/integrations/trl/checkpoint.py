@@ -121,4 +121,16 @@ def write_buffer(checkpoint_dir: str, process_index: int, buffered_inputs: list[
 def read_buffer(checkpoint_dir: str, process_index: int, device: torch.device | str) -> list[dict[str, Any]]:
     """Load this process's buffered generation batch onto ``device`` (tensors, lists and None only)."""
     path = os.path.join(checkpoint_dir, generation_buffer_file(process_index))
-    return torch.load(path, map_location=device, weights_only=True)
+    # Loaded on the CPU first: torch cannot restore onto an indexed CPU device ("cpu:0"), which is
+    # what accelerate reports for each process of a multi-process CPU run.
+    return _to_device(torch.load(path, map_location="cpu", weights_only=True), torch.device(device))
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if device.type == "cpu" else value.to(device)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_device(item, device) for item in value]
+    return value

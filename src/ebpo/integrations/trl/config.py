@@ -42,7 +42,7 @@ class EBPOConfig(GRPOConfig):
 
     Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
     paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
-    ``ebpo_bb``).
+    ``ebpo_bb``, ``ebpo_batch``). docs/trl.md describes how TRL's options carry over.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
@@ -153,7 +153,7 @@ class EBPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         # Our fields first, so that a bad value fails before TRL / transformers set anything up.
-        self.estimator_options = _parse_options(self.estimator_options)
+        self.estimator_options = parse_estimator_options(self.estimator_options)
         # make_estimator raises ValueError naming the unknown estimator / option / bad value.
         ebpo.make_estimator(self.advantage_estimator, **{"nan_policy": "mask", **self.estimator_options})
         if self.num_generations is not None and self.num_generations < 2:
@@ -240,7 +240,8 @@ def _check_scale_rewards(value: Any, estimator: str, options: dict[str, Any]) ->
     return value
 
 
-def _parse_options(value: Any) -> dict[str, Any]:
+def parse_estimator_options(value: Any) -> dict[str, Any]:
+    """``estimator_options`` as a dict: None → ``{}``, a JSON object string parsed; else ValueError."""
     if value is None:
         return {}
     if isinstance(value, str):

@@ -75,8 +75,8 @@ def has_lone_response_baseline(estimator_name: str) -> bool:
     a lone completion, whose advantage is then ``S·(r − μ)`` before normalisation. False for the
     group-relative estimators (``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp_baseline``, ``jspo``):
     their baseline is built from the other completions of the same group, and a lone completion has
-    none (JSPO's shrinkage target is the other prompts' mean, but its weight multiplies a
-    leave-one-out mean that does not exist). EBPOTrainer leaves such completions out of the
+    none (JSPO's baseline mixes the other prompts' mean with the group's leave-one-out mean, which
+    does not exist for a lone completion). EBPOTrainer leaves such completions out of the
     estimator, so they get advantage 0, as in TRL.
     """
     return "prior" in ebpo.estimator_options(estimator_name)
