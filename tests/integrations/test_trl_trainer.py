@@ -53,6 +53,10 @@ def parity(text: str) -> float:
     return float(sum(map(ord, text)) % 2)
 
 
+def parity_reward(completions, **kwargs):
+    return [parity(c) for c in completions]
+
+
 class RecordingReward:
     """Parity of the completion's characters.
 
@@ -487,10 +491,6 @@ def test_args_none_builds_the_default_config_as_grpo_trainer_does(tokenizer, tmp
     differ = {"output_dir", "logging_dir", "scale_rewards"}
     mine, trls = ours.to_dict(), theirs.to_dict()
     assert {k for k in trls if k not in differ and mine[k] != trls[k]} == set()
-
-
-def parity_reward(completions, **kwargs):
-    return [parity(c) for c in completions]
 
 
 # ---------------------------------------------------------------------- Clip-Cov

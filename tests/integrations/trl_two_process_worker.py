@@ -6,6 +6,9 @@ Run under ``torchrun --nproc_per_node 2`` (or any launcher that sets up a gloo p
                                                  # every generation batch, local advantages
     trl_two_process_worker.py OUT_DIR resume     # resume<k>.json: an uninterrupted run and a run
                                                  # resumed inside a generation batch, side by side
+
+The setup (tiny Llama, char tokenizer, prompts, parity reward, recording trainer) is the one of
+test_trl_trainer.py, imported from it (this file's directory is on ``sys.path`` when run as a script).
 """
 
 from __future__ import annotations
@@ -16,64 +19,15 @@ import sys
 from pathlib import Path
 
 import torch
-from datasets import Dataset
+from test_trl_trainer import RecordingTrainer, build, parity_reward, tiny_args
 
-from ebpo.integrations.trl import EBPOTrainer, make_config
-from ebpo.models import build_char_tokenizer, build_tiny_llama
-
-
-class RecordingTrainer(EBPOTrainer):
-    """Keeps the gathered rewards TRL scored and the local advantages handed to the loss."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.seen_rewards: list[list[float]] = []
-        self.local_advantages: list[list[float]] = []
-        self.loss_advantages: list[list[float]] = []
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self.seen_rewards.append(rewards[:, 0].tolist())
-        return rewards
-
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        self.local_advantages.append(output["advantages"].tolist())
-        return output
-
-    def _compute_loss(self, model, inputs):
-        self.loss_advantages.append(inputs["advantages"].tolist())
-        return super()._compute_loss(model, inputs)
+from ebpo.models import build_char_tokenizer
 
 
-def parity_reward(completions, **kwargs):
-    return [float(sum(map(ord, c)) % 2) for c in completions]
-
-
-def make_trainer(output_dir: Path, **overrides) -> RecordingTrainer:
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, num_layers=2, hidden_size=128, seed=0)
-    dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(32)]})
-    options = {
-        "output_dir": str(output_dir),
-        "num_generations": 4,
-        "per_device_train_batch_size": 8,  # 2 processes x 8 = 16 completions = 4 groups per micro-step
-        "max_completion_length": 8,
-        "max_steps": 3,
-        "beta": 0.0,
-        "learning_rate": 1e-3,
-        "logging_steps": 1,
-        "report_to": "none",
-        "save_strategy": "no",
-        "bf16": False,
-        "use_cpu": True,
-        "seed": 0,
-        **overrides,
-    }
-    return RecordingTrainer(
-        model=model, reward_funcs=parity_reward, args=make_config("ebpo", **options), train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+def make_trainer(run_dir: Path, **overrides) -> RecordingTrainer:
+    # 2 processes x 8 = 16 completions = 4 groups per micro-step
+    args = tiny_args(run_dir, "ebpo", per_device_train_batch_size=8, **overrides)
+    return build(build_char_tokenizer(), args, parity_reward)
 
 
 def main(out_dir: str) -> None:
@@ -84,8 +38,8 @@ def main(out_dir: str) -> None:
         "rank": rank,
         "num_processes": trainer.accelerator.num_processes,
         "state": trainer.estimator.state_dict(),
-        "rewards": trainer.seen_rewards,
-        "local_advantages": trainer.local_advantages,
+        "rewards": [rewards[:, 0].tolist() for rewards in trainer.rewards_per_func],
+        "local_advantages": [output["advantages"].tolist() for output in trainer.outputs],
     }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(record))
 
@@ -113,7 +67,7 @@ def resume(out_dir: str) -> None:
                 "save_strategy": "steps", "save_steps": 1}
     full = make_trainer(Path(out_dir) / "full", **settings)
     full.train()
-    checkpoint = Path(out_dir) / "full" / "checkpoint-1"
+    checkpoint = Path(full.args.output_dir) / "checkpoint-1"
     resumed = make_trainer(Path(out_dir) / "resumed", **settings)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     rank = full.accelerator.process_index
@@ -122,9 +76,9 @@ def resume(out_dir: str) -> None:
         "buffers": sorted(name for name in os.listdir(checkpoint) if name.startswith("ebpo_generation_buffer")),
         "full_state": full.estimator.state_dict(),
         "resumed_state": resumed.estimator.state_dict(),
-        "full_loss_advantages": full.loss_advantages,
-        "resumed_loss_advantages": resumed.loss_advantages,
-        "generations": [len(full.seen_rewards), len(resumed.seen_rewards)],
+        "full_loss_advantages": [a.tolist() for a in full.loss_advantages],
+        "resumed_loss_advantages": [a.tolist() for a in resumed.loss_advantages],
+        "generations": [len(full.outputs), len(resumed.outputs)],
     }
     (Path(out_dir) / f"resume{rank}.json").write_text(json.dumps(record))
 
