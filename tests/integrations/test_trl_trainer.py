@@ -340,6 +340,28 @@ def test_resume_inside_a_generation_batch_is_exact(tokenizer, tmp_path, setting)
         torch.testing.assert_close(a, b, msg=name)
 
 
+def test_checkpoints_written_after_a_resume_are_the_uninterrupted_runs(tokenizer, tmp_path):
+    # a generation batch spans 4 optimizer steps: checkpoints 5-7 fall inside the second one
+    settings = {"max_steps": 8, "per_device_train_batch_size": 8, "steps_per_generation": 4,
+                "save_strategy": "steps", "save_steps": 1}
+    full = build(tokenizer, tiny_args(tmp_path / "full", **settings), RecordingReward())
+    full.train()
+    resumed = build(tokenizer, tiny_args(tmp_path / "resumed", **settings), RecordingReward())
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "out" / "checkpoint-5"))
+    for step in (6, 7, 8):
+        theirs, ours = (tmp_path / run / "out" / f"checkpoint-{step}" for run in ("full", "resumed"))
+        for name in (ESTIMATOR_STATE_FILE, GENERATION_STATE_FILE):
+            assert json.loads((ours / name).read_text()) == json.loads((theirs / name).read_text()), (step, name)
+        buffer = "ebpo_generation_buffer_0.pt"
+        assert (ours / buffer).exists() == (theirs / buffer).exists() == (step < 8)
+        if step < 8:
+            for a, b in zip(torch.load(theirs / buffer), torch.load(ours / buffer), strict=True):
+                assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a if isinstance(a[k], torch.Tensor))
+    assert json.loads((tmp_path / "full" / "out" / "checkpoint-6" / GENERATION_STATE_FILE).read_text())[
+        "estimator_state_before_batch"
+    ]["steps"] == 1
+
+
 def test_resume_without_the_buffered_batch_warns_and_still_counts_it_once(tokenizer, tmp_path, caplog):
     full = build(tokenizer, resumable_args(tmp_path / "full", "steps_per_generation"), RecordingReward(), cls=EBPOTrainer)
     full.train()

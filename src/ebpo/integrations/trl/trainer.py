@@ -332,6 +332,8 @@ class EBPOTrainer(GRPOTrainer):
             if saved is not None and saved.same_layout(current):
                 self._step = saved.micro_step
             return
+        if state_before_batch is None:
+            raise ValueError(f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch")
         process = self.accelerator.process_index
         same_layout = saved.same_layout(current)
         have_buffer = os.path.exists(os.path.join(checkpoint, ckpt.generation_buffer_file(process)))
@@ -341,9 +343,8 @@ class EBPOTrainer(GRPOTrainer):
             self._buffered_inputs = ckpt.read_buffer(checkpoint, process, self.accelerator.device)
             self._step = saved.micro_step
             self.estimator.load_state_dict(estimator_state)
+            self._ebpo_state_before_batch = state_before_batch  # for checkpoints later in this batch
             return
-        if state_before_batch is None:
-            raise ValueError(f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch")
         self.estimator.load_state_dict(state_before_batch)
         if same_layout:
             self._step = saved.micro_step
