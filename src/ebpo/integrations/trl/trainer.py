@@ -9,11 +9,11 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
 2. ``_generate_and_score_completions`` calls TRL's, then recomputes the advantages with the
    estimator from the kept rewards: one reward per completion as TRL combines them
    (``multi_objective_aggregation``; NaN where every reward function returned None, which the
-   estimator masks), groups = contiguous blocks of ``num_generations``. A completion that is the only
-   scored one of its group gets advantage 0, as in TRL, unless the estimator has a prior (see
-   :func:`has_lone_response_baseline`). Every process runs the estimator on the same gathered batch, so the running
-   statistics stay identical everywhere without any extra communication; each process then takes
-   its slice. The advantages TRL logged for the completions table are overwritten with ours.
+   estimator masks), groups = contiguous blocks of ``num_generations``. A completion that is the
+   only scored one of its group gets advantage 0, as in TRL, unless the estimator has a prior (see
+   :func:`has_lone_response_baseline`). Every process runs the estimator on the same gathered
+   batch, so the running statistics stay identical everywhere without any extra communication;
+   each process then takes its slice. The advantages TRL logged for the completions table are overwritten with ours.
    Running statistics are updated only when the model is in training mode (TRL calls the method
    once per generation batch in training, and once per batch in evaluation).
 3. DAPO's group filtering zeroes the ``completion_mask`` of filtered groups (as TRL's
@@ -86,11 +86,13 @@ class EBPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from ``ebpo.make_estimator(args.advantage_estimator)``.
 
     Same constructor as ``GRPOTrainer``; ``args`` must be an :class:`EBPOConfig`. ``args=None`` does
-    what ``GRPOTrainer(args=None)`` does with ``GRPOConfig``: ``EBPOConfig("<model name>-EBPO")``, i.e.
-    TRL's defaults (for TRL 1.16: ``loss_type="dapo"``, ``beta=0``, ``num_generations=8``,
-    ``bf16=True``, which needs ``use_cpu=True, bf16=False`` on a CPU-only machine, as with TRL) plus the
-    ``ebpo`` estimator with its defaults (the paper's Algorithm 1, history prior) and
-    ``scale_rewards=None`` (the estimator decides the scale). Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
+    what ``GRPOTrainer(args=None)`` does with ``GRPOConfig``: ``EBPOConfig("<model name>-EBPO")``,
+    i.e. TRL's defaults (for TRL 1.16: ``loss_type="dapo"``, ``beta=0``, ``num_generations=8``,
+    ``bf16=True``, which needs ``use_cpu=True, bf16=False`` on a CPU-only machine, as with TRL) plus
+    the ``ebpo`` estimator with its defaults (the paper's Algorithm 1, history prior) and
+    ``scale_rewards=None`` (the estimator decides the scale).
+
+    Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
     checkpoints store). Metrics added under ``ebpo/``: every entry of the estimator's
     ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
     ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
@@ -349,7 +351,8 @@ class EBPOTrainer(GRPOTrainer):
         if same_layout:
             self._step = saved.micro_step
         reason = (
-            f"its buffered completions ({ckpt.generation_buffer_file(process)}) are missing"
+            f"the buffered completions of a process are missing (this one: {ckpt.generation_buffer_file(process)}"
+            f"{' present' if have_buffer else ' missing'})"
             if same_layout
             else f"the generation layout changed (saved {saved}, now {current})"
         )
