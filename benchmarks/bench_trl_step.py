@@ -61,6 +61,9 @@ class TimedEstimator:
         self.seconds.append(time.perf_counter() - start)
         return result
 
+    def __getattr__(self, name):  # state_dict() & co. (the trainer keeps the state before each batch)
+        return getattr(self.estimator, name)
+
 
 ESTIMATOR_SECONDS: list[float] = []
 

@@ -19,7 +19,7 @@ def config(**kwargs) -> EBPOConfig:
 
 
 def test_presets_are_the_papers_methods():
-    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "entropy_mech", "rloo", "jspo", "ebpo", "ebpo_bb"}
+    assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "entropy_mech", "rloo", "jspo", "ebpo", "ebpo_bb", "ebpo_batch"}
     for name, overrides in PRESETS.items():
         assert overrides["advantage_estimator"] in ebpo.available_estimators(), name
     # every estimator is reachable by name too
@@ -72,7 +72,13 @@ def test_make_config_unknown_preset_lists_choices():
         ({"overlong_penalty_factor": float("nan")}, "overlong_penalty_factor"),
         ({"cluster_column": ""}, "cluster_column"),
         ({"estimator_options": {"per_cluster": True}}, "cluster_column"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation"),
+        ({"multi_objective_aggregation": "mean"}, "multi_objective_aggregation must be one of"),
+        ({"filter_groups_metric": "acc"}, "filter_groups_metric must be one of"),
+        ({"scale_rewards": "std"}, "scale_rewards must be one of"),
+        (
+            {"advantage_estimator": "grpo", "scale_rewards": "batch", "estimator_options": {"scale": "group"}},
+            "scale_rewards='batch' and estimator_options\\['scale'\\]='group' disagree",
+        ),
     ],
 )
 def test_bad_options_raise_value_error_naming_them(kwargs, match):
@@ -85,3 +91,62 @@ def test_estimator_options_accept_json_and_curriculum_turns_shuffle_off():
     assert cfg.estimator_options == {"prior": "ema", "half_life": 20}
     assert cfg.shuffle_dataset is False
     assert config().shuffle_dataset is True
+
+
+def test_normalize_then_sum_is_accepted():
+    assert config(multi_objective_aggregation="normalize_then_sum").multi_objective_aggregation == "normalize_then_sum"
+
+
+@pytest.mark.parametrize(("value", "scale"), [("group", "group"), ("batch", "batch"), ("none", "none"), (True, "group"), (False, "none")])
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo"])
+def test_scale_rewards_becomes_the_scale_of_estimators_that_have_one(value, scale, estimator, recwarn):
+    cfg = config(advantage_estimator=estimator, scale_rewards=value)
+    assert cfg.scale_rewards == scale
+    assert cfg.estimator_kwargs == {"nan_policy": "mask", "scale": scale}
+    assert ebpo.make_estimator(estimator, **cfg.estimator_kwargs).scale == scale
+    assert not [w for w in recwarn if "scale_rewards" in str(w.message)]
+
+
+def test_scale_rewards_unset_leaves_the_estimator_alone(recwarn):
+    assert config(advantage_estimator="dr_grpo").estimator_kwargs == {"nan_policy": "mask"}
+    assert config().scale_rewards is None
+    assert not [w for w in recwarn if "scale_rewards" in str(w.message)]
+
+
+@pytest.mark.parametrize("estimator", ["ebpo", "ebpo_bb", "rloo", "jspo", "reinforce_pp_baseline"])
+def test_scale_rewards_that_the_estimator_overrides_warns_naming_both(estimator):
+    with pytest.warns(UserWarning, match=f"scale_rewards='batch' has no effect with advantage_estimator='{estimator}'"):
+        cfg = config(advantage_estimator=estimator, scale_rewards="batch")
+    assert "scale" not in cfg.estimator_kwargs
+
+
+def test_scale_rewards_warning_is_shown_once(recwarn):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's default: once per message and calling line
+        for _ in range(3):
+            config(advantage_estimator="ebpo", scale_rewards="group")
+    assert len([w for w in caught if "scale_rewards" in str(w.message)]) == 1
+
+
+def test_every_preset_builds_a_valid_config():
+    for name in PRESETS:
+        cfg = make_config(name, output_dir="unused", **CPU)
+        ebpo.make_estimator(cfg.advantage_estimator, **cfg.estimator_kwargs)
+
+
+def test_ebpo_keeps_the_papers_history_prior_and_ebpo_batch_is_the_authors_code():
+    history = ebpo.make_estimator("ebpo", **make_config("ebpo", output_dir="unused", **CPU).estimator_kwargs)
+    assert (history.prior, history.prior_mean) == ("history", "rewards")
+    batch_cfg = make_config("ebpo_batch", output_dir="unused", **CPU)
+    batch = ebpo.make_estimator(batch_cfg.advantage_estimator, **batch_cfg.estimator_kwargs)
+    assert (batch.prior, batch.prior_mean) == ("batch", "group_means")
+
+
+def test_make_config_merges_estimator_options_into_the_presets():
+    cfg = make_config("ebpo_batch", output_dir="unused", estimator_options='{"normalize": "center"}', **CPU)
+    assert cfg.estimator_options == {"prior": "batch", "prior_mean": "group_means", "normalize": "center"}
+    cfg = make_config("ebpo_batch", output_dir="unused", estimator_options={"prior": "history"}, **CPU)
+    assert cfg.estimator_options == {"prior": "history", "prior_mean": "group_means"}
+    assert make_config("ebpo", output_dir="unused", estimator_options=None, **CPU).estimator_options == {}

@@ -11,19 +11,18 @@ its `EBPOConfig`, and presets reproducing the paper's methods on TRL.
 Needs the ``trl`` extra (``pip install ebpo[trl]``).
 """
 
+from ebpo.integrations.trl.aggregation import combine_rewards, zero_variance_groups
+from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE, GENERATION_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
-from ebpo.integrations.trl.config import DATA_ORDERS, EBPOConfig
+from ebpo.integrations.trl.config import DATA_ORDERS, FILTER_GROUPS_METRICS, EBPOConfig
 from ebpo.integrations.trl.presets import PAPER_COMMON, PRESETS, available_presets, make_config
-from ebpo.integrations.trl.trainer import (
-    ESTIMATOR_STATE_FILE,
-    METRIC_PREFIX,
-    EBPOTrainer,
-    zero_variance_groups,
-)
+from ebpo.integrations.trl.trainer import METRIC_PREFIX, EBPOTrainer, has_lone_response_baseline
 
 __all__ = [
     "DATA_ORDERS",
     "ESTIMATOR_STATE_FILE",
+    "FILTER_GROUPS_METRICS",
+    "GENERATION_STATE_FILE",
     "METRIC_PREFIX",
     "PAPER_COMMON",
     "PRESETS",
@@ -31,6 +30,8 @@ __all__ = [
     "EBPOTrainer",
     "available_presets",
     "clip_cov_select",
+    "combine_rewards",
+    "has_lone_response_baseline",
     "make_config",
     "zero_variance_groups",
 ]

@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
 import ebpo
+from ebpo.integrations.trl.aggregation import AGGREGATIONS
 
-__all__ = ["DATA_ORDERS", "EBPOConfig"]
+__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
 
 #: accepted values of ``EBPOConfig.data_order`` (see ``ebpo.curriculum.order_indices``)
 DATA_ORDERS = ("shuffle", "topic", "difficulty", "topic_then_difficulty")
+#: accepted values of ``EBPOConfig.filter_groups_metric``
+FILTER_GROUPS_METRICS = ("accuracy", "reward")
+#: TRL's values of ``scale_rewards`` (True / False are TRL's aliases of "group" / "none")
+SCALE_REWARDS = ("group", "batch", "none")
 
 
 @dataclass
@@ -36,7 +42,7 @@ class EBPOConfig(GRPOConfig):
 
     Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
     paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
-    ``ebpo_bb``).
+    ``ebpo_bb``, ``ebpo_batch``). docs/trl.md describes how TRL's options carry over.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
@@ -47,8 +53,20 @@ class EBPOConfig(GRPOConfig):
         metadata={
             "help": "Name of the advantage estimator applied to the rewards of the whole generation batch "
             "(gathered from all processes); one of `ebpo.available_estimators()`: 'dr_grpo', 'ebpo', 'ebpo_bb', "
-            "'grpo', 'jspo', 'reinforce_pp_baseline', 'rloo'. It replaces TRL's own advantage computation, so "
-            "`scale_rewards` has no effect on the advantages."
+            "'grpo', 'jspo', 'reinforce_pp_baseline', 'rloo'. It replaces TRL's own advantage computation "
+            "(see `scale_rewards` and `multi_objective_aggregation` for what carries over)."
+        },
+    )
+    # Redeclared from GRPOConfig (default "group" there) so that an explicit setting can be told apart.
+    scale_rewards: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's reward scaling ('group', 'batch', 'none'; True / False mean 'group' / 'none'). Default None: "
+            "the estimator decides. With an estimator that has a `scale` option ('grpo', 'dr_grpo') a value set here "
+            "becomes that option, so a TRL GRPO config keeps TRL's scaling (an `estimator_options['scale']` that "
+            "disagrees is an error). Every other estimator sets the scale of its advantages itself ('ebpo' "
+            "normalises over the batch, 'rloo' and 'jspo' do not scale): a value set here is then ignored, with a "
+            "warning naming the estimator."
         },
     )
     estimator_options: dict[str, Any] | str | None = field(
@@ -67,7 +85,17 @@ class EBPOConfig(GRPOConfig):
             "help": "DAPO's group filtering: during training, drop from the loss (mask out) every group whose "
             "rewards all agree, and groups with no scored completion. DAPO's dynamic sampling would generate more "
             "prompts until the batch is full; this trainer filters WITHOUT resampling, so the effective batch "
-            "shrinks. The estimator still sees these groups (they feed the running prior)."
+            "shrinks. The estimator still sees these groups (they feed the running prior). Which reward decides is "
+            "`filter_groups_metric`."
+        },
+    )
+    filter_groups_metric: str = field(
+        default="accuracy",
+        metadata={
+            "help": "What DAPO's group filtering compares within a group: 'accuracy' (default) is the weighted sum of "
+            "the user's reward functions only, without the soft overlong punishment, as DAPO and verl filter on the "
+            "verifier's accuracy (verl's `algorithm.filter_groups.metric=acc`); 'reward' is the full reward the "
+            "estimator sees (overlong punishment included, after `multi_objective_aggregation`)."
         },
     )
     overlong_buffer_ratio: float = field(
@@ -76,7 +104,9 @@ class EBPOConfig(GRPOConfig):
             "help": "DAPO's soft overlong punishment: the last `overlong_buffer_ratio * max_completion_length` "
             "tokens form a buffer; a completion ending in it gets a penalty growing linearly from 0 to "
             "-`overlong_penalty_factor` (TRL's `get_soft_overlong_punishment`, added as an extra reward function). "
-            "0 disables it. The paper's setup (buffer 4096 of 8192 tokens) is 0.5."
+            "A completion that every one of the user's reward functions returned None for stays unscored (no "
+            "penalty, no advantage, not in the statistics). 0 disables it. The paper's setup (buffer 4096 of 8192 "
+            "tokens) is 0.5."
         },
     )
     overlong_penalty_factor: float = field(
@@ -123,10 +153,9 @@ class EBPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         # Our fields first, so that a bad value fails before TRL / transformers set anything up.
-        self.estimator_options = _parse_options(self.estimator_options)
-        options = {"nan_policy": "mask", **self.estimator_options}
+        self.estimator_options = parse_estimator_options(self.estimator_options)
         # make_estimator raises ValueError naming the unknown estimator / option / bad value.
-        ebpo.make_estimator(self.advantage_estimator, **options)
+        ebpo.make_estimator(self.advantage_estimator, **{"nan_policy": "mask", **self.estimator_options})
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 f"num_generations must be at least 2 (a group needs two completions to compare), got {self.num_generations}"
@@ -158,11 +187,15 @@ class EBPOConfig(GRPOConfig):
                 "estimator_options has per_cluster=True but cluster_column is None: name the dataset column "
                 "holding each prompt's cluster (e.g. cluster_column='topic')"
             )
-        if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        if self.multi_objective_aggregation not in AGGREGATIONS:
             raise ValueError(
-                "multi_objective_aggregation must be 'sum_then_normalize' with EBPOConfig: the estimator is applied "
-                f"to the weighted sum of the reward functions, got {self.multi_objective_aggregation!r}"
+                f"multi_objective_aggregation must be one of {list(AGGREGATIONS)}, got {self.multi_objective_aggregation!r}"
             )
+        if self.filter_groups_metric not in FILTER_GROUPS_METRICS:
+            raise ValueError(
+                f"filter_groups_metric must be one of {list(FILTER_GROUPS_METRICS)}, got {self.filter_groups_metric!r}"
+            )
+        self.scale_rewards = _check_scale_rewards(self.scale_rewards, self.advantage_estimator, self.estimator_options)
         if self.data_order != "shuffle":
             # A curriculum is an order; TRL's sampler would shuffle it away.
             self.shuffle_dataset = False
@@ -170,11 +203,45 @@ class EBPOConfig(GRPOConfig):
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
-        """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator`` (``nan_policy='mask'`` by default)."""
-        return {"nan_policy": "mask", **(self.estimator_options or {})}
+        """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator``: ``estimator_options``, with
+        ``nan_policy='mask'`` by default and ``scale=scale_rewards`` when the estimator has a ``scale``."""
+        kwargs: dict[str, Any] = {"nan_policy": "mask"}
+        if self.scale_rewards is not None and "scale" in ebpo.estimator_options(self.advantage_estimator):
+            kwargs["scale"] = self.scale_rewards
+        return {**kwargs, **(self.estimator_options or {})}
 
 
-def _parse_options(value: Any) -> dict[str, Any]:
+def _check_scale_rewards(value: Any, estimator: str, options: dict[str, Any]) -> str | None:
+    """``scale_rewards`` normalised to a TRL name (or None), after checking it against the estimator.
+
+    An estimator with a ``scale`` option takes it; any other estimator ignores it, with a warning.
+    """
+    if isinstance(value, bool):
+        value = "group" if value else "none"
+    if value is None:
+        return None
+    if value not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {list(SCALE_REWARDS)} (or True / False, or None), got {value!r}")
+    if "scale" in ebpo.estimator_options(estimator):
+        if "scale" in options and options["scale"] != value:
+            raise ValueError(
+                f"scale_rewards={value!r} and estimator_options['scale']={options['scale']!r} disagree "
+                f"(advantage_estimator={estimator!r}): set one of them"
+            )
+    else:
+        # Python's default warning filter shows a given message once per calling line.
+        warnings.warn(
+            f"scale_rewards={value!r} has no effect with advantage_estimator={estimator!r}: the estimator sets the "
+            "scale of its advantages itself (see its `normalize` option, if any); leave scale_rewards unset to "
+            "silence this warning",
+            UserWarning,
+            stacklevel=4,
+        )
+    return value
+
+
+def parse_estimator_options(value: Any) -> dict[str, Any]:
+    """``estimator_options`` as a dict: None → ``{}``, a JSON object string parsed; else ValueError."""
     if value is None:
         return {}
     if isinstance(value, str):

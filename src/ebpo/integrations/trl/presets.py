@@ -19,7 +19,19 @@ preset                    what changes
 ``rloo`` ``jspo``         the estimator of that name, otherwise as ``grpo``
 ``ebpo`` ``ebpo_bb``      the estimator of that name with its defaults (paper's Algorithm 1:
                           history prior, pooled σ², raw τ², batch normalisation)
+``ebpo_batch``            ``ebpo`` with the prior of the authors' released verl code:
+                          ``prior="batch"`` (μ, σ², τ² from the current generation batch only),
+                          ``prior_mean="group_means"`` (μ = mean of the group means)
 ========================  =====================================================================
+
+**Which prior.** The ``ebpo`` preset keeps the paper's Algorithm 1 — a prior accumulated over the
+whole run (``prior="history"``, the library default) — and not the per-batch prior the authors'
+released code uses (and the verl recipes reproduce, ``recipes/verl/README.md``): a TRL generation
+batch holds a few to a few dozen prompts (8-64 typically), and a prior estimated from that few group
+means (τ² from 8-64 numbers) is noisy, while the history prior keeps sharpening over the run. The
+authors ran verl with 512-prompt batches, where the batch prior is well estimated. ``ebpo_batch``
+offers their convention on TRL for comparison; give it large generation batches
+(``generation_batch_size`` / ``steps_per_generation``).
 
 Any bare estimator name (e.g. ``reinforce_pp_baseline``) is also accepted by :func:`make_config`:
 the common settings plus that estimator. Per-topic EBPO is ``make_config("ebpo",
@@ -31,7 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 import ebpo
-from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 
 __all__ = ["PAPER_COMMON", "PRESETS", "available_presets", "make_config"]
 
@@ -60,8 +72,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "rloo": {**PAPER_COMMON, "advantage_estimator": "rloo"},
     "jspo": {**PAPER_COMMON, "advantage_estimator": "jspo"},
+    # the paper's Algorithm 1 (history prior): see "Which prior" in the module docstring
     "ebpo": {**PAPER_COMMON, "advantage_estimator": "ebpo"},
     "ebpo_bb": {**PAPER_COMMON, "advantage_estimator": "ebpo_bb"},
+    # the authors' released code: prior from the current batch, μ = mean of the group means
+    "ebpo_batch": {
+        **PAPER_COMMON,
+        "advantage_estimator": "ebpo",
+        "estimator_options": {"prior": "batch", "prior_mean": "group_means"},
+    },
 }
 
 
@@ -73,7 +92,9 @@ def available_presets() -> list[str]:
 def make_config(preset: str, **overrides: Any) -> EBPOConfig:
     """An :class:`EBPOConfig` for ``preset`` (a key of :data:`PRESETS` or any estimator name).
 
-    ``overrides`` are EBPOConfig fields and win over the preset's values.
+    ``overrides`` are EBPOConfig fields and win over the preset's values; ``estimator_options``
+    (dict or JSON string) is merged into the preset's, key by key, so that
+    ``make_config("ebpo_batch", estimator_options={"normalize": "center"})`` keeps the batch prior.
 
     Raises:
         ValueError: unknown preset (the message lists presets and estimators), or any invalid field.
@@ -89,4 +110,7 @@ def make_config(preset: str, **overrides: Any) -> EBPOConfig:
             f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or an estimator name "
             f"{ebpo.available_estimators()}"
         )
+    options = overrides.get("estimator_options")
+    if "estimator_options" in base and options is not None:
+        overrides = {**overrides, "estimator_options": {**base["estimator_options"], **parse_estimator_options(options)}}
     return EBPOConfig(**{**base, **overrides})

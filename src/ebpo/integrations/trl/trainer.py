@@ -7,20 +7,24 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
    the whole generation batch from all processes; the wrapper keeps a reference to that tensor
    (and gathers the ``cluster_column`` values of the completions, if asked).
 2. ``_generate_and_score_completions`` calls TRL's, then recomputes the advantages with the
-   estimator from the kept rewards: TRL's weighted sum per completion (NaN where every reward
-   function returned None, which the estimator masks), groups = contiguous blocks of
-   ``num_generations``. Every process runs the estimator on the same gathered batch, so the running
-   statistics stay identical everywhere without any extra communication; each process then takes
-   its slice. The advantages TRL logged for the completions table are overwritten with ours.
+   estimator from the kept rewards: one reward per completion as TRL combines them
+   (``multi_objective_aggregation``; NaN where every reward function returned None, which the
+   estimator masks), groups = contiguous blocks of ``num_generations``. A completion that is the
+   only scored one of its group gets advantage 0, as in TRL, unless the estimator has a prior (see
+   :func:`has_lone_response_baseline`). Every process runs the estimator on the same gathered
+   batch, so the running statistics stay identical everywhere without any extra communication;
+   each process then takes its slice. The advantages TRL logged for the completions table are overwritten with ours.
    Running statistics are updated only when the model is in training mode (TRL calls the method
    once per generation batch in training, and once per batch in evaluation).
 3. DAPO's group filtering zeroes the ``completion_mask`` of filtered groups (as TRL's
-   ``mask_truncated_completions`` does for truncated ones) and recounts ``num_items_in_batch``.
+   ``mask_truncated_completions`` does for truncated ones) and recounts ``num_items_in_batch``. It
+   compares the accuracy (the user's reward functions, without the overlong punishment) by default.
 4. Clip-Cov wraps ``_get_per_token_logps_and_entropies`` while ``_compute_loss`` runs with
    gradients on, detaching the chosen tokens' log-probabilities (see :mod:`.clip_cov`).
 5. The estimator state is written as JSON next to every checkpoint (``_save_checkpoint``) and read
    back on ``resume_from_checkpoint`` (``_load_optimizer_and_scheduler``), like TRL's own
-   adaptive-entropy state.
+   adaptive-entropy state; with TRL's position in its generation cycle and, for a checkpoint inside
+   a generation batch, the batch itself, so that resuming is exact (see :mod:`.checkpoint`).
 
 TRL still computes its own advantages inside the method (a few vector ops, discarded): that is the
 price of not copying the method, and it is negligible next to generation.
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -41,41 +44,55 @@ from accelerate.utils import gather, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.rewards import get_soft_overlong_punishment
+from trl.trainer.utils import get_config_model_id
 
 import ebpo
+from ebpo.integrations.trl import checkpoint as ckpt
+from ebpo.integrations.trl.aggregation import (
+    combine_rewards,
+    lone_response_rows,
+    unscorable_rows,
+    zero_variance_groups,
+)
+from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE, GenerationCycle
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 
-__all__ = ["ESTIMATOR_STATE_FILE", "METRIC_PREFIX", "EBPOTrainer", "zero_variance_groups"]
+__all__ = ["ESTIMATOR_STATE_FILE", "METRIC_PREFIX", "EBPOTrainer", "has_lone_response_baseline", "zero_variance_groups"]
 
 logger = logging.getLogger(__name__)
 
-#: file written into every ``checkpoint-N/`` directory
-ESTIMATOR_STATE_FILE = "ebpo_estimator_state.json"
 #: prefix of the estimator's metrics in TRL's logs (tensorboard, wandb, trackio)
 METRIC_PREFIX = "ebpo/"
 OVERLONG_REWARD_NAME = "soft_overlong_punishment"
 
 
-def zero_variance_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """``(N // num_generations,)`` True for groups whose non-NaN rewards all agree, or that have none.
+def has_lone_response_baseline(estimator_name: str) -> bool:
+    """Whether ``estimator_name`` gives the only scored completion of a group a baseline of its own.
 
-    ``rewards`` is ``(N,)`` with contiguous groups; NaN marks completions no reward function scored.
-    A group with a single scored completion counts as zero-variance (it carries no contrast).
+    True for the estimators with a prior (a ``prior`` option: ``ebpo``, ``ebpo_bb``): the prior
+    estimated from other prompts (and, with ``prior="history"``, other steps) is a baseline even for
+    a lone completion, whose advantage is then ``S·(r − μ)`` before normalisation. False for the
+    group-relative estimators (``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp_baseline``, ``jspo``):
+    their baseline is built from the other completions of the same group, and a lone completion has
+    none (JSPO's baseline mixes the other prompts' mean with the group's leave-one-out mean, which
+    does not exist for a lone completion). EBPOTrainer leaves such completions out of the
+    estimator, so they get advantage 0, as in TRL.
     """
-    grouped = rewards.detach().reshape(-1, num_generations).double()
-    scored = ~torch.isnan(grouped)
-    count = scored.sum(dim=1)
-    high = torch.where(scored, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
-    low = torch.where(scored, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
-    return (count < 2) | (high - low <= 0)
+    return "prior" in ebpo.estimator_options(estimator_name)
 
 
 class EBPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from ``ebpo.make_estimator(args.advantage_estimator)``.
 
-    Same constructor as ``GRPOTrainer``; ``args`` must be an :class:`EBPOConfig` (or None for the
-    defaults). Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
+    Same constructor as ``GRPOTrainer``; ``args`` must be an :class:`EBPOConfig`. ``args=None`` does
+    what ``GRPOTrainer(args=None)`` does with ``GRPOConfig``: ``EBPOConfig("<model name>-EBPO")``,
+    i.e. TRL's defaults (for TRL 1.16: ``loss_type="dapo"``, ``beta=0``, ``num_generations=8``,
+    ``bf16=True``, which needs ``use_cpu=True, bf16=False`` on a CPU-only machine, as with TRL) plus
+    the ``ebpo`` estimator with its defaults (the paper's Algorithm 1, history prior) and
+    ``scale_rewards=None`` (the estimator decides the scale).
+
+    Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
     checkpoints store). Metrics added under ``ebpo/``: every entry of the estimator's
     ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
     ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
@@ -99,8 +116,8 @@ class EBPOTrainer(GRPOTrainer):
         optimizers: tuple[Any, Any] = (None, None),
         **kwargs: Any,
     ) -> None:
-        if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
+        if args is None:  # as GRPOTrainer does, with EBPOConfig
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = EBPOConfig(f"{name.split('/')[-1]}-EBPO")
         if not isinstance(args, EBPOConfig):
             raise ValueError(
@@ -129,10 +146,18 @@ class EBPOTrainer(GRPOTrainer):
                 **kwargs,
             )
         self.estimator = estimator
+        # TRL still computes (and discards) its own advantages and logs frac_reward_zero_std from
+        # them: give it a value it accepts; the estimator has already taken scale_rewards if it can.
+        self.scale_rewards = args.scale_rewards or "group"
         if args.data_order != "shuffle":
             self.shuffle_dataset = False  # the config already says so; keep the sampler honest
+        # The user's reward functions (TRL's, environments' included); the overlong punishment goes after.
+        self._ebpo_user_columns = slice(0, len(self.reward_funcs))
         if args.overlong_buffer_ratio > 0:
             self._add_overlong_reward(args)
+        self._ebpo_lone_response_baseline = has_lone_response_baseline(args.advantage_estimator)
+        # The estimator state before the current generation batch was scored (for mid-batch checkpoints).
+        self._ebpo_state_before_batch: dict[str, Any] = estimator.state_dict()
         # Hand-off from the _calculate_rewards wrapper to _generate_and_score_completions.
         self._ebpo_gathered_rewards: torch.Tensor | None = None
         self._ebpo_gathered_clusters: list[Any] | None = None
@@ -144,7 +169,9 @@ class EBPOTrainer(GRPOTrainer):
         """Append TRL's soft overlong punishment as one more reward function (weight = penalty factor).
 
         Appended after TRL's init, as TRL itself does for environment rewards, so it shows up in the
-        logs as ``rewards/soft_overlong_punishment/mean`` and is part of the summed reward.
+        logs as ``rewards/soft_overlong_punishment/mean`` and is part of the summed reward. It always
+        returns a number, so :meth:`_calculate_rewards` blanks it (NaN) for completions that every user
+        reward function returned None for: they stay unscored, as without the punishment.
         """
         buffer = max(int(round(args.overlong_buffer_ratio * args.max_completion_length)), 1)
         punish = get_soft_overlong_punishment(args.max_completion_length, buffer)
@@ -156,6 +183,10 @@ class EBPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ rewards → advantages
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        user = self._ebpo_user_columns
+        if user.stop < rewards_per_func.size(1):
+            # In place, so that TRL's own unscorable mask and reward metrics see it too.
+            rewards_per_func[unscorable_rows(rewards_per_func, user), user.stop :] = torch.nan
         self._ebpo_gathered_rewards = rewards_per_func
         if self.args.cluster_column is not None:
             # Same process order as `gather` in TRL, so row i of the rewards is row i of the clusters.
@@ -171,10 +202,18 @@ class EBPOTrainer(GRPOTrainer):
             raise RuntimeError("EBPOTrainer: TRL produced completions without calling _calculate_rewards")
 
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._summed_rewards(rewards_per_func)
+        rewards = combine_rewards(
+            rewards_per_func, self.reward_weights, aggregation=self.args.multi_objective_aggregation, num_generations=num_generations
+        ).cpu()
+        estimator_rewards = rewards
+        if not self._ebpo_lone_response_baseline:
+            # A lone scored completion has no group baseline: leave it out (advantage 0), as TRL does.
+            estimator_rewards = rewards.masked_fill(lone_response_rows(rewards, num_generations), torch.nan)
         num_total = rewards.numel()
         group_ids = torch.arange(num_total) // num_generations
-        result = self.estimator(rewards, group_ids, clusters=clusters, update=(mode == "train"))
+        if mode == "train":
+            self._ebpo_state_before_batch = self.estimator.state_dict()
+        result = self.estimator(estimator_rewards, group_ids, clusters=clusters, update=(mode == "train"))
         advantages = result.advantages.to(device=output["advantages"].device, dtype=output["advantages"].dtype)
 
         num_local = output["completion_ids"].size(0)
@@ -187,7 +226,7 @@ class EBPOTrainer(GRPOTrainer):
         metrics[METRIC_PREFIX + "grpo_zero_signal_group_frac"].append(float(result.metrics["zero_variance_group_frac"]))
 
         if self.args.filter_zero_variance_groups and mode == "train":
-            dropped = zero_variance_groups(rewards, num_generations)
+            dropped = zero_variance_groups(self._filter_metric(rewards_per_func, rewards), num_generations)
             metrics[METRIC_PREFIX + "filtered_group_frac"].append(float(dropped.float().mean()))
             keep_rows = (~dropped).repeat_interleave(num_generations)[start : start + num_local]
             self._drop_rows(output, keep_rows.to(output["completion_mask"].device))
@@ -200,13 +239,13 @@ class EBPOTrainer(GRPOTrainer):
         logged.extend(advantages[num_total - replaced :].tolist())
         return output
 
-    def _summed_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """TRL's reward per completion: weighted sum over reward functions; NaN if none scored it."""
-        unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-        rewards = (rewards_per_func * weights).nansum(dim=1).cpu()
-        rewards[unscorable.cpu()] = torch.nan
-        return rewards
+    def _filter_metric(self, rewards_per_func: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+        """What DAPO's filter compares (``filter_groups_metric``): the accuracy (weighted sum of the
+        user's reward functions) or the reward the estimator saw."""
+        if self.args.filter_groups_metric == "reward":
+            return rewards
+        user = self._ebpo_user_columns
+        return combine_rewards(rewards_per_func[:, user], self.reward_weights[user]).cpu()
 
     def _drop_rows(self, output: dict[str, Any], keep_rows: torch.Tensor) -> None:
         """Mask completions out of the loss (attention and loss mask), then recount the loss tokens."""
@@ -258,24 +297,71 @@ class EBPOTrainer(GRPOTrainer):
         return torch.where(selected, logps.detach(), logps), entropies, aux_loss
 
     # ------------------------------------------------------------------ checkpoints
+    def _generation_cycle(self) -> GenerationCycle:
+        return GenerationCycle(
+            micro_step=self._step,
+            generate_every=self.args.steps_per_generation * self.num_iterations,
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+        )
+
     def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint, plus the estimator state and TRL's position in its generation cycle
+        (and, inside a generation batch, each process's buffered completions): see :mod:`.checkpoint`."""
         super()._save_checkpoint(model, trial)
+        checkpoint_dir = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        cycle = self._generation_cycle()
         if self.args.should_save:
-            checkpoint_dir = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(checkpoint_dir, exist_ok=True)
-            with open(os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE), "w") as f:
-                json.dump(self.estimator.state_dict(), f)
+            ckpt.write_state(checkpoint_dir, self.estimator.state_dict(), cycle, self._ebpo_state_before_batch)
+        if cycle.inside_batch and self._buffered_inputs is not None:
+            ckpt.write_buffer(checkpoint_dir, self.accelerator.process_index, self._buffered_inputs)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        path = os.path.join(checkpoint, ESTIMATOR_STATE_FILE)
-        if not os.path.exists(path):
+        if checkpoint is not None:
+            self._restore_generation_state(checkpoint)
+
+    def _restore_generation_state(self, checkpoint: str) -> None:
+        """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""
+        estimator_state, saved, state_before_batch = ckpt.read_state(checkpoint)
+        if estimator_state is None:
             logger.warning("checkpoint %s has no %s: the estimator starts from empty statistics", checkpoint, ESTIMATOR_STATE_FILE)
             return
-        with open(path) as f:
-            self.estimator.load_state_dict(json.load(f))
+        current = self._generation_cycle()
+        if saved is None or not saved.inside_batch:
+            # On a generation boundary (or an older checkpoint): the next micro-step generates anyway.
+            self.estimator.load_state_dict(estimator_state)
+            if saved is not None and saved.same_layout(current):
+                self._step = saved.micro_step
+            return
+        if state_before_batch is None:
+            raise ValueError(f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch")
+        process = self.accelerator.process_index
+        same_layout = saved.same_layout(current)
+        have_buffer = os.path.exists(os.path.join(checkpoint, ckpt.generation_buffer_file(process)))
+        # Collective: every process takes the same branch, or some would generate while others not.
+        replay = same_layout and all(gather_object([have_buffer]))
+        if replay:
+            self._buffered_inputs = ckpt.read_buffer(checkpoint, process, self.accelerator.device)
+            self._step = saved.micro_step
+            self.estimator.load_state_dict(estimator_state)
+            self._ebpo_state_before_batch = state_before_batch  # for checkpoints later in this batch
+            return
+        self.estimator.load_state_dict(state_before_batch)
+        if same_layout:
+            self._step = saved.micro_step
+        reason = (
+            f"the buffered completions of a process are missing (this one: {ckpt.generation_buffer_file(process)}"
+            f"{' present' if have_buffer else ' missing'})"
+            if same_layout
+            else f"the generation layout changed (saved {saved}, now {current})"
+        )
+        logger.warning(
+            "checkpoint %s was saved inside a generation batch (micro-step %d of a %d-step cycle) and %s: TRL generates "
+            "that batch again with the restored policy, so this run is no longer identical to an uninterrupted one. "
+            "The estimator resumes from its state before that batch, so the batch is still counted once.",
+            checkpoint, saved.micro_step % saved.generate_every, saved.generate_every, reason,
+        )
 
 
 # ---------------------------------------------------------------------- helpers
