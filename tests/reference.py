@@ -88,18 +88,20 @@ def reinforce_pp(rewards, group_ids, mask=None, eps=1e-6):
 
 
 def jspo(rewards, group_ids, mask=None, eps=1e-6, lambda_form="released_code"):
-    """JSPO (Zeng et al., 2025) from the formula of the authors' released code, one prompt at a
-    time (issue #10 item 1; tests/reference.py is not derived from our vectorised code):
+    """JSPO (Zeng et al., 2025) on any batch, one prompt at a time: the formula of the authors'
+    released code (see :func:`authors_jspo` for the code itself, defined only on equal blocks of
+    m ≥ 2 responses) extended with our conventions (not derived from our vectorised code):
 
         λ_i = v_{−i} / (v_{−i} + s_{−i} + 1e-6)          (lambda_form="released_code")
         λ_i = ((K−1)/K) · v_{−i} / (v_{−i} + s_{−i} + 1e-6)  ("project_page", K = number of prompts)
         b_{i,k} = (1 − λ_i)·(mean of group i without response k) + λ_i·μ_{−i},   A = r − b
 
     over the other prompts j ≠ i: μ_{−i} = mean of their means, s_{−i} = population variance of
-    their means, v_{−i} = mean of (unbiased variance_j / m_j). Our documented conventions where
-    that is undefined: prompts with one response are left out of v (no variance), and their
-    baseline is μ_{−i} (λ reported as 1); with no other prompt λ = 0 and a singleton's baseline
-    is 0.
+    their means (project page eq. 7; the released code's mean of the other prompts' responses is
+    the same on equal blocks), v_{−i} = mean of (unbiased variance_j / m_j). Our documented
+    conventions where that is undefined: prompts with one response are left out of v (no
+    variance), and their baseline is μ_{−i} (λ reported as 1); with no other prompt λ = 0 and a
+    singleton's baseline is 0 (the released code gives NaN).
     """
     n = len(rewards)
     adv, base, lam_out = [0.0] * n, [0.0] * n, [0.0] * n
@@ -127,6 +129,162 @@ def jspo(rewards, group_ids, mask=None, eps=1e-6, lambda_form="released_code"):
             adv[row] = r - base[row]
             lam_out[row] = lam
     return adv, base, lam_out
+
+
+# ---------------------------------------------------------------------- the JSPO authors' code, ported
+# Zeng, Zhou, Arora, Zanette, JSPO-Official (github.com/guanning03/JSPO-Official, commit 6071c3b),
+# code/verl/trainer/ppo/core_algos.py: compute_jspo_outcome_advantage and
+# compute_jspo_plus_plus_outcome_advantage, called by their ray_trainer.compute_advantage with
+# epsilon = 1e-6 (the default; not passed) and js_smooth_coef = algorithm.js_smooth_coef (0.0 by
+# default, 0.99 in their run scripts). Written here from reading them, one row or prompt at a time.
+#
+# What their functions assume, and these ports with them: ``index`` (the uid per row) is only used
+# to COUNT the prompts n; the batch of bs rows is cut by position into n consecutive blocks of
+# m = bs // n responses (verl repeats each prompt's rows contiguously, and their trainer balances
+# the batch only after the advantages). Every prompt must have the same m ≥ 2 responses (they
+# assert m ≥ 2; a batch not divisible into n equal blocks fails to reshape). Rows have no validity
+# mask: ``response_mask`` [bs, T] only multiplies the per-row advantage onto the tokens.
+# Everything here is float64 (their tensors are float32 in verl).
+
+
+def _blocks(scores, index):
+    n = len(set(index))
+    m = len(scores) // n
+    if m < 2 or m * n != len(scores):
+        raise ValueError(f"the authors' function needs {n} equal blocks of >= 2 rows, got {len(scores)} rows")
+    return [[float(x) for x in scores[p * m : (p + 1) * m]] for p in range(n)], m
+
+
+def _on_tokens(per_row, response_mask):
+    return [[a * float(t) for t in row] for a, row in zip(per_row, response_mask, strict=True)]
+
+
+def authors_jspo(scores, index, response_mask, eps=1e-6):
+    """JSPO as the authors' ``compute_jspo_outcome_advantage`` computes it.
+
+    For response k of prompt i, from the OTHER prompts j ≠ i only: v = mean_j (unbiased var_j / m),
+    s = mean_j (mean_j − mean of those means)², λ = v / (v + s + eps); the shrinkage target is the
+    mean of every response of the other prompts (equal blocks: the mean of their means); the
+    baseline is (1 − λ)·(mean of prompt i's other responses) + λ·target; A[k, t] = (r − b)·mask.
+    With a single prompt their code falls back to that prompt's own v and s for λ, but the target is
+    the mean of an empty selection: NaN, and so is every advantage (reproduced).
+
+    Returns ``(advantages [bs][T], λ [bs], v [bs], s [bs])`` (lists).
+    """
+    blocks, m = _blocks(scores, index)
+    n = len(blocks)
+    adv, lam_rows, v_rows, s_rows = [], [], [], []
+    for p, block in enumerate(blocks):
+        others = [b for q, b in enumerate(blocks) if q != p]
+        pool = others if others else blocks  # their fallback statistics when no other prompt exists
+        means = [statistics.fmean(b) for b in pool]
+        centre = statistics.fmean(means)
+        v = statistics.fmean([statistics.variance(b) / m for b in pool])
+        s = statistics.fmean([(x - centre) ** 2 for x in means])
+        lam = v / (v + s + eps)
+        target = statistics.fmean([x for b in others for x in b]) if others else math.nan
+        for k, r in enumerate(block):
+            loo = (sum(block) - block[k]) / (m - 1)
+            adv.append(r - ((1 - lam) * loo + lam * target))
+            lam_rows.append(lam)
+            v_rows.append(v)
+            s_rows.append(s)
+    assert len(adv) == n * m
+    return _on_tokens(adv, response_mask), lam_rows, v_rows, s_rows
+
+
+#: the x-axis span W&B's "time weighted EMA" smoothing scales its decay by (authors' constant)
+TIME_WEIGHTED_EMA_SPAN = 1642.65
+
+
+def time_weighted_ema(values, coef):
+    """The authors' smoothing of a history (their ``wandb_tw_ema``: W&B's time-weighted EMA), written
+    as explicit weights rather than as a recursion: with w = min(sqrt(max(coef, 0)), 0.999) and
+    d_i = w ** (SPAN / (i − 1)) for the i-th value (1-based, i ≥ 2), value k of n weighs
+    Π_{i=k+1..n} d_i; the result is the weighted mean. NaN for an empty history."""
+    if not values:
+        return math.nan
+    w = min(math.sqrt(max(float(coef), 0.0)), 0.999)
+    decay = [1.0] + [w ** (TIME_WEIGHTED_EMA_SPAN / (i - 1)) for i in range(2, len(values) + 1)]
+    weights = [1.0] * len(values)  # weights[k] = Π_{i>k} decay[i], filled from the newest value back
+    for k in range(len(values) - 2, -1, -1):
+        weights[k] = weights[k + 1] * decay[k + 1]
+    return math.fsum(wk * y for wk, y in zip(weights, values, strict=True)) / math.fsum(weights)
+
+
+def authors_jspo_plus_plus(scores, index, response_mask, history, smooth_coef=0.0, eps=1e-6):
+    """One call of the authors' ``compute_jspo_plus_plus_outcome_advantage``.
+
+    One λ and one target for the whole batch (no leave-one-prompt-out): target = mean of all
+    rewards, v = mean over prompts of (unbiased var / m), s = mean over prompts of (prompt mean −
+    target)², λ = v / (v + s + eps). ``history`` (a list, mutated: their module-level lists) gets
+    (λ, target) appended on every call; when ``smooth_coef`` > 0 the λ and target used are the
+    :func:`time_weighted_ema` of the whole history, this call included. Baseline (1 − λ)·(mean of
+    the prompt's other responses) + λ·target; A[k, t] = (r − b)·mask.
+
+    Returns ``(advantages [bs][T], λ used, v, s)``.
+    """
+    blocks, m = _blocks(scores, index)
+    means = [statistics.fmean(b) for b in blocks]
+    target = statistics.fmean([x for b in blocks for x in b])
+    v = statistics.fmean([statistics.variance(b) / m for b in blocks])
+    s = statistics.fmean([(x - target) ** 2 for x in means])
+    lam = v / (v + s + eps)
+    history.append((lam, target))
+    if smooth_coef > 0:
+        lam = time_weighted_ema([h[0] for h in history], smooth_coef)
+        target = time_weighted_ema([h[1] for h in history], smooth_coef)
+    adv = []
+    for block in blocks:
+        for k, r in enumerate(block):
+            loo = (sum(block) - block[k]) / (m - 1)
+            adv.append(r - ((1 - lam) * loo + lam * target))
+    return _on_tokens(adv, response_mask), lam, v, s
+
+
+class ReferenceJSPOPlusPlus:
+    """``jspo_plus_plus`` as we define it on every batch (uneven groups, padding rows, singletons),
+    from the formulas, one prompt at a time, the whole (λ, μ) history kept in a list.
+
+    Over the prompts with a valid response: μ = mean of the group means, s = population variance
+    of the group means, v = mean of (unbiased var / m_j) over prompts with m_j ≥ 2 (0 if none);
+    λ_t = v / (v + s + eps). Smoothed as the authors do when ``smooth_coef`` > 0. A prompt with one
+    valid response has no leave-one-out mean: its baseline is μ (reported λ = 1). A batch with no
+    valid row adds nothing to the history. Equal to :func:`authors_jspo_plus_plus` when every
+    prompt has the same number of responses (the mean of the means is then the mean of all).
+    """
+
+    def __init__(self, smooth_coef=0.0, eps=1e-6):
+        self.smooth_coef, self.eps = smooth_coef, eps
+        self.history = []
+
+    def __call__(self, rewards, group_ids, mask=None, update=True):
+        n = len(rewards)
+        adv, base, lam_rows = [0.0] * n, [0.0] * n, [0.0] * n
+        groups = valid_groups(rewards, group_ids, mask)
+        if not groups:
+            return adv, base, lam_rows, None
+        values = [[r for _, r in rows] for rows in groups.values()]
+        means = [statistics.fmean(x) for x in values]
+        mu = statistics.fmean(means)
+        s = statistics.pvariance(means)
+        noises = [statistics.variance(x) / len(x) for x in values if len(x) >= 2]
+        v = statistics.fmean(noises) if noises else 0.0
+        history = self.history + [(v / (v + s + self.eps), mu)]
+        lam, target = history[-1]
+        if self.smooth_coef > 0:
+            lam = time_weighted_ema([h[0] for h in history], self.smooth_coef)
+            target = time_weighted_ema([h[1] for h in history], self.smooth_coef)
+        for rows in groups.values():
+            for row, r in rows:
+                others = [x for other_row, x in rows if other_row != row]
+                weight = lam if others else 1.0
+                base[row] = (1 - weight) * (statistics.fmean(others) if others else 0.0) + weight * target
+                adv[row] = r - base[row]
+                lam_rows[row] = weight
+        if update:
+            self.history = history
+        return adv, base, lam_rows, {"v": v, "s": s, "lambda": lam, "mean": target}
 
 
 def authors_ebpo_batch(rewards, group_ids, mask=None, norm_adv_by_std=True, eps=1e-6):

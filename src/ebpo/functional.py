@@ -25,6 +25,7 @@ __all__ = [
     "group_moments",
     "leave_one_out_mean",
     "leave_one_group_out_moments",
+    "time_weighted_ema_decay",
     "shrinkage_factor",
     "empirical_bayes_baseline",
     "normalize_advantages",
@@ -184,27 +185,68 @@ def leave_one_group_out_moments(
     """For every entry ``k``: count, mean and population variance of ``values[j]`` over the OTHER
     included entries ``j ≠ k`` (``include`` 0/1 per entry; an excluded ``k`` sees all included).
 
-    ``c_{−k} = C − include_k``, ``mean_{−k} = (S − include_k·x_k) / c_{−k}``,
-    ``var_{−k} = Σ_{j≠k} (x_j − mean_{−k})² / c_{−k}``. The sum of squares is taken about the mean
-    of all included entries, ``Σ_{j≠k}(x_j − mean_{−k})² = T − include_k·(x_k − m)²·C/(C − 1)`` with
-    ``T = Σ_j (x_j − m)²``, so that values with a large common offset keep their precision.
+    ``c_{−k} = C − include_k``, ``mean_{−k} = (S − include_k·x_k) / c_{−k}`` with ``S = Σ_j x_j``,
+    and, with ``d_j = x_j − m`` about the mean ``m`` of all included entries (so that values with a
+    large common offset keep their precision) and ``T = Σ_j d_j²``,
+    ``Σ_{j≠k} (x_j − mean_{−k})² = (T − d_k²) − (Σ_{j≠k} d_j)² / c_{−k}`` — exact for any ``m``.
     Mean and variance are 0 where no other entry is included. O(K) for K entries.
+
+    Removing ``x_k`` from a sum it dominates would leave rounding residue where the answer is
+    small (e.g. 1e-17 instead of an exact 0 when every other entry is 0): the at most four entries
+    with ``|x_k| > Σ|x_j|/3`` or ``d_k² > T/3`` are recomputed directly from the others instead.
+    Every other entry's result then carries the rounding of an ordinary sum over the others.
     """
     include = include.to(values.dtype)
     count = include.sum()
     if float(count) == 0:
         zeros = torch.zeros_like(values)
         return zeros, zeros, zeros
-    overall = (values * include).sum() / count
-    deviation_sq = (values - overall) ** 2
-    total_sq = (deviation_sq * include).sum()
+    kept = values * include
+    total = kept.sum()
+    deviation = (values - total / count) * include
+    deviation_sq = deviation**2
+    total_sq = deviation_sq.sum()
     others = count - include
     safe = others.clamp(min=1)
-    others_mean = torch.where(others > 0, (overall * count - values * include) / safe, torch.zeros_like(values))
-    # C/(C − 1) only matters for included entries, and C ≥ 2 whenever an included entry has others.
-    removed = include * deviation_sq * count / (count - 1).clamp(min=1)
-    others_var = torch.where(others > 0, (total_sq - removed).clamp(min=0) / safe, torch.zeros_like(values))
+    has_others = others > 0
+    others_mean = torch.where(has_others, (total - kept) / safe, torch.zeros_like(values))
+    others_sum_sq = (total_sq - deviation_sq) - (deviation.sum() - deviation) ** 2 / safe
+    others_var = torch.where(has_others, others_sum_sq.clamp(min=0) / safe, torch.zeros_like(values))
+
+    dominant = ((kept.abs() * 3 > kept.abs().sum()) | (deviation_sq * 3 > total_sq)).nonzero().flatten()
+    if dominant.numel():
+        # [d, K], d ≤ 4: the other included entries of each dominant entry, two passes.
+        weight = include.expand(dominant.numel(), -1).clone()
+        weight[torch.arange(dominant.numel()), dominant] = 0
+        n = weight.sum(dim=1)
+        mean = (weight * values).sum(dim=1) / n.clamp(min=1)
+        var = (weight * (values - mean[:, None]) ** 2).sum(dim=1) / n.clamp(min=1)
+        others_mean[dominant] = torch.where(n > 0, mean, torch.zeros_like(mean))
+        others_var[dominant] = torch.where(n > 0, var, torch.zeros_like(var))
     return others, others_mean, others_var
+
+
+#: W&B's "time weighted EMA" chart smoothing scales its decay by this x-axis span; the JSPO authors
+#: smooth jspo_plus_plus's λ and mean with that formula, so the constant is part of the estimator.
+TIME_WEIGHTED_EMA_SPAN = 1642.65
+
+
+def time_weighted_ema_decay(step: int, coef: float) -> float:
+    """Factor by which the accumulated sums decay before observation number ``step`` (1-based) is
+    added, in the time-weighted EMA the JSPO authors use to smooth ``jspo_plus_plus`` (W&B's chart
+    smoothing; their ``wandb_tw_ema``):
+
+        d_1 = 1,   d_t = w ** (1642.65 / (t − 1)),   w = min(sqrt(coef), 0.999),
+        smoothed_t = Σ_k (Π_{i=k+1..t} d_i) y_k  /  Σ_k Π_{i=k+1..t} d_i.
+
+    ``d_t`` approaches 1 as ``t`` grows, so the window widens with time: with coef = 0.99,
+    d_2 = 2.6e-4 (the first value is all but forgotten), d_100 = 0.92 (a window of about 12
+    steps), d_1000 = 0.992 (about 120 steps).
+    """
+    if step <= 1:
+        return 1.0
+    w = min(math.sqrt(coef), 0.999)
+    return w ** (TIME_WEIGHTED_EMA_SPAN / (step - 1))
 
 
 def shrinkage_factor(

@@ -131,7 +131,7 @@ for name in NAMES:
         case(f"{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match)
 
 # issue #11 item 7: fp16 ±60000 gave ±inf; the output must fit the caller's dtype
-for name, options in [("rloo", {}), ("dr_grpo", {}), ("jspo", {}), ("ebpo", {"normalize": "none"}),
+for name, options in [("rloo", {}), ("dr_grpo", {}), ("jspo", {}), ("jspo_plus_plus", {}), ("ebpo", {"normalize": "none"}),
                       ("grpo", {"scale": "none"})]:
     batch_case(name, "fp16-overflow", r"the advantages of this batch \(up to 120000 in magnitude\) do not fit the output dtype float16"
                if name in ("rloo", "jspo") else r"the advantages of this batch .* do not fit the output dtype float16",
@@ -144,6 +144,10 @@ batch_case("reinforce_pp_baseline", "spread-overflow", r"the spread of this batc
            torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64), np.repeat(np.arange(400), 2))
 batch_case("grpo", "batch-std-overflow", r"the spread of this batch overflows float64",
            torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64), np.repeat(np.arange(200), 2), options={"scale": "batch"})
+# group means of ±1e200 fit float64, their spread s = 1e400 does not: refused before the smoother sees it
+for name in ("jspo", "jspo_plus_plus"):
+    batch_case(name, "spread-overflow", r"overflow float64", torch.tensor([1e200, 1e200, -1e200, -1e200], dtype=torch.float64),
+               [0, 0, 1, 1], options={"smooth_coef": 0.99} if name == "jspo_plus_plus" else {})
 batch_case("ebpo", "per-cluster-needs-clusters", r"clusters is required .*per_cluster=True", [1.0, 0.0], [0, 0],
            options={"per_cluster": True})
 batch_case("ebpo_bb", "reward-above-1", r"rewards must lie in \[0, 1\] for ebpo_bb .*got 2.0", [1.0, 2.0], [0, 0])
@@ -171,6 +175,11 @@ BAD_OPTIONS += [
     ("jspo", {"lambda_form": v}, r"lambda_form must be one of \['released_code', 'project_page'\], got " + repr(v))
     for v in ("page", None, 1)
 ]
+BAD_OPTIONS += [
+    ("jspo_plus_plus", {"smooth_coef": v}, r"smooth_coef must be a number in \[0, 1\] \(0 = no smoothing\), got " + p)
+    for v, p in [(-0.1, "-0.1"), (1.5, "1.5"), (math.nan, "nan"), (math.inf, "inf"), (True, "True"), ("0.99", "'0.99'"), (None, "None")]
+]
+BAD_OPTIONS.append(("jspo_plus_plus", {"lambda_form": "project_page"}, r"unknown option\(s\) \['lambda_form'\] for estimator 'jspo_plus_plus'"))
 for name in ("ebpo", "ebpo_bb"):
     BAD_OPTIONS += [(name, {"prior": v}, r"prior must be one of \['history', 'batch', 'ema'\], got " + repr(v)) for v in ("forever", None)]
     BAD_OPTIONS += [
@@ -265,6 +274,31 @@ BAD_STATES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
      r"count >= 0 and m2 >= 0"),
     ("clusters-without-per-cluster", "ebpo", {},
      edited(saved(), ("clusters",), saved(**CLUSTERED)["clusters"]), r"holds cluster priors but was saved with per_cluster=False"),
+]
+SMOOTHED = {"smooth_coef": 0.99}
+BAD_STATES += [
+    # (the fed estimator has taken one step: weight 1, lambda_sum = λ, mean_sum = μ)
+    ("coef-mismatch", "jspo_plus_plus", {}, saved("jspo_plus_plus", **SMOOTHED),
+     r"state was saved with smooth_coef=0.99 but this estimator has smooth_coef=0.0"),
+    ("jspo-into-plus-plus", "jspo_plus_plus", {}, saved("jspo"), r"state belongs to estimator 'jspo', cannot load it into 'jspo_plus_plus'"),
+    ("pp-no-options", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("options",), DELETE), r"state has no 'options' dict"),
+    ("pp-steps-missing", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), DELETE),
+     r"invalid jspo_plus_plus state: state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing 'steps'"),
+    ("pp-weight-missing", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), DELETE), r"missing 'weight'"),
+    ("pp-steps-negative", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), -1), r"steps must be a non-negative integer, got -1"),
+    ("pp-steps-bool", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), True), r"steps must be a non-negative integer, got True"),
+    ("pp-steps-float", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), 1.0), r"steps must be a non-negative integer, got 1.0"),
+    ("pp-weight-nan", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), math.nan), r"weight must be a finite number, got nan"),
+    ("pp-weight-string", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), "1"), r"weight must be a finite number, got '1'"),
+    ("pp-mean-inf", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("mean_sum",), math.inf), r"mean_sum must be a finite number, got inf"),
+    ("pp-lambda-bool", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("lambda_sum",), False), r"lambda_sum must be a finite number, got False"),
+    ("pp-weight-above-steps", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), 2.5), r"weight must lie in \[1, steps\] = \[1, 1\], got 2.5"),
+    ("pp-weight-below-1", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), 0.5), r"weight must lie in \[1, steps\]"),
+    ("pp-lambda-above-weight", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("lambda_sum",), 1.5),
+     r"lambda_sum must lie in \[0, weight\] = \[0, 1.0\] \(λ is in \[0, 1\]\), got 1.5"),
+    ("pp-lambda-negative", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("lambda_sum",), -0.5), r"lambda_sum must lie in \[0, weight\]"),
+    ("pp-sums-without-steps", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), 0),
+     r"a state with steps 0 must have weight, lambda_sum and mean_sum 0"),
 ]
 for label, name, options, state, match in BAD_STATES:
     est = fed(name, **options)
@@ -387,6 +421,8 @@ REJECTED_BY = {
     "ebpo": [((torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64), np.repeat(np.arange(200), 2)), {})],
     "rloo": [((F16, [0, 0, 0, 0]), {})],
     "jspo": [((F16, [0, 0, 0, 0]), {})],
+    "jspo_plus_plus": [((F16, [0, 0, 0, 0]), {}),
+                       ((torch.tensor([1e200, 1e200, -1e200, -1e200], dtype=torch.float64), [0, 0, 1, 1]), {})],
     "dr_grpo": [((F16, [0, 0, 0, 0]), {})],
     "ebpo_bb": [(([0.5, 1.5], [0, 0]), {})],
 }

@@ -11,7 +11,14 @@ from ebpo.estimators.base import (
 )
 from ebpo.estimators.beta_binomial import EBPOBetaBinomial
 from ebpo.estimators.ebpo import EBPO, Prior
-from ebpo.estimators.group_relative import GRPO, JSPO, RLOO, DrGRPO, ReinforcePlusPlusBaseline
+from ebpo.estimators.group_relative import (
+    GRPO,
+    JSPO,
+    RLOO,
+    DrGRPO,
+    JSPOPlusPlus,
+    ReinforcePlusPlusBaseline,
+)
 
 __all__ = [
     "AdvantageEstimator",
@@ -22,6 +29,7 @@ __all__ = [
     "EBPOBetaBinomial",
     "GRPO",
     "JSPO",
+    "JSPOPlusPlus",
     "Prior",
     "RLOO",
     "ReinforcePlusPlusBaseline",
