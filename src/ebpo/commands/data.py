@@ -304,7 +304,7 @@ def run_order(args: argparse.Namespace) -> int:
     order = curriculum_order(
         frame, args.order, seed=args.seed, topic_key=args.topic_column, difficulty_key=args.difficulty_column
     )
-    write_table(frame.iloc[order].reset_index(drop=True), output)
+    write_table(frame.iloc[order], output)  # the index keeps each row's input position, for errors
     print(
         f"wrote {len(frame)} rows in {args.order!r} order to {output}; "
         "train on it without shuffling (verl: data.shuffle=False)"
@@ -370,12 +370,13 @@ def write_table(frame: Any, destination: str | Path) -> None:
         except (TypeError, ValueError) as error:  # pyarrow's ArrowTypeError / ArrowInvalid
             raise ValueError(f"cannot store these rows as Parquet ({error}); write .jsonl instead") from None
         return
-    lines = [_json_line(record, i) for i, record in enumerate(frame.to_dict(orient="records"))]
+    # The frame's index is the row's position in the input (``order`` keeps it): errors name that.
+    lines = [_json_line(record, row) for row, record in zip(frame.index, frame.to_dict(orient="records"), strict=True)]
     with atomic_write(path) as handle:
         handle.writelines(lines)
 
 
-def _json_line(record: dict, index: int) -> str:
+def _json_line(record: dict, row: Any) -> str:
     import json
 
     try:
@@ -386,8 +387,8 @@ def _json_line(record: dict, index: int) -> str:
                 json.dumps(_clean(value), default=_json_default, allow_nan=False)
             except (TypeError, ValueError) as error:
                 raise ValueError(
-                    f"row {index}, column {column!r}: {value!r} cannot be stored in JSON ({error}); "
-                    "fix that row or write .parquet"
+                    f"input row {row} (counting from 0), column {column!r}: {value!r} cannot be stored in "
+                    f"JSON ({error}); fix that row or write .parquet"
                 ) from None
         raise
 
