@@ -14,6 +14,7 @@ from ebpo.evaluation import (
     Generation,
     SamplingConfig,
     TransformersGenerator,
+    check_eval_options,
     maj_at_k,
     pass_at_k,
     run_eval,
@@ -285,9 +286,22 @@ def test_run_eval_checks_every_option_before_loading_anything(tmp_path, monkeypa
     _refuse_loading(monkeypatch)
     monkeypatch.chdir(tmp_path)
     options = {"benchmarks": ["aime-2025"], "n": 2, "out_dir": tmp_path / "out", **kwargs}
+    benchmarks = options.pop("benchmarks")
     with pytest.raises(ValueError, match=match):
-        run_eval("org/model", options.pop("benchmarks"), progress=False, **options)
+        check_eval_options("org/model", benchmarks, **options)  # the dry run says the same
+    with pytest.raises(ValueError, match=match):
+        run_eval("org/model", benchmarks, progress=False, **options)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_check_eval_options_accepts_what_run_eval_accepts(tmp_path):
+    check_eval_options("org/model", ["aime-2025", "amc-2023"], n=4, ks=[1, 4], out_dir=tmp_path / "new", limit=3,
+                       timeout=2.5, score_workers=2, data_files={"aime-2025": str(FIXTURES / "aime-2025.jsonl")})
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "notes.txt").write_text("not ours")  # other files in --out are left alone
+    check_eval_options("org/model", ["aime-2025"], out_dir=tmp_path / "new")
+    with pytest.raises(ValueError, match="run_eval arguments: .*'frobnicate'"):
+        check_eval_options("org/model", ["aime-2025"], frobnicate=1)
 
 
 def test_existing_results_are_refused_before_generation_unless_overwrite(tmp_path, tiny, monkeypatch):

@@ -459,14 +459,9 @@ def run_eval(
     Every option and the output directory are checked first (:func:`check_eval_options`), before
     any data or model is loaded. An ``out_dir`` that already holds results of an evaluation is
     refused unless ``overwrite``; each file is then replaced atomically (:mod:`ebpo.files`)."""
+    _check_eval_arguments(locals())  # first: every argument, before anything is loaded
     from ebpo.data import load_dataset
 
-    check_eval_options(
-        model_name, benchmarks, n=n, ks=ks, out_dir=out_dir, data_files=data_files, data_dir=data_dir,
-        limit=limit, backend=backend, template=template, chat=chat, sampling=sampling, batch_size=batch_size,
-        timeout=timeout, score_workers=score_workers, model=model, tokenizer=tokenizer, generator=generator,
-        overwrite=overwrite,
-    )
     ks = tuple(sorted(set(ks or (1, n))))
     sampling = sampling or SamplingConfig()
     data_files = dict(data_files or {})
@@ -543,34 +538,31 @@ def run_eval(
 RESULT_FILES = ("samples.jsonl", "results.md", "results.csv", "results.json")
 
 
-def check_eval_options(
-    model_name: str,
-    benchmarks: Sequence[str],
-    *,
-    n: int = 32,
-    ks: Sequence[int] | None = None,
-    out_dir: str | os.PathLike[str] = "eval_results",
-    data_files: Mapping[str, str] | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    limit: int | None = None,
-    backend: str = "auto",
-    template: str = "dapo",
-    chat: bool | None = None,
-    sampling: SamplingConfig | None = None,
-    batch_size: int = 16,
-    timeout: float | None = None,
-    score_workers: int = 1,
-    model: Any = None,
-    tokenizer: Any = None,
-    generator: Generator | None = None,
-    overwrite: bool = False,
-) -> None:
-    """Check every option of :func:`run_eval` (same arguments) without loading anything; raise
-    ValueError naming the first bad one. ``ebpo eval`` calls it before any data or model is loaded,
-    so a typo never costs a generation run, and an existing result is never lost."""
+def check_eval_options(*args: Any, **kwargs: Any) -> None:
+    """Check the arguments of :func:`run_eval` (same signature) without loading anything; raise
+    ValueError naming the first bad one. :func:`run_eval` runs the same checks before it loads any
+    data or model, so a typo never costs a generation run and an earlier result is never lost."""
+    import inspect
+
+    try:
+        bound = inspect.signature(run_eval).bind(*args, **kwargs)
+    except TypeError as error:
+        raise ValueError(f"run_eval arguments: {error}") from None
+    bound.apply_defaults()
+    _check_eval_arguments(bound.arguments)
+
+
+def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
+    """The checks behind :func:`check_eval_options`, on ``run_eval``'s arguments by name."""
     from ebpo.data import DATASETS
     from ebpo.files import check_output_path
     from ebpo.templates import TEMPLATES
+
+    model_name, benchmarks, n, ks = (arguments[k] for k in ("model_name", "benchmarks", "n", "ks"))
+    out_dir, data_files, data_dir, limit = (arguments[k] for k in ("out_dir", "data_files", "data_dir", "limit"))
+    backend, template, chat, sampling = (arguments[k] for k in ("backend", "template", "chat", "sampling"))
+    batch_size, timeout, score_workers = (arguments[k] for k in ("batch_size", "timeout", "score_workers"))
+    model, tokenizer, generator, overwrite = (arguments[k] for k in ("model", "tokenizer", "generator", "overwrite"))
 
     if not isinstance(model_name, str) or not model_name.strip():
         raise ValueError(f"model_name (--model) must be a model name or path, got {model_name!r}")

@@ -213,6 +213,11 @@ def _topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) ->
     if topic_fn is not None:
         rows = frame.to_dict(orient="records")
         return curriculum.topics_from_function(rows, topic_fn), f"--topic-fn {args.topic_fn}"
+    if args.topic_column and args.topic in ("auto", "metadata"):
+        if _column(frame, args.topic_column, required=False) is None:
+            raise ValueError(f"--topic-column {args.topic_column!r}: the dataset has no such column; its columns are {list(frame.columns)}")
+        if not _complete(frame, args.topic_column):
+            raise ValueError(f"--topic-column {args.topic_column!r} has rows without a topic; fill them or cluster instead (--topic tfidf)")
     complete_columns = [c for c in _candidate_names(frame, args.topic_column, TOPIC_COLUMNS) if _complete(frame, c)]
     method, column = curriculum.choose_topic_method(
         args.topic, complete_columns, topic_column=args.topic_column, candidates=TOPIC_COLUMNS
