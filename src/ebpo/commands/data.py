@@ -177,6 +177,8 @@ def check_label_args(args: argparse.Namespace) -> tuple[Path, Any]:
     """Check every option of ``ebpo data label`` before anything is read: (output path, the
     ``--topic-fn`` function or None). Raises ValueError naming the option."""
     output = _output_path(args)
+    if args.split is not None and Path(args.input).suffix.lower() in TABLE_SUFFIXES:
+        raise ValueError(f"--split is for dataset names; {args.input!r} is a file (drop --split)")
     _check_int(args.limit, "--limit", 1, allow_none=True)
     _check_int(args.seed, "--seed", 0)
     _check_int(args.num_topics, "--num-topics", 1)
@@ -306,6 +308,9 @@ def run_order(args: argparse.Namespace) -> int:
     output = _output_path(args)
     _check_int(args.seed, "--seed", 0)
     frame = read_table(args.input)
+    for option, name in (("--topic-column", args.topic_column), ("--difficulty-column", args.difficulty_column)):
+        if name and _column(frame, name, required=False) is None:  # a column named explicitly must exist
+            raise ValueError(f"{option} {name!r}: the file has no such column; its columns are {list(frame.columns)}")
     order = curriculum_order(
         frame, args.order, seed=args.seed, topic_key=args.topic_column, difficulty_key=args.difficulty_column
     )
