@@ -43,3 +43,17 @@ def test_value_error_is_one_line_exit_2_and_ebpo_debug_reraises(capsys, monkeypa
     monkeypatch.setenv("EBPO_DEBUG", "1")
     with pytest.raises(ValueError, match="must be positive"):
         cli.main([])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+        (["--prompts", "0"], "--prompts must be an integer between 1 and 100000, got 0"),
+        (["--group-size", "0"], "--group-size must be an integer between 1 and 64, got 0"),
+        (["--steps", "-2"], "--steps must be an integer between 1 and 10000, got -2"),
+    ],
+)
+def test_demo_rejects_bad_numbers_in_one_line(capsys, argv, message):
+    assert main(["demo", *argv]) == 2
+    assert capsys.readouterr().err == f"ebpo demo: error: {message}\n"

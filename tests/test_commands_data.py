@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import numpy as np
@@ -200,3 +201,77 @@ def test_pass_rates_from_records():
     assert pass_rates_from_records(records, ["a", "b"]) == [0.0, 0.5]
     with pytest.raises(ValueError, match="no sample for problem 'c'"):
         pass_rates_from_records(records, ["a", "c"])
+
+
+# ---------------------------------------------------------------------- files are sacred (issue #11)
+def _rows_with_a_non_finite_difficulty() -> str:
+    rows = [
+        {"prompt": "a", "answer": "1", "topic": "x", "difficulty": 1.0},
+        {"prompt": "b", "answer": "2", "topic": "y", "difficulty": -math.inf},  # json writes -Infinity
+        {"prompt": "c", "answer": "3", "topic": "x", "difficulty": 2.0},
+    ]
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.mark.parametrize("command", [["order", "--order", "topic"], ["label"]])
+def test_a_row_that_cannot_be_written_leaves_an_existing_output_as_it_was(tmp_path, capsys, command):
+    """The old writer opened the output with "w" and wrote row by row: a bad third row left the
+    file truncated to the rows before it."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(_rows_with_a_non_finite_difficulty())
+    out = tmp_path / "out.jsonl"
+    out.write_text("precious\n")
+    assert run([command[0], str(source), *command[1:], "-o", str(out)]) == 2
+    assert out.read_text() == "precious\n"
+    err = capsys.readouterr().err
+    assert "input row 1 (counting from 0), column 'difficulty'" in err and "cannot be stored in JSON" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]  # no temporary left
+
+
+def test_the_input_is_never_the_output_unless_in_place(tmp_path, capsys):
+    source = tmp_path / "in.jsonl"
+    text = _rows_with_a_non_finite_difficulty()
+    source.write_text(text)
+    for spelling in (str(source), str(tmp_path / "." / "in.jsonl")):
+        assert run(["order", str(source), "--order", "topic", "-o", spelling]) == 2
+        assert "pass --in-place" in capsys.readouterr().err
+    # --in-place with a row JSON cannot hold: refused, the input keeps every byte
+    assert run(["order", str(source), "--order", "topic", "--in-place"]) == 2
+    assert "input row 1 (counting from 0), column 'difficulty'" in capsys.readouterr().err
+    assert source.read_text() == text
+    # --in-place on a good file replaces it with the sorted rows, through a rename
+    good = "".join(json.dumps({"prompt": p, "answer": "1", "topic": t}) + "\n" for p, t in [("a", "y"), ("b", "x"), ("c", "y")])
+    source.write_text(good)
+    inode = source.stat().st_ino
+    assert run(["order", str(source), "--order", "topic", "--in-place"]) == 0
+    assert [json.loads(line)["topic"] for line in source.read_text().splitlines()] == ["x", "y", "y"]
+    assert source.stat().st_ino != inode  # a new file renamed over the old one, not rewritten in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_label_in_place_and_parquet_in_place(math_jsonl, tmp_path):
+    source, records = math_jsonl
+    table = tmp_path / "math.parquet"
+    assert run(["label", str(source), "-o", str(table), "--topic", "none", "--difficulty", "none"]) == 0
+    assert run(["label", str(table), "--in-place", "--topic-fn", f"{__name__}:first_letter_topic"]) == 0
+    frame = pd.read_parquet(table)
+    assert frame["topic"].tolist() == [r["problem"][0] for r in records]
+    assert run(["order", str(table), "--in-place", "--order", "topic"]) == 0
+    assert is_contiguous(pd.read_parquet(table)["topic"].tolist())
+
+
+def raising_topic(row: dict) -> str:
+    if row["id"] == "p2":
+        raise KeyError("subfield")
+    return "t"
+
+
+def test_a_topic_function_that_raises_names_itself_and_the_row(math_jsonl, tmp_path, capsys):
+    source, _ = math_jsonl
+    out = tmp_path / "out.jsonl"
+    assert run(["label", str(source), "-o", str(out), "--topic-fn", f"{__name__}:raising_topic"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"ebpo data label: error: the labelling function {__name__}:raising_topic raised KeyError on row 2: 'subfield'"
+    )
+    assert not out.exists()

@@ -192,6 +192,21 @@ def test_metadata_and_function_labels():
         curriculum.topics_from_function(rows, lambda r: None)
 
 
+def _topic_of(row: dict) -> str:
+    return {"integrate x": "calculus"}[row["prompt"]]
+
+
+def test_a_labelling_function_that_fails_is_named_with_the_row():
+    rows = [{"prompt": "integrate x"}, {"prompt": "count the ways"}]
+    with pytest.raises(ValueError, match=rf"^the labelling function {__name__}:_topic_of raised KeyError on row 1: 'count the ways'$") as info:
+        curriculum.topics_from_function(rows, _topic_of)
+    assert isinstance(info.value.__cause__, KeyError)  # the original stays reachable (EBPO_DEBUG=1)
+    with pytest.raises(ValueError, match=r"returned an unhashable list for row 0; return a string or an integer"):
+        curriculum.topics_from_function(rows, lambda r: r["prompt"].split())
+    with pytest.raises(ValueError, match=r"returned no label for row 0 \(got nan\)"):
+        curriculum.topics_from_function(rows, lambda r: float("nan"))
+
+
 def test_tfidf_kmeans_recovers_topics_and_is_deterministic():
     pytest.importorskip("sklearn")
     texts, truth = synthetic_problems()

@@ -236,3 +236,87 @@ def test_render_prompt_uses_the_chat_template_of_instruct_tokenizers():
     assert render_prompt(problem, tok) == dapo_prompt(problem)  # base model: plain text
     with pytest.raises(ValueError, match="chat_template"):
         render_prompt(problem, tok, chat=True)
+
+
+# --------------------------------------------------------------- malformed files (issue #11, item 9)
+GOOD = json.dumps({"prompt": "1+1?", "answer": "2"})
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("empty.jsonl", "", r"'[^']*empty\.jsonl' is empty: it holds no rows"),
+        ("blank.jsonl", "\n  \n", r"is empty: it holds no rows"),
+        ("bad.jsonl", f"{GOOD}\n\n{{oops\n", r"bad\.jsonl: line 3: not valid JSON \(Expecting property name"),
+        ("truncated.jsonl", f"{GOOD}\n{GOOD[:-5]}\n", r"truncated\.jsonl: line 2: not valid JSON"),
+        ("list.jsonl", f"{GOOD}\n[1, 2]\n", r"list\.jsonl: line 2 is a JSON array, expected an object"),
+        ("string.jsonl", '"just text"\n', r"string\.jsonl: line 1 is a JSON string, expected an object"),
+        ("number.jsonl", "3\n", r"line 1 is a JSON number, expected an object"),
+        ("array.json", f"[{GOOD}, null]", r"array\.json: item 1 of the array is a JSON null, expected an object"),
+        ("badarray.json", f"[{GOOD},\n", r"badarray\.json: line 2: not valid JSON"),
+        ("columns.jsonl", json.dumps({"question_text": "?", "label": 1}) + "\n",
+         r"data file '[^']*columns\.jsonl': cannot recognise the columns \['label', 'question_text'\]: expected at least 'prompt' and 'answer'"),
+        ("noanswer.jsonl", f"{GOOD}\n" + json.dumps({"prompt": "x", "topic": "t"}) + "\n",
+         r"noanswer\.jsonl: line 2 does not match the 'unified' schema: no column 'answer'"),
+        ("emptyanswer.jsonl", f"{GOOD}\n" + json.dumps({"prompt": "x", "answer": "  "}) + "\n",
+         r"emptyanswer\.jsonl: line 2 has no 'answer'"),
+        ("nullprompt.jsonl", json.dumps({"prompt": None, "answer": None}) + "\n",
+         r"line 1 has no 'prompt' and no 'answer'"),
+        ("nananswer.jsonl", '{"prompt": "x", "answer": NaN}\n', r"nananswer\.jsonl: line 1 has no 'answer'"),
+        ("latin1.jsonl", b'{"prompt": "caf\xe9", "answer": "1"}\n', r"latin1\.jsonl' is not UTF-8 text"),
+        ("text.parquet", "not parquet\n", r"text\.parquet' is not a readable Parquet file"),
+    ],
+)
+def test_malformed_files_raise_one_value_error_naming_file_and_line(tmp_path, name, content, match):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ValueError, match=match) as info:
+        load_dataset(str(path))
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError) as again:  # through a registered name's local copy: the file is named too
+        load_dataset("aime-2025", data_files=path)
+    assert name in str(again.value) and "\n" not in str(again.value)
+
+
+def test_empty_parquet_directory_and_limits(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"prompt": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), tmp_path / "e.parquet")
+    with pytest.raises(ValueError, match=r"e\.parquet' is empty"):
+        load_dataset(str(tmp_path / "e.parquet"))
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(ValueError, match=r"d\.jsonl' is a directory"):
+        load_dataset(str(tmp_path / "d.jsonl"))
+    with pytest.raises(ValueError, match="limit must be a non-negative integer"):
+        load_dataset(str(fixture("unified")), limit=-1)
+    with pytest.raises(ValueError, match=r"data_dir '[^']*nowhere' is not a directory"):
+        load_dataset("aime-2025", data_dir=tmp_path / "nowhere")
+
+
+def test_lenient_where_it_is_safe(tmp_path):
+    """A byte-order mark, blank lines, a JSON array in .json, and an optional column left out of
+    the first rows all load; the columns are those of every row, not the first one's."""
+    rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "2+2?", "answer": 4, "topic": "arith", "id": "q2"}]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\ufeff" + json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n", encoding="utf-8")
+    loaded = load_dataset(str(path))
+    assert [(r["prompt"], r["answer"], r["topic"], r["id"]) for r in loaded] == [
+        ("1+1?", "2", "", "local-0"), ("2+2?", "4", "arith", "q2")
+    ]
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps(rows))
+    assert load_dataset(str(array)) == loaded
+    # a hub-schema copy whose first row lacks an optional column is still recognised
+    amc = tmp_path / "amc.jsonl"
+    amc.write_text(json.dumps({"question": "1+1?", "answer": 2.0}) + "\n" + json.dumps({"id": 7, "question": "3?", "answer": 3, "url": "u"}) + "\n")
+    assert [r["id"] for r in load_dataset(str(amc))] == ["amc-2023-0", "amc-2023-7"]
+
+
+def test_write_rows_is_atomic(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text("precious\n")
+    with pytest.raises(TypeError):
+        write_rows([{"prompt": "a", "answer": "1"}, {"prompt": object(), "answer": "2"}], path)
+    assert path.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]

@@ -303,7 +303,16 @@ def test_cli_is_reproducible_by_seed(tmp_path):
 
 def test_cli_rejects_unknown_experiment(tmp_path, capsys):
     assert main(["simulate", "--experiments", "baseline,nope", "--output-dir", str(tmp_path)]) == 2
-    assert "--experiments" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("ebpo simulate: error: --experiments must be a comma-separated subset")
+
+
+def test_cli_checks_the_output_dir_before_running(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    for out, problem in ((tmp_path / "file", "is a file"), (tmp_path / "file" / "sub", "lies below")):
+        assert main(["simulate", "--quick", "--experiments", "saturation", "--output-dir", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ebpo simulate: error: --output-dir") and problem in err and err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "x"
 
 
 @pytest.mark.slow

@@ -331,14 +331,36 @@ def topics_from_metadata(values: Sequence[Any], *, column: str = "topic") -> lis
 
 
 def topics_from_function(rows: Sequence[Any], fn: Callable[[Any], Hashable]) -> list[Hashable]:
-    """Topic labels from a user-supplied function of a row."""
+    """Topic labels from a user-supplied function of a row.
+
+    Raises ValueError naming the function and the row when ``fn`` raises, returns nothing
+    (None / NaN), or returns a label that cannot be a topic (unhashable, e.g. a list)."""
     if not callable(fn):
         raise ValueError(f"fn must be callable (row -> label); got {fn!r}")
-    labels = [fn(row) for row in rows]
-    missing = [i for i, label in enumerate(labels) if _is_missing(label)]
-    if missing:
-        raise ValueError(f"the labelling function returned no label for row {missing[0]}")
+    name = _callable_name(fn)
+    labels: list[Hashable] = []
+    for i, row in enumerate(rows):
+        try:
+            label = fn(row)
+        except Exception as error:  # noqa: BLE001 (user code; re-raised with the row it failed on)
+            raise ValueError(f"the labelling function {name} raised {type(error).__name__} on row {i}: {error}") from error
+        if _is_missing(label):
+            raise ValueError(f"the labelling function {name} returned no label for row {i} (got {label!r})")
+        try:
+            hash(label)
+        except TypeError:
+            raise ValueError(
+                f"the labelling function {name} returned an unhashable {type(label).__name__} for row {i}; "
+                "return a string or an integer"
+            ) from None
+        labels.append(label)
     return labels
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}:{qualname}" if module else qualname
 
 
 def clustering_available() -> bool:

@@ -76,7 +76,7 @@ class DatasetSpec:
 
 
 def _text(value: Any) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and value != value):  # None, NaN: missing
         return ""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))  # e.g. AMC answers stored as 27.0
@@ -196,35 +196,91 @@ _UNIFIED_COLUMNS = ("prompt", "answer")
 
 # --------------------------------------------------------------------------------------- reading
 def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Raw rows of a local ``.jsonl``/``.json``/``.parquet`` file, read with ``datasets`` (so
-    nested columns such as message lists and structs come back as lists and dicts)."""
-    path = Path(path)
-    if path.suffix not in _LOCAL_SUFFIXES:
+    """Raw rows of a local ``.jsonl``/``.json``/``.parquet`` file (nested columns such as message
+    lists and structs come back as lists and dicts).
+
+    ``.jsonl``: one JSON object per line (blank lines skipped); ``.json``: a JSON array of objects,
+    or JSON lines. Raises ValueError naming the file and the line (or row) for a missing file, an
+    empty file, a line that is not JSON, a row that is not an object, or a file that is not Parquet.
+    """
+    return _read_local(path).rows
+
+
+@dataclass(frozen=True)
+class _LocalRows:
+    """Rows of a local file and where each came from, for error messages."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    lines: list[int] | None = None  # 1-based line of each row of a JSON-lines file
+
+    def where(self, index: int) -> str:
+        if self.lines is not None:
+            return f"{self.path}: line {self.lines[index]}"
+        return f"{self.path}: row {index}"
+
+
+def _read_local(path: str | os.PathLike[str]) -> _LocalRows:
+    path = Path(path).expanduser()
+    suffix = path.suffix.lower()
+    if suffix not in _LOCAL_SUFFIXES:
         raise ValueError(f"data file must end in one of {_LOCAL_SUFFIXES}, got {str(path)!r}")
-    if not path.is_file():
+    if path.is_dir():
+        raise ValueError(f"data file {str(path)!r} is a directory, expected a {suffix} file")
+    if not path.exists():
         raise ValueError(f"data file {str(path)!r} does not exist")
-    import datasets
+    if not path.is_file():
+        raise ValueError(f"data file {str(path)!r} is not a regular file (a device or a pipe?)")
+    found = _read_parquet(path) if suffix == ".parquet" else _read_json_rows(path)
+    if not found.rows:
+        raise ValueError(f"data file {str(path)!r} is empty: it holds no rows")
+    return found
 
-    builder = "parquet" if path.suffix == ".parquet" else "json"
-    with _quiet_datasets():
-        ds = datasets.load_dataset(builder, data_files=str(path), split="train")
-    return ds.to_list()
+
+def _read_parquet(path: Path) -> _LocalRows:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"data file {str(path)!r} is not a readable Parquet file: {error}") from None
+    return _LocalRows(path, table.to_pylist())
 
 
-class _quiet_datasets:
-    """Silence ``datasets``' progress bars while reading small local files."""
+def _read_json_rows(path: Path) -> _LocalRows:
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # -sig: tolerate a byte-order mark
+    except UnicodeDecodeError as error:
+        raise ValueError(f"data file {str(path)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):  # a JSON array of objects
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ValueError(f"{path}: item {i} of the array is a JSON {_json_kind(item)}, expected an object (one per row)")
+        return _LocalRows(path, items)
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: line {number} is a JSON {_json_kind(value)}, expected an object (one per line)")
+        rows.append(value)
+        lines.append(number)
+    return _LocalRows(path, rows, lines)
 
-    def __enter__(self) -> None:
-        import datasets
 
-        self._was_enabled = datasets.utils.logging.is_progress_bar_enabled()
-        datasets.utils.logging.disable_progress_bar()
-
-    def __exit__(self, *exc: object) -> None:
-        import datasets
-
-        if self._was_enabled:
-            datasets.utils.logging.enable_progress_bar()
+def _json_kind(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def detect_schema(columns: Iterable[str]) -> str:
@@ -238,21 +294,30 @@ def detect_schema(columns: Iterable[str]) -> str:
     if set(_UNIFIED_COLUMNS) <= columns:
         return "unified"
     raise ValueError(
-        f"cannot recognise the columns {sorted(columns)}: expected the unified schema {SCHEMA} "
-        f"or the hub schema of one of {sorted(DATASETS)}"
+        f"cannot recognise the columns {sorted(columns)}: expected at least 'prompt' and 'answer' "
+        f"(the unified schema {SCHEMA}) or the hub schema of one of {sorted(DATASETS)}"
     )
 
 
 def normalise_rows(
-    rows: Iterable[Mapping[str, Any]], schema: str, *, dedupe: bool | None = None, limit: int | None = None
+    rows: Iterable[Mapping[str, Any]],
+    schema: str,
+    *,
+    dedupe: bool | None = None,
+    limit: int | None = None,
+    where: Callable[[int], str] | None = None,
 ) -> list[dict[str, str]]:
     """Rows mapped to :data:`SCHEMA` with ``schema``'s normaliser (a registry name or
     ``"unified"``); duplicates of an earlier prompt dropped when ``dedupe`` (default: the spec's
-    setting); at most ``limit`` rows."""
+    setting); at most ``limit`` rows.
+
+    A row that lacks a column the normaliser reads, or whose prompt or answer is empty (a problem
+    nobody can score), raises ValueError naming it: ``where(i)`` (default ``"row i"``; the loader
+    passes the file and line)."""
     if schema != "unified" and schema not in DATASETS:
         raise ValueError(f"schema must be 'unified' or one of {sorted(DATASETS)}, got {schema!r}")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    _check_limit(limit)
+    where = where or (lambda i: f"row {i}")
     normalise = _unified if schema == "unified" else DATASETS[schema].normalise
     if dedupe is None:
         dedupe = schema != "unified" and DATASETS[schema].dedupe
@@ -263,8 +328,16 @@ def normalise_rows(
             break
         try:
             row = normalise(raw, i)
-        except (KeyError, TypeError, AttributeError, IndexError) as error:
-            raise ValueError(f"row {i} does not match the {schema!r} schema: missing or malformed {error}") from error
+        except KeyError as error:
+            raise ValueError(f"{where(i)} does not match the {schema!r} schema: no column {error}") from error
+        except (TypeError, AttributeError, IndexError) as error:
+            raise ValueError(f"{where(i)} does not match the {schema!r} schema: malformed value ({error})") from error
+        empty = [key for key in ("prompt", "answer") if not row[key]]
+        if empty:
+            raise ValueError(
+                f"{where(i)} has no {' and no '.join(map(repr, empty))} (the {schema!r} schema; every "
+                "problem needs a prompt and a reference answer)"
+            )
         if dedupe:
             if row["prompt"] in seen:
                 continue
@@ -317,7 +390,7 @@ def _load_hub(spec: DatasetSpec, split: str) -> Any:
 
 # ------------------------------------------------------------------------------------- load API
 def _is_local_path(name_or_path: str) -> bool:
-    return name_or_path.endswith(_LOCAL_SUFFIXES) or os.path.exists(name_or_path)
+    return name_or_path.lower().endswith(_LOCAL_SUFFIXES) or os.path.exists(name_or_path)
 
 
 def load_dataset(
@@ -343,31 +416,41 @@ def load_dataset(
     quickly when the hub cannot be reached, with instructions for passing a local file."""
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ValueError(f"name_or_path must be a dataset name or a file path, got {name_or_path!r}")
+    _check_limit(limit)
     if name_or_path in DATASETS:
         spec = DATASETS[name_or_path]
         if data_files is None:
             data_files = find_local_copy(name_or_path, data_dir)
         if data_files is not None:
-            raw: Iterable[Mapping[str, Any]] = read_rows(data_files)
+            local = _read_local(data_files)
+            raw: Iterable[Mapping[str, Any]] = local.rows
+            where: Callable[[int], str] | None = local.where
             if schema is None:
                 try:
-                    schema = detect_schema(_columns(raw))
+                    schema = detect_schema(_columns(local.rows))
                 except ValueError:  # e.g. a copy without an optional column: this dataset's normaliser decides
                     schema = spec.name
         else:
-            raw = _load_hub(spec, split or spec.split)
+            raw, where = _load_hub(spec, split or spec.split), None
             schema = schema or spec.name
         if schema == "unified":
-            rows = normalise_rows(raw, "unified", dedupe=spec.dedupe if dedupe is None else dedupe, limit=limit)
+            rows = normalise_rows(
+                raw, "unified", dedupe=spec.dedupe if dedupe is None else dedupe, limit=limit, where=where
+            )
             for row in rows:
                 row["source"] = spec.name if row["source"] == "local" else row["source"]
         else:
-            rows = normalise_rows(raw, schema, dedupe=dedupe, limit=limit)
+            rows = normalise_rows(raw, schema, dedupe=dedupe, limit=limit, where=where)
     elif _is_local_path(name_or_path):
         if data_files is not None:
             raise ValueError("data_files is for registered dataset names; pass the path as name_or_path")
-        raw = read_rows(name_or_path)
-        rows = normalise_rows(raw, schema or detect_schema(_columns(raw)), dedupe=dedupe, limit=limit)
+        local = _read_local(name_or_path)
+        if schema is None:
+            try:
+                schema = detect_schema(_columns(local.rows))
+            except ValueError as error:
+                raise ValueError(f"data file {name_or_path!r}: {error}") from None
+        rows = normalise_rows(local.rows, schema, dedupe=dedupe, limit=limit, where=local.where)
     else:
         raise ValueError(
             f"name_or_path must be one of {sorted(DATASETS)} or an existing "
@@ -376,12 +459,20 @@ def load_dataset(
     return to_dataset(rows) if as_dataset else rows
 
 
+def _check_limit(limit: Any) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+
+
 def find_local_copy(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path | None:
     """``<data_dir>/<name>.parquet`` (or ``.jsonl``/``.json``) if it exists; ``data_dir`` defaults
     to the environment variable ``EBPO_DATA_DIR``."""
+    origin = "data_dir" if data_dir else "EBPO_DATA_DIR"
     data_dir = data_dir or os.environ.get("EBPO_DATA_DIR")
     if not data_dir:
         return None
+    if not Path(data_dir).is_dir():
+        raise ValueError(f"{origin} {str(data_dir)!r} is not a directory")
     for suffix in (".parquet", ".jsonl", ".json"):
         path = Path(data_dir) / f"{name}{suffix}"
         if path.is_file():
@@ -392,8 +483,8 @@ def find_local_copy(name: str, data_dir: str | os.PathLike[str] | None = None) -
 def _columns(raw: Any) -> list[str]:
     if hasattr(raw, "column_names"):
         return list(raw.column_names)
-    raw = list(raw) if not isinstance(raw, list) else raw
-    return list(raw[0]) if raw else []
+    # Every column any row has (a file may leave optional columns out of some rows).
+    return list(dict.fromkeys(key for row in raw for key in row))
 
 
 def to_dataset(rows: list[dict[str, str]]) -> Any:
@@ -441,19 +532,22 @@ def to_verl_rows(
 
 
 def write_rows(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """Write rows to ``.jsonl`` (one JSON object per line, UTF-8) or ``.parquet``."""
+    """Write rows to ``.jsonl`` (one JSON object per line, UTF-8) or ``.parquet``, atomically
+    (:mod:`ebpo.files`): an error leaves the previous file, if any, as it was."""
+    from ebpo.files import atomic_path, atomic_write
+
     path = Path(path)
     rows = list(rows)
     if path.suffix == ".jsonl":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)  # fails before writing
+        with atomic_write(path) as handle:
+            handle.write(text)
     elif path.suffix == ".parquet":
         import datasets
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        datasets.Dataset.from_list(rows).to_parquet(str(path))
+        table = datasets.Dataset.from_list(rows)
+        with atomic_path(path) as tmp:
+            table.to_parquet(str(tmp))
     else:
         raise ValueError(f"path must end in .jsonl or .parquet, got {str(path)!r}")
     return path

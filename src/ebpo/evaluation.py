@@ -24,6 +24,7 @@ Generation: vLLM when installed and asked for (``backend="vllm"``, GPU), otherwi
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -35,12 +36,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ebpo.files import atomic_write
+
 __all__ = [
     "PAPER_BENCHMARKS",
     "Generation",
     "SamplingConfig",
     "TransformersGenerator",
     "VLLMGenerator",
+    "check_eval_options",
     "format_table",
     "maj_at_k",
     "pass_at_k",
@@ -138,12 +142,21 @@ class SamplingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
+        if not (_is_number(self.temperature) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
+        if not (_is_number(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
+        _check_int("max_new_tokens", self.max_new_tokens, 1)
+        _check_int("seed", self.seed, 0)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -429,6 +442,7 @@ def run_eval(
     tokenizer: Any = None,
     generator: Generator | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Evaluate ``model_name`` on ``benchmarks`` and write to ``out_dir``:
 
@@ -440,21 +454,17 @@ def run_eval(
     not passed in already loaded). ``data_files`` maps benchmark names to local files (hub schema
     or unified); ``data_dir`` (default env ``EBPO_DATA_DIR``) holds ``<benchmark>.parquet``/
     ``.jsonl`` files for the others; ``limit`` caps problems per benchmark. ``ks`` defaults to (1, n). An already
-    loaded ``model``/``tokenizer`` or a custom ``generator`` (with ``tokenizer``) skip loading."""
+    loaded ``model``/``tokenizer`` or a custom ``generator`` (with ``tokenizer``) skip loading.
+
+    Every option and the output directory are checked first (:func:`check_eval_options`), before
+    any data or model is loaded. An ``out_dir`` that already holds results of an evaluation is
+    refused unless ``overwrite``; each file is then replaced atomically (:mod:`ebpo.files`)."""
+    _check_eval_arguments(locals())  # first: every argument, before anything is loaded
     from ebpo.data import load_dataset
 
-    if backend not in ("auto", "vllm", "transformers"):
-        raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}")
-    if not benchmarks:
-        raise ValueError("benchmarks must name at least one benchmark")
     ks = tuple(sorted(set(ks or (1, n))))
-    if any(k < 1 or k > n for k in ks):
-        raise ValueError(f"every k in ks must be in [1, n={n}], got {ks}")
     sampling = sampling or SamplingConfig()
     data_files = dict(data_files or {})
-    unknown = set(data_files) - set(benchmarks)
-    if unknown:
-        raise ValueError(f"data_files names benchmarks that are not evaluated: {sorted(unknown)}")
 
     problems: list[dict[str, str]] = []
     for name in benchmarks:
@@ -466,16 +476,13 @@ def run_eval(
     use_vllm = generator is None and (
         backend == "vllm" or (backend == "auto" and model is None and vllm_available())
     )
-    if generator is not None:
-        if tokenizer is None:
-            raise ValueError("a custom generator needs the tokenizer that renders its prompts")
-    elif use_vllm:
+    if use_vllm:
         from ebpo.models import resolve_model_path
 
         generator = VLLMGenerator(resolve_model_path(model_name), sampling)
         if tokenizer is None:
             tokenizer = generator.llm.get_tokenizer()
-    elif model is None or tokenizer is None:
+    elif generator is None and (model is None or tokenizer is None):
         from ebpo.models import load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(model_name)
@@ -490,19 +497,13 @@ def run_eval(
     metrics = summarize(records, ks)
     header, rows = results_table(metrics, benchmarks, ks)
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "samples.jsonl").open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     title = f"{model_name}: {', '.join(_metric_names(metrics, ks))} (%), n={n}, T={sampling.temperature}, top-p={sampling.top_p}"
     markdown = format_table(header, rows, title)
-    (out / "results.md").write_text(markdown, encoding="utf-8")
-    with (out / "results.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["model", *header])
-        for row in rows:
-            writer.writerow([model_name, *("" if v is None else (round(v, 4) if isinstance(v, float) else v) for v in row)])
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["model", *header])
+    for row in rows:
+        writer.writerow([model_name, *("" if v is None else (round(v, 4) if isinstance(v, float) else v) for v in row)])
     summary = {
         "model": model_name,
         "benchmarks": list(benchmarks),
@@ -518,6 +519,101 @@ def run_eval(
         "seconds": round(elapsed, 2),
         "python": platform.python_version(),
     }
-    (out / "results.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    # Everything is rendered before the first file is written; samples first (the costly part).
+    texts = {
+        "samples.jsonl": "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
+        "results.md": markdown,
+        "results.csv": table.getvalue(),
+        "results.json": json.dumps(summary, indent=2),
+    }
+    out = Path(out_dir).expanduser()
+    for name, text in texts.items():
+        with atomic_write(out / name, newline="") as handle:
+            handle.write(text)
     summary["markdown"] = markdown
     return summary
+
+
+#: The files :func:`run_eval` writes into its output directory.
+RESULT_FILES = ("samples.jsonl", "results.md", "results.csv", "results.json")
+
+
+def check_eval_options(*args: Any, **kwargs: Any) -> None:
+    """Check the arguments of :func:`run_eval` (same signature) without loading anything; raise
+    ValueError naming the first bad one. :func:`run_eval` runs the same checks before it loads any
+    data or model, so a typo never costs a generation run and an earlier result is never lost."""
+    import inspect
+
+    try:
+        bound = inspect.signature(run_eval).bind(*args, **kwargs)
+    except TypeError as error:
+        raise ValueError(f"run_eval arguments: {error}") from None
+    bound.apply_defaults()
+    _check_eval_arguments(bound.arguments)
+
+
+def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
+    """The checks behind :func:`check_eval_options`, on ``run_eval``'s arguments by name."""
+    from ebpo.data import DATASETS
+    from ebpo.files import check_output_path
+    from ebpo.templates import TEMPLATES
+
+    model_name, benchmarks, n, ks = (arguments[k] for k in ("model_name", "benchmarks", "n", "ks"))
+    out_dir, data_files, data_dir, limit = (arguments[k] for k in ("out_dir", "data_files", "data_dir", "limit"))
+    backend, template, chat, sampling = (arguments[k] for k in ("backend", "template", "chat", "sampling"))
+    batch_size, timeout, score_workers = (arguments[k] for k in ("batch_size", "timeout", "score_workers"))
+    model, tokenizer, generator, overwrite = (arguments[k] for k in ("model", "tokenizer", "generator", "overwrite"))
+
+    if not isinstance(model_name, str) or not model_name.strip():
+        raise ValueError(f"model_name (--model) must be a model name or path, got {model_name!r}")
+    if isinstance(benchmarks, str) or not benchmarks:
+        raise ValueError(f"benchmarks must be a non-empty list of names from {sorted(DATASETS)}, got {benchmarks!r}")
+    unknown = [b for b in benchmarks if b not in DATASETS]
+    if unknown:
+        raise ValueError(f"benchmarks: unknown {unknown}; choose from {sorted(DATASETS)}")
+    repeated = sorted({b for b in benchmarks if list(benchmarks).count(b) > 1})
+    if repeated:
+        raise ValueError(f"benchmarks: {repeated} named more than once")
+    _check_int("n", n, 1)
+    if ks is not None:
+        if isinstance(ks, str) or not ks or any(isinstance(k, bool) or not isinstance(k, int) for k in ks):
+            raise ValueError(f"ks (--k) must be a non-empty list of integers, got {ks!r}")
+        if any(not 1 <= k <= n for k in ks):
+            raise ValueError(f"every k in ks (--k) must be in [1, n={n}], got {sorted(set(ks))}")
+    for name, path in (data_files or {}).items():
+        if name not in benchmarks:
+            raise ValueError(f"data_files (--data-file) names {name!r}, which is not among the benchmarks {list(benchmarks)}")
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise ValueError(f"data file for {name!r} ({str(path)!r}) {'is a directory' if file.is_dir() else 'does not exist'}")
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+        raise ValueError(f"data_dir (--data-dir) {str(data_dir)!r} is not a directory")
+    if limit is not None:
+        _check_int("limit", limit, 1)
+    if backend not in ("auto", "vllm", "transformers"):
+        raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}")
+    if template not in TEMPLATES:
+        raise ValueError(f"template must be one of {sorted(TEMPLATES)}, got {template!r}")
+    if chat not in (None, True, False):
+        raise ValueError(f"chat must be None, True or False, got {chat!r}")
+    if sampling is not None and not isinstance(sampling, SamplingConfig):
+        raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    _check_int("batch_size", batch_size, 1)
+    if timeout is not None and not (_is_number(timeout) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a finite number of seconds > 0 (or None for the default), got {timeout!r}")
+    _check_int("score_workers", score_workers, 1)
+    if generator is not None and tokenizer is None:
+        raise ValueError("a custom generator needs the tokenizer that renders its prompts")
+    if generator is None and model is None:
+        if backend == "vllm" and not vllm_available():
+            raise ValueError("backend 'vllm' needs the vllm package (pip install vllm; GPU only)")
+        from ebpo.models import resolve_model_path
+
+        resolve_model_path(model_name)  # a local path that does not exist fails now
+    out = check_output_path(out_dir, "out_dir (--out)", kind="dir")
+    existing = [name for name in RESULT_FILES if (out / name).exists()]
+    if existing and not overwrite:
+        raise ValueError(
+            f"out_dir (--out) {str(out_dir)!r} already holds results ({', '.join(existing)}); pass --overwrite "
+            "(overwrite=True) to replace them or choose another directory"
+        )

@@ -11,11 +11,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="compare EBPO and GRPO advantages on a simulated batch (no model, seconds)",
         description=__doc__,
     )
-    parser.add_argument("--prompts", type=int, default=64, help="prompts per step (default 64)")
-    parser.add_argument("--group-size", type=int, default=4, help="responses per prompt (default 4)")
-    parser.add_argument("--steps", type=int, default=20, help="steps of history for the prior (default 20)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompts", type=int, default=64, help=f"prompts per step (1..{MAX_PROMPTS}, default 64)")
+    parser.add_argument("--group-size", type=int, default=4, help=f"responses per prompt (1..{MAX_GROUP_SIZE}, default 4)")
+    parser.add_argument("--steps", type=int, default=20, help=f"steps of history for the prior (1..{MAX_STEPS}, default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (>= 0, default 0)")
     parser.set_defaults(func=run)
+
+
+# The demo promises seconds: bounds that keep it there (and a printable table).
+MAX_PROMPTS, MAX_GROUP_SIZE, MAX_STEPS, MAX_RESPONSES = 100_000, 64, 10_000, 20_000_000
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """ValueError naming the first bad number (one line, exit 2 through ebpo.cli)."""
+    bounds = {"--prompts": (args.prompts, 1, MAX_PROMPTS), "--group-size": (args.group_size, 1, MAX_GROUP_SIZE),
+              "--steps": (args.steps, 1, MAX_STEPS), "--seed": (args.seed, 0, None)}
+    for option, (value, low, high) in bounds.items():
+        if value < low or (high is not None and value > high):
+            expected = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise ValueError(f"{option} must be an integer {expected}, got {value}")
+    if args.prompts * args.group_size * args.steps > MAX_RESPONSES:
+        raise ValueError(
+            f"--prompts x --group-size x --steps = {args.prompts * args.group_size * args.steps:,} responses; "
+            f"the demo is meant to take seconds: keep it at most {MAX_RESPONSES:,}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     import ebpo
 
-    if args.group_size < 1 or args.prompts < 1 or args.steps < 1:
-        raise SystemExit("--prompts, --group-size and --steps must be positive")
+    check_args(args)
     rng = np.random.default_rng(args.seed)
     estimators = {name: ebpo.make_estimator(name) for name in ("grpo", "ebpo")}
     for _ in range(args.steps):  # success rates θ ~ Beta(0.6, 0.9): many easy and many hard prompts

@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"comma-separated subset of {','.join(EXPERIMENTS)} (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes (a few seconds; for CI)")
-    parser.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="base random seed (>= 0, default 0)")
     parser.add_argument("--output-dir", default="simulate-results", help="where results.md and the PNGs go")
     parser.add_argument(
         "--shared",
@@ -74,22 +74,31 @@ def settings(quick: bool) -> dict[str, dict[str, Any]]:
     }
 
 
+def check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
+    """(chosen experiments, output directory), checked before anything runs; ValueError naming the
+    option otherwise (one line, exit 2)."""
+    from ebpo.files import check_output_path
+
+    chosen = [e.strip() for e in str(args.experiments).split(",") if e.strip()]
+    unknown = sorted(set(chosen) - set(EXPERIMENTS))
+    if unknown or not chosen:
+        raise ValueError(f"--experiments must be a comma-separated subset of {','.join(EXPERIMENTS)}, got {args.experiments!r}")
+    if isinstance(args.seed, bool) or not isinstance(args.seed, int) or args.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {args.seed!r}")
+    return chosen, check_output_path(args.output_dir, "--output-dir", kind="dir")
+
+
 def run(args: argparse.Namespace) -> int:
-    import sys
     import time
 
     import torch
 
     from ebpo import simulation as sim
+    from ebpo.files import atomic_write
 
-    chosen = [e.strip() for e in str(args.experiments).split(",") if e.strip()]
-    unknown = sorted(set(chosen) - set(EXPERIMENTS))
-    if unknown or not chosen:
-        print(f"error: --experiments must be a comma-separated subset of {','.join(EXPERIMENTS)}, got {args.experiments!r}", file=sys.stderr)
-        return 2
+    chosen, out_dir = check_args(args)
     # Small tensors: extra threads only add overhead on a shared machine.
     torch.set_num_threads(1)
-    out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = not args.no_plots
     sizes = settings(args.quick)
@@ -114,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         "See docs/simulation.md for what each experiment shows and how to read it.\n"
     )
     path = out_dir / "results.md"
-    path.write_text(header + "\n" + "\n".join(sections))
+    with atomic_write(path) as f:
+        f.write(header + "\n" + "\n".join(sections))
     print(f"wrote {path} ({wall:.1f} s)")
     return 0
 
