@@ -26,6 +26,15 @@ def test_presets_are_the_papers_methods():
     assert set(ebpo.available_estimators()) <= set(available_presets())
 
 
+def test_estimator_help_names_every_registered_estimator():
+    import dataclasses
+
+    (field,) = [f for f in dataclasses.fields(EBPOConfig) if f.name == "advantage_estimator"]
+    listed = field.metadata["help"].split("available_estimators()`: ")[1].split(". ")[0]
+    assert listed.split(", ") == [repr(name) for name in ebpo.available_estimators()]
+    assert "'jspo_plus_plus'" in listed
+
+
 def test_make_config_applies_preset_then_overrides():
     dapo = make_config("dapo", output_dir="unused", **CPU)
     assert isinstance(dapo, EBPOConfig)
@@ -113,7 +122,7 @@ def test_scale_rewards_unset_leaves_the_estimator_alone(recwarn):
     assert not [w for w in recwarn if "scale_rewards" in str(w.message)]
 
 
-@pytest.mark.parametrize("estimator", ["ebpo", "ebpo_bb", "rloo", "jspo", "reinforce_pp_baseline"])
+@pytest.mark.parametrize("estimator", ["ebpo", "ebpo_bb", "rloo", "jspo", "jspo_plus_plus", "reinforce_pp_baseline"])
 def test_scale_rewards_that_the_estimator_overrides_warns_naming_both(estimator):
     with pytest.warns(UserWarning, match=f"scale_rewards='batch' has no effect with advantage_estimator='{estimator}'"):
         cfg = config(advantage_estimator=estimator, scale_rewards="batch")

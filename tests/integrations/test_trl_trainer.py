@@ -308,11 +308,11 @@ INSIDE_A_GENERATION_BATCH = {
 }
 
 
-def resumable_args(tmp_path: Path, setting: str):
+def resumable_args(tmp_path: Path, setting: str, preset: str = "ebpo", **overrides):
     # 8 completions per micro-step, 4 micro-steps per generation batch: 4 optimizer steps = 2 batches
     return tiny_args(
-        tmp_path, max_steps=4, per_device_train_batch_size=8, save_strategy="steps", save_steps=1,
-        **INSIDE_A_GENERATION_BATCH[setting],
+        tmp_path, preset, max_steps=4, per_device_train_batch_size=8, save_strategy="steps", save_steps=1,
+        **INSIDE_A_GENERATION_BATCH[setting], **overrides,
     )
 
 
@@ -338,6 +338,32 @@ def test_resume_inside_a_generation_batch_is_exact(tokenizer, tmp_path, setting)
         assert torch.equal(theirs, ours)
     for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
+
+
+def test_jspo_plus_plus_resumes_with_the_uninterrupted_smoothing_state(tokenizer, tmp_path):
+    """Checkpoints carry any stateful estimator, not only EBPO: JSPO++'s smoothing of λ and the
+    mean (0.999: the EMA remembers within two steps) resumes inside a generation batch exactly."""
+    def args(run):
+        return resumable_args(
+            tmp_path / run, "steps_per_generation", "jspo_plus_plus", estimator_options={"smooth_coef": 0.999}
+        )
+
+    full = build(tokenizer, args("full"), RecordingReward())
+    full.train()
+    final = full.estimator.state_dict()
+    assert isinstance(full.estimator, ebpo.JSPOPlusPlus) and final["steps"] == 2
+    assert final["weight"] > 1  # the first batch still counts: the state is more than the last batch
+    checkpoint = tmp_path / "full" / "out" / "checkpoint-1"  # inside the first generation batch
+    assert json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())["steps"] == 1
+    before = json.loads((checkpoint / GENERATION_STATE_FILE).read_text())["estimator_state_before_batch"]
+    assert before == ebpo.make_estimator("jspo_plus_plus", smooth_coef=0.999, nan_policy="mask").state_dict()
+
+    resumed = build(tokenizer, args("resumed"), RecordingReward())
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert len(resumed.outputs) == 1  # the buffered batch was replayed, only the second generated
+    assert resumed.estimator.state_dict() == final
+    for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
+        assert torch.equal(theirs, ours)
 
 
 def test_checkpoints_written_after_a_resume_are_the_uninterrupted_runs(tokenizer, tmp_path):
@@ -471,7 +497,9 @@ def test_normalize_then_sum_reproduces_trls_gdpo(tokenizer, tmp_path):
     torch.testing.assert_close(ours["advantages"], theirs["advantages"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "rloo", "jspo", "reinforce_pp_baseline", "ebpo", "ebpo_bb", "ebpo_batch"])
+@pytest.mark.parametrize(
+    "preset", ["grpo", "dr_grpo", "rloo", "jspo", "jspo_plus_plus", "reinforce_pp_baseline", "ebpo", "ebpo_bb", "ebpo_batch"]
+)
 def test_lone_completions_get_zero_advantage_unless_the_estimator_has_a_prior(tokenizer, tmp_path, preset):
     reward = PatchyReward()
     args = tiny_args(tmp_path, preset, max_steps=1)

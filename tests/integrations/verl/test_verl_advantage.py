@@ -1,4 +1,4 @@
-"""verl's own compute_advantage with adv_estimator=ebpo/ebpo_bb/jspo vs the core estimators."""
+"""verl's own compute_advantage with adv_estimator=ebpo/ebpo_bb/jspo/jspo_plus_plus vs the core estimators."""
 
 from __future__ import annotations
 
@@ -95,6 +95,61 @@ def test_other_estimators_match_core(name):
         torch.testing.assert_close(out, _reference(core, rewards, uids, valid, data.batch["response_mask"]), rtol=1e-6, atol=1e-7)
 
 
+#: the two ways to ask for JSPO++'s smoothing: our option section, or the JSPO authors' own key.
+#: 0.999 (EMA base weight 0.999, its cap) smooths visibly within a few steps; the authors' 0.99
+#: all but forgets the first steps (see ebpo.functional.time_weighted_ema_decay).
+SMOOTH_COEF = 0.999
+SMOOTHING_CONFIGS = {
+    "ebpo.smooth_coef": {"ebpo": {"smooth_coef": SMOOTH_COEF}},
+    "js_smooth_coef": {"js_smooth_coef": SMOOTH_COEF},
+}
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("how", sorted(SMOOTHING_CONFIGS))
+def test_jspo_plus_plus_matches_core_over_steps(how, continuous):
+    """Four steps of shuffled rows, uneven groups (a singleton) and padding rows, fresh uids each
+    step: the smoothed λ and mean carried by the store evolve exactly as the core estimator's."""
+    core = ebpo.JSPOPlusPlus(smooth_coef=SMOOTH_COEF)
+    unsmoothed = ebpo.JSPOPlusPlus()
+    for step in range(4):
+        data, rewards, uids, valid = verl_batch(GROUPS, seed=20 + step, continuous=continuous, step=step)
+        mask = data.batch["response_mask"]
+        out = _compute(data, "jspo_plus_plus", **SMOOTHING_CONFIGS[how])
+        expected = _reference(core, rewards, uids, valid, mask)
+        torch.testing.assert_close(out["advantages"], expected, rtol=1e-6, atol=1e-7)
+        assert torch.equal(out["returns"], out["advantages"])
+        assert (out["advantages"][torch.from_numpy(~valid)] == 0).all()  # padding rows
+        assert (out["advantages"][mask == 0] == 0).all()  # beyond each response
+        without_smoothing = _reference(unsmoothed, rewards, uids, valid, mask)
+    # Not a comparison of two unsmoothed estimators: by step 4 the smoothing moved the advantages.
+    assert (out["advantages"] - without_smoothing).abs().max() > 1e-3
+    from ebpo.integrations.verl.state import STORE
+
+    (entry,) = STORE.state_dict()["estimators"]
+    assert entry["name"] == "jspo_plus_plus" and entry["options"]["smooth_coef"] == SMOOTH_COEF
+    assert entry["state"]["steps"] == 4
+    assert entry["state"] == core.state_dict()  # same rows in the same order: bit for bit
+
+
+def test_js_smooth_coef_is_read_only_by_jspo_plus_plus_and_loses_to_the_ebpo_section():
+    from ebpo.integrations.verl.advantage import resolve_options
+
+    def smoothing(name, **algorithm):
+        return resolve_options(name, OmegaConf.create(algorithm))[0].get("smooth_coef")
+
+    assert smoothing("jspo_plus_plus") is None  # the estimator's default (0: no smoothing)
+    assert smoothing("jspo_plus_plus", js_smooth_coef=0.99) == 0.99
+    assert smoothing("jspo_plus_plus", js_smooth_coef=0.99, ebpo={"smooth_coef": 0.5}) == 0.5
+    assert smoothing("jspo", js_smooth_coef=0.99) is None  # not an option of jspo: not passed
+    data, *_ = verl_batch(GROUPS, seed=30)
+    _compute(data, "jspo", js_smooth_coef=0.99)  # and jspo does not choke on the authors' key
+    with pytest.raises(ValueError, match=r"smooth_coef must be a number in \[0, 1\]"):
+        _compute(data, "jspo_plus_plus", js_smooth_coef=1.5)
+    with pytest.raises(ValueError, match=r"'smoth_coef' .*did you mean 'smooth_coef'\?"):
+        _compute(data, "jspo_plus_plus", ebpo={"smoth_coef": 0.9})
+
+
 def test_running_prior_persists_between_calls_per_configuration():
     data, *_ = verl_batch(GROUPS, seed=3)
     first = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"].clone()
@@ -158,7 +213,10 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
     importlib.reload(plugin)
     importlib.reload(advantage)  # new function objects under the same names
     importlib.reload(plugin)
-    assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in ("ebpo", "ebpo_bb", "jspo"))
+    names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus")
+    assert set(advantage.FUNCTIONS) == set(names)
+    assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in names)
+    assert len({id(fn) for fn in advantage.FUNCTIONS.values()}) == len(names)  # one function per name
 
     saved = core_algos.ADV_ESTIMATOR_REGISTRY["jspo"]
     core_algos.ADV_ESTIMATOR_REGISTRY["jspo"] = lambda **kw: None  # someone else's estimator

@@ -19,7 +19,8 @@ CALLBACK = "ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
 GROUPS = [4, 3, 4, 1, 4, 4, 2]
 
 
-def _config(run_dir, resume_mode="auto", resume_from_path=None, **ebpo_options):
+def _config(run_dir, resume_mode="auto", resume_from_path=None, estimator="ebpo", algorithm=None, **ebpo_options):
+    """A verl config; ``algorithm`` adds keys beside ``algorithm.ebpo`` (e.g. ``js_smooth_coef``)."""
     return OmegaConf.create(
         {
             "trainer": {
@@ -28,7 +29,7 @@ def _config(run_dir, resume_mode="auto", resume_from_path=None, **ebpo_options):
                 "resume_mode": resume_mode,
                 "resume_from_path": resume_from_path,
             },
-            "algorithm": {"adv_estimator": "ebpo", "ebpo": ebpo_options},
+            "algorithm": {"adv_estimator": estimator, "ebpo": ebpo_options, **(algorithm or {})},
         }
     )
 
@@ -37,7 +38,8 @@ def _step(config, step):
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     data, *_ = verl_batch(GROUPS, seed=100 + step, step=step)
-    return compute_advantage(data, adv_estimator="ebpo", config=config.algorithm).batch["advantages"].clone()
+    name = config.algorithm.adv_estimator
+    return compute_advantage(data, adv_estimator=name, config=config.algorithm).batch["advantages"].clone()
 
 
 def _save(callback, run_dir, step):
@@ -50,10 +52,21 @@ def _save(callback, run_dir, step):
     return folder
 
 
-@pytest.mark.parametrize("options", [{}, {"prior": "ema", "half_life": 3.0, "within_variance": "within"}])
-def test_save_and_auto_resume_restore_state_exactly(tmp_path, options):
+#: stateful configurations: EBPO's running prior; JSPO++'s smoothing of λ and the mean, asked for
+#: with our option or with the JSPO authors' key (0.999: the EMA remembers within a few steps)
+STATEFUL = {
+    "ebpo": {},
+    "ebpo-ema-within": {"prior": "ema", "half_life": 3.0, "within_variance": "within"},
+    "jspo_plus_plus": {"estimator": "jspo_plus_plus", "smooth_coef": 0.999},
+    "jspo_plus_plus-js_smooth_coef": {"estimator": "jspo_plus_plus", "algorithm": {"js_smooth_coef": 0.999}},
+}
+
+
+@pytest.mark.parametrize("stateful", sorted(STATEFUL))
+def test_save_and_auto_resume_restore_state_exactly(tmp_path, stateful):
     from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
 
+    options = STATEFUL[stateful]
     # Reference: one uninterrupted run of 5 steps.
     reference_dir = tmp_path / "reference"
     config = _config(reference_dir, **options)
@@ -73,10 +86,13 @@ def test_save_and_auto_resume_restore_state_exactly(tmp_path, options):
     with open(os.path.join(folder, STATE_FILENAME)) as handle:
         saved = json.load(handle)
     assert saved["estimators"][0]["state"]["steps"] == 3
+    assert saved["estimators"][0]["name"] == config.algorithm.adv_estimator
+    state_at_save = STORE.state_dict()
 
     STORE.clear()  # the resumed job starts in a fresh TaskRunner process
     build_checkpoint_callback(config)  # verl builds the callback before loading its checkpoint
     assert STORE.restored_from == folder and len(STORE) == 1
+    assert STORE.state_dict() == state_at_save  # through the JSON file, bit for bit
     resumed = [_step(config, s) for s in range(3, 5)]
     for got, want in zip(resumed, uninterrupted[3:], strict=True):
         assert torch.equal(got, want)

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.verl
 
 def test_doctor_passes_on_this_install():
     checks = run_checks(fresh_process=False)
-    assert [c.name for c in checks] == ["verl version", "entry point", "compute_advantage(ebpo)", "checkpoint callback"]
+    assert [c.name for c in checks] == [
+        "verl version", "entry point", "compute_advantage(ebpo, ebpo_bb, jspo, jspo_plus_plus)", "checkpoint callback",
+    ]
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
 
 
@@ -38,4 +40,4 @@ def test_doctor_fails_when_the_entry_point_is_missing(monkeypatch):
 def test_doctor_fresh_interpreter_probe():
     checks = {c.name: c for c in run_checks(fresh_process=True)}
     probe = checks["fresh `import verl` registers"]
-    assert probe.ok and probe.detail == "ebpo, ebpo_bb, jspo"
+    assert probe.ok and probe.detail == "ebpo, ebpo_bb, jspo, jspo_plus_plus"

@@ -32,7 +32,8 @@ def _probe():
     from verl.trainer.ppo import core_algos
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    modules = {n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in ("ebpo", "ebpo_bb", "jspo")}
+    names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus")
+    modules = {n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names}
     mask = torch.ones(4, 3)
     rewards = torch.zeros(4, 3)
     rewards[0, 2] = 1.0

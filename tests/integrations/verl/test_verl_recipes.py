@@ -253,6 +253,39 @@ def test_bad_estimator_overrides_never_launch(monkeypatch):
     assert len(calls) == 2
 
 
+def test_jspo_plus_plus_options_are_checked_before_launch(monkeypatch):
+    import ebpo.integrations.verl.launcher as launcher
+    from ebpo.estimators import estimator_options
+
+    calls = []
+    monkeypatch.setattr(launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0)
+    monkeypatch.setattr(launcher, "entry_point_active", lambda: True)
+    jspo_pp = "algorithm.adv_estimator=jspo_plus_plus"
+    with pytest.raises(ValueError, match=r"'smoth_coef' .*did you mean 'smooth_coef'\?") as error:
+        launcher.run([jspo_pp, "+algorithm.ebpo.smoth_coef=0.99"])
+    listed = str(error.value).split("valid keys: ")[1].split(", ")
+    assert set(listed) == set(estimator_options("jspo_plus_plus")) | {"metrics_file", "log_to_trainer"}
+    with pytest.raises(ValueError, match=r"adv_estimator=jspo_plus_plus: smooth_coef must be a number in \[0, 1\]"):
+        launcher.run([jspo_pp, "+algorithm.ebpo.smooth_coef=1.5"])
+    # The authors' key is checked too, and the error says where the value came from.
+    with pytest.raises(ValueError, match=r"\(smooth_coef from algorithm.js_smooth_coef\): smooth_coef must be"):
+        launcher.run([jspo_pp, "+algorithm.js_smooth_coef=2"])
+    assert calls == []
+    assert launcher.run([jspo_pp, "+algorithm.ebpo.smooth_coef=0.99"]) == 0
+    assert launcher.run([jspo_pp, "+algorithm.js_smooth_coef=0.99"]) == 0
+    assert launcher.run(["algorithm.adv_estimator=jspo", "+algorithm.js_smooth_coef=2"]) == 0  # not jspo's key
+    # Our estimator, so the launcher persists its state with the checkpoints.
+    assert all(f"trainer.checkpoint_callback_class={CALLBACK_FQN}" in command for command in calls)
+
+
+def test_jspo_plus_plus_dry_run_with_the_authors_key(tmp_path):
+    extra = ["algorithm.adv_estimator=jspo_plus_plus", "+algorithm.js_smooth_coef=0.99"]
+    config, notes = dry_run(with_defaults(recipe_overrides("grpo", data_dir=str(tmp_path), extra=extra)))
+    assert config.algorithm.adv_estimator == "jspo_plus_plus"
+    assert config.trainer.checkpoint_callback_class == CALLBACK_FQN
+    assert any("estimator jspo_plus_plus with options" in note and "'smooth_coef': 0.99" in note for note in notes)
+
+
 def test_cli_subcommand_typo_does_not_launch(monkeypatch, capsys):
     import ebpo.integrations.verl.launcher as launcher
     from ebpo.cli import main

@@ -52,9 +52,12 @@ class EBPOConfig(GRPOConfig):
         default="ebpo",
         metadata={
             "help": "Name of the advantage estimator applied to the rewards of the whole generation batch "
-            "(gathered from all processes); one of `ebpo.available_estimators()`: 'dr_grpo', 'ebpo', 'ebpo_bb', "
-            "'grpo', 'jspo', 'reinforce_pp_baseline', 'rloo'. It replaces TRL's own advantage computation "
-            "(see `scale_rewards` and `multi_objective_aggregation` for what carries over)."
+            "(gathered from all processes); one of `ebpo.available_estimators()`: "
+            + ", ".join(map(repr, ebpo.available_estimators()))
+            + ". It replaces TRL's own advantage computation "
+            "(see `scale_rewards` and `multi_objective_aggregation` for what carries over). The estimator's "
+            "`state_dict()` (EBPO's running prior, JSPO++'s smoothing) is saved with every checkpoint and restored on "
+            "resume."
         },
     )
     # Redeclared from GRPOConfig (default "group" there) so that an explicit setting can be told apart.

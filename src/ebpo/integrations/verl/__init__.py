@@ -3,11 +3,12 @@
 Modules (importing this package imports nothing from verl):
 
 * :mod:`~ebpo.integrations.verl.plugin` — the ``verl.plugins`` entry point: registers ``ebpo``,
-  ``ebpo_bb`` and ``jspo`` in verl's advantage-estimator registry (idempotent);
+  ``ebpo_bb``, ``jspo`` and ``jspo_plus_plus`` in verl's advantage-estimator registry (idempotent);
 * :mod:`~ebpo.integrations.verl.advantage` — the registered functions (config → options, padding
   rows, grouping by uid, token broadcast, metrics side channel);
-* :mod:`~ebpo.integrations.verl.state` — the per-process estimator store, its persistence and
-  the metrics JSONL;
+* :mod:`~ebpo.integrations.verl.state` — the per-process estimator store (the state of the
+  stateful estimators: EBPO's running prior, JSPO++'s smoothing), its persistence and the metrics
+  JSONL;
 * :mod:`~ebpo.integrations.verl.checkpoint` — ``EBPOCheckpointCallback`` (save with each
   checkpoint, restore on resume);
 * :mod:`~ebpo.integrations.verl.launcher`, :mod:`~ebpo.integrations.verl.recipes`,

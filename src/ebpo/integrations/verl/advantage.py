@@ -19,7 +19,8 @@ and expects ``(advantages, returns)``, both ``[bs, T]``. For each row ``i`` this
    verl's GRPO).
 
 Options come from the ``algorithm`` config, ``algorithm.ebpo.<option>`` (``+algorithm.ebpo.prior=ema``
-on the Hydra command line), for all three registered names. See :func:`resolve_options`.
+on the Hydra command line), for every registered name (:data:`REGISTERED_NAMES`). See
+:func:`resolve_options`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
 from ebpo.runtime import torch_threads
 
 __all__ = [
+    "ALGORITHM_KEYS",
     "PLUGIN_KEYS",
     "REGISTERED_NAMES",
     "compute_ebpo_advantage",
     "compute_ebpo_bb_advantage",
     "compute_jspo_advantage",
+    "compute_jspo_plus_plus_advantage",
     "outcome_advantage",
     "resolve_options",
 ]
@@ -50,10 +53,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: verl registry name → core estimator name
-REGISTERED_NAMES = {"ebpo": "ebpo", "ebpo_bb": "ebpo_bb", "jspo": "jspo"}
+REGISTERED_NAMES = {"ebpo": "ebpo", "ebpo_bb": "ebpo_bb", "jspo": "jspo", "jspo_plus_plus": "jspo_plus_plus"}
 #: keys of ``algorithm.ebpo`` that configure the plug-in rather than the estimator
 PLUGIN_KEYS = ("metrics_file", "log_to_trainer")
 OPTIONS_SECTION = "ebpo"
+#: estimator option ← the ``algorithm`` key that sets it when ``algorithm.ebpo.<option>`` does not:
+#: the JSPO authors' verl fork reads the smoothing of ``jspo_plus_plus`` from ``algorithm.js_smooth_coef``
+ALGORITHM_KEYS = {"smooth_coef": "js_smooth_coef"}
 DEFAULT_EPS = 1e-6  # verl's default epsilon for GRPO
 
 
@@ -91,6 +97,9 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     Rules (verl's own keys are honoured; explicit ``algorithm.ebpo.*`` wins):
 
     * ``eps``: ``algorithm.ebpo.eps``, else ``algorithm.epsilon`` if present, else 1e-6.
+    * ``smooth_coef`` (jspo_plus_plus): ``algorithm.ebpo.smooth_coef``, else the JSPO authors' key
+      ``algorithm.js_smooth_coef`` if present (``+algorithm.js_smooth_coef=0.99`` on stock verl,
+      whose schema lacks it), else the estimator's default 0 (no smoothing). See :data:`ALGORITHM_KEYS`.
     * ``normalize`` (ebpo, ebpo_bb): ``algorithm.ebpo.normalize``, else ``"batch"`` when
       ``algorithm.norm_adv_by_std_in_grpo`` is True (default) and ``"center"`` when False — the
       authors' code skips the std division in that case. JSPO never divides by a std.
@@ -121,6 +130,10 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
             "receive the group uid, not a topic; order the training data by topic instead"
         )
     options = dict(section)
+    for option, key in ALGORITHM_KEYS.items():
+        value = _get(config, key)
+        if option in allowed and option not in options and value is not None:
+            options[option] = value
     options.setdefault("eps", float(_get(config, "epsilon", DEFAULT_EPS)))
     options.setdefault("nan_policy", "mask")
     if "normalize" in allowed and "normalize" not in options:
@@ -289,9 +302,22 @@ def compute_jspo_advantage(
     return outcome_advantage("jspo", token_level_rewards, response_mask, index, config)
 
 
+def compute_jspo_plus_plus_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """JSPO++: one batch-wide James–Stein λ and mean, smoothed across steps (Zeng et al., 2025),
+    see :class:`ebpo.JSPOPlusPlus`. The smoothing state persists in the store like EBPO's prior."""
+    return outcome_advantage("jspo_plus_plus", token_level_rewards, response_mask, index, config)
+
+
 #: registry name → function registered by :mod:`ebpo.integrations.verl.plugin`
 FUNCTIONS = {
     "ebpo": compute_ebpo_advantage,
     "ebpo_bb": compute_ebpo_bb_advantage,
     "jspo": compute_jspo_advantage,
+    "jspo_plus_plus": compute_jspo_plus_plus_advantage,
 }

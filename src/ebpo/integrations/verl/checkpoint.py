@@ -1,4 +1,5 @@
-"""Save the running EBPO prior with every verl checkpoint and restore it on resume.
+"""Save the plug-in's estimator state with every verl checkpoint and restore it on resume: EBPO's
+running prior, and JSPO++'s smoothing of λ and the mean (``jspo_plus_plus`` with ``smooth_coef > 0``).
 
 Enable with ``trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback``
 (verl ≥ 0.9.1; ``ebpo verl`` sets it by default).

@@ -7,10 +7,11 @@ verl reports that deep inside a Ray actor, minutes into a job. The doctor checks
 1. verl imports and its version (≥ 0.9 for entry points, ≥ 0.9.1 for checkpoint callbacks);
 2. the ``verl.plugins`` entry point ``ebpo`` is declared in the installed metadata and
    ``VERL_USE_EXTERNAL_PLUGINS`` lets verl load it;
-3. in a FRESH interpreter (as a Ray worker starts), ``import verl`` alone registers ``ebpo``,
-   ``ebpo_bb`` and ``jspo`` with ebpo's functions; if not, the entry point is loaded by hand there
-   to show the real traceback;
-4. verl's ``compute_advantage`` runs with ``adv_estimator=ebpo`` on a tiny batch;
+3. in a FRESH interpreter (as a Ray worker starts), ``import verl`` alone registers every name of
+   :data:`~ebpo.integrations.verl.advantage.REGISTERED_NAMES` (``ebpo``, ``ebpo_bb``, ``jspo``,
+   ``jspo_plus_plus``) with ebpo's functions; if not, the entry point is loaded by hand there to
+   show the real traceback;
+4. verl's ``compute_advantage`` runs with each of these estimators on a tiny batch with a padding row;
 5. the checkpoint callback class loads through verl's own loader.
 """
 
@@ -23,15 +24,17 @@ import textwrap
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+
 __all__ = ["Check", "run_checks"]
 
 PROBE = textwrap.dedent(
-    """
+    f"""
     import json, traceback
     import verl
     from verl.trainer.ppo import core_algos
-    names = ("ebpo", "ebpo_bb", "jspo")
-    found = {n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names}
+    names = {tuple(REGISTERED_NAMES)!r}
+    found = {{n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names}}
     error = None
     if not all(m == "ebpo.integrations.verl.advantage" for m in found.values()):
         from importlib.metadata import entry_points
@@ -41,7 +44,7 @@ PROBE = textwrap.dedent(
                     ep.load()
                 except Exception:
                     error = traceback.format_exc()
-    print("EBPO_PROBE " + json.dumps({"registered": found, "error": error}))
+    print("EBPO_PROBE " + json.dumps({{"registered": found, "error": error}}))
     """
 )
 
@@ -108,7 +111,12 @@ def _fresh_process(timeout: float) -> Check:
     return Check("fresh `import verl` registers", False, detail)
 
 
+#: options for the doctor's tiny batch: EBPO with the batch prior (two groups are its whole world)
+DOCTOR_OPTIONS = {"ebpo": {"prior": "batch"}}
+
+
 def _compute_advantage() -> Check:
+    name = f"compute_advantage({', '.join(REGISTERED_NAMES)})"
     try:
         import numpy as np
         import torch
@@ -116,6 +124,7 @@ def _compute_advantage() -> Check:
         from verl import DataProto
         from verl.trainer.ppo.ray_trainer import compute_advantage
 
+        import ebpo.integrations.verl.advantage as advantage
         import ebpo.integrations.verl.plugin  # noqa: F401
         from ebpo.integrations.verl.state import EstimatorStore
 
@@ -123,22 +132,23 @@ def _compute_advantage() -> Check:
         rewards = torch.zeros_like(mask)
         rewards[[0, 2], [1, 2]] = 1.0
         uid = np.array(["a", "b", "a", "b", "pad"], dtype=object)
-        data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid})
-        config = OmegaConf.create({"adv_estimator": "ebpo", "ebpo": {"prior": "batch", "log_to_trainer": False}})
         # A private store: the doctor must not leave state in the process-wide one.
-        import ebpo.integrations.verl.advantage as advantage
-
         saved, advantage.STORE = advantage.STORE, EstimatorStore()
         try:
-            out = compute_advantage(data, adv_estimator="ebpo", config=config)
+            for estimator in REGISTERED_NAMES:
+                data = DataProto.from_dict(
+                    tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid}
+                )
+                options = {**DOCTOR_OPTIONS.get(estimator, {}), "log_to_trainer": False}
+                config = OmegaConf.create({"adv_estimator": estimator, "ebpo": options})
+                adv = compute_advantage(data, adv_estimator=estimator, config=config).batch["advantages"]
+                if not torch.isfinite(adv).all() or (adv[4] != 0).any() or (adv * (1 - mask) != 0).any():
+                    return Check(name, False, f"{estimator}: unexpected advantages {adv.tolist()}")
         finally:
             advantage.STORE = saved
-        adv = out.batch["advantages"]
-        if not torch.isfinite(adv).all() or (adv[4] != 0).any() or (adv * (1 - mask) != 0).any():
-            return Check("compute_advantage(ebpo)", False, f"unexpected advantages {adv.tolist()}")
-        return Check("compute_advantage(ebpo)", True, "tiny batch with a padding row: OK")
+        return Check(name, True, "tiny batch with a padding row: OK")
     except Exception as error:
-        return Check("compute_advantage(ebpo)", False, f"{type(error).__name__}: {error}")
+        return Check(name, False, f"{type(error).__name__}: {error}")
 
 
 def _callback() -> Check:

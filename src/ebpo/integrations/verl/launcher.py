@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+
 __all__ = [
     "CALLBACK_FQN",
     "PLUGIN_MODULE",
@@ -44,7 +46,8 @@ __all__ = [
 
 PLUGIN_MODULE = "ebpo.integrations.verl.plugin"
 CALLBACK_FQN = "ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
-OUR_ESTIMATORS = ("ebpo", "ebpo_bb", "jspo")
+#: the ``algorithm.adv_estimator`` names the plug-in registers (ebpo, ebpo_bb, jspo, jspo_plus_plus)
+OUR_ESTIMATORS = tuple(REGISTERED_NAMES)
 ENV_FORWARD = f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}"
 
 
@@ -228,13 +231,15 @@ def check_overrides(overrides: Sequence[str]) -> None:
     Checks that every word is a Hydra override and, when the estimator is one of ebpo's, that
     ``algorithm.ebpo.*`` names only options of that estimator (the allowed keys come from the
     estimator's constructor, :func:`ebpo.estimators.estimator_options`) with values the estimator
-    accepts. Values that are interpolations (``${...}``) are left to the dry run.
+    accepts — values taken from verl's or the authors' ``algorithm`` keys included
+    (``algorithm.js_smooth_coef``, see :func:`~ebpo.integrations.verl.advantage.resolve_options`).
+    Values that are interpolations (``${...}``) are left to the dry run.
 
     Raises:
         ValueError: naming the bad override, key or value.
     """
     import ebpo
-    from ebpo.integrations.verl.advantage import OPTIONS_SECTION, resolve_options
+    from ebpo.integrations.verl.advantage import ALGORITHM_KEYS, OPTIONS_SECTION, resolve_options
 
     algorithm = algorithm_overrides(overrides)
     estimator = algorithm.get("adv_estimator", "gae")  # verl's default when none is given
@@ -246,7 +251,17 @@ def check_overrides(overrides: Sequence[str]) -> None:
     try:
         ebpo.make_estimator(estimator, **options)
     except ValueError as error:
-        raise ValueError(f"invalid algorithm.{OPTIONS_SECTION} option for adv_estimator={estimator}: {error}") from error
+        section = algorithm.get(OPTIONS_SECTION)
+        explicit = section if isinstance(section, dict) else {}
+        aliases = [
+            f"{option} from algorithm.{key}"
+            for option, key in ALGORITHM_KEYS.items()
+            if option in options and option not in explicit
+        ]
+        source = f" ({', '.join(aliases)})" if aliases else ""
+        raise ValueError(
+            f"invalid algorithm.{OPTIONS_SECTION} option for adv_estimator={estimator}{source}: {error}"
+        ) from error
 
 
 def run(overrides: Sequence[str], *, defaults: bool = True) -> int:

@@ -1,4 +1,5 @@
-"""verl plug-in: importing this module registers ``ebpo``, ``ebpo_bb`` and ``jspo`` in verl.
+"""verl plug-in: importing this module registers ``ebpo``, ``ebpo_bb``, ``jspo`` and ``jspo_plus_plus``
+in verl (one function per name, :data:`ebpo.integrations.verl.advantage.FUNCTIONS`).
 
 How it gets imported in every process, including the Ray actor that computes advantages:
 

@@ -1,4 +1,5 @@
-"""Where the running EBPO prior lives inside a verl job, and how it is saved, restored and logged.
+"""Where the running EBPO prior (and every stateful estimator's state, e.g. JSPO++'s smoothing) lives
+inside a verl job, and how it is saved, restored and logged.
 
 verl computes advantages in ONE process: the single controller (``TaskRunnerV1`` Ray actor in
 0.9.x), which also runs the trainer's ``fit`` loop and builds the checkpoint callback. A
