@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["plot_lines", "plot_panels"]
+__all__ = ["moving_average", "plot_intervals", "plot_lines", "plot_panels"]
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 Bands = Mapping[str, tuple[Sequence[float], Sequence[float]]]
@@ -20,9 +20,23 @@ def _pyplot():
     return plt
 
 
-def _draw(ax, series: Series, bands: Bands | None, logy: bool) -> None:
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` values (fewer at the start); ``window <= 1`` copies."""
+    if window <= 1:
+        return list(values)
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _draw(ax, series: Series, bands: Bands | None, logy: bool, faint: Sequence[str] = ()) -> None:
     for label, (x, y) in series.items():
-        (line,) = ax.plot(list(x), list(y), label=label, linewidth=1.5)
+        style = {"linewidth": 0.8, "alpha": 0.35} if label in faint else {"linewidth": 1.5}
+        (line,) = ax.plot(list(x), list(y), label=label, **style)
         if bands and label in bands:
             lower, upper = bands[label]
             ax.fill_between(list(x), list(lower), list(upper), color=line.get_color(), alpha=0.2, linewidth=0)
@@ -42,12 +56,14 @@ def plot_lines(
     ylabel: str = "",
     bands: Bands | None = None,
     logy: bool = False,
+    faint: Sequence[str] = (),
 ) -> Path:
     """One axes, one line per ``series`` entry ``label -> (x, y)``; optional shaded ``bands``
-    ``label -> (lower, upper)`` (e.g. a 95% CI over seeds). Returns the PNG path."""
+    ``label -> (lower, upper)`` (e.g. a 95% CI over seeds); labels in ``faint`` are drawn thin and
+    pale (raw values under their smoothed line). Returns the PNG path."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    _draw(ax, series, bands, logy)
+    _draw(ax, series, bands, logy, faint)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -91,3 +107,51 @@ def _save(fig, path: str | Path, plt) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_intervals(
+    path: str | Path,
+    panels: Mapping[str, Mapping[str, Sequence[tuple[str, float, float, float]]]],
+    *,
+    xlabel: str = "",
+    title: str = "",
+    reference: float | None = 0.0,
+) -> Path:
+    """Point estimates with interval bars, one panel per ``panels`` entry: ``panel -> series ->
+    [(row label, estimate, low, high), ...]``. Rows are stacked vertically (the same rows in every
+    series; series side by side within a row); a vertical line marks ``reference`` (e.g. no
+    difference). NaN intervals draw the point only."""
+    import math
+
+    if not panels:
+        raise ValueError("panels is empty: expected at least one panel to plot")
+    plt = _pyplot()
+    rows_per_panel = max(len({r[0] for s in p.values() for r in s}) for p in panels.values())
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 0.9 + 0.42 * max(rows_per_panel, 2)), squeeze=False, sharey=True)
+    for ax, (panel_title, series) in zip(axes.flat, panels.items(), strict=True):
+        labels: list[str] = []
+        for entries in series.values():
+            for label, *_ in entries:
+                if label not in labels:
+                    labels.append(label)
+        positions = {label: i for i, label in enumerate(labels)}
+        width = 0.7 / max(1, len(series))
+        for k, (name, entries) in enumerate(series.items()):
+            offset = -0.35 + width * (k + 0.5)
+            ys = [positions[label] + offset for label, *_ in entries]
+            xs = [estimate for _, estimate, _, _ in entries]
+            errors = [[0.0 if not math.isfinite(low) else estimate - low for _, estimate, low, _ in entries],
+                      [0.0 if not math.isfinite(high) else high - estimate for _, estimate, _, high in entries]]  # fmt: skip
+            ax.errorbar(xs, ys, xerr=errors, fmt="o", markersize=4, capsize=3, label=name)
+        if reference is not None:
+            ax.axvline(reference, color="black", linewidth=0.8, alpha=0.6)
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.set_title(panel_title, fontsize="medium")
+        ax.set_xlabel(xlabel)
+        ax.grid(True, axis="x", alpha=0.3)
+        if len(series) > 1:
+            ax.legend(fontsize="small", loc="best", framealpha=0.6)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path, plt)

@@ -1,9 +1,10 @@
-"""``ebpo bench``: the small-scale reproduction (see :mod:`ebpo.bench`).
+"""``ebpo bench``: the paired comparison of estimators (see :mod:`ebpo.lab.bench`).
 
-Runs the built-in CPU task of ``ebpo train`` for every (method, G, learning rate, seed), chooses
-each method's learning rate on the validation split, and writes tables (mean ± 95% CI over seeds),
-curves and ``results.md`` to ``--output-dir``. Rerunning the same command skips finished cells,
-so a long run can be stopped and continued.
+Runs the built-in CPU task of ``ebpo train`` for every (method, G, learning rate, seed) — every
+method of a seed from the same warm start on the same prompt stream — chooses each method's
+learning rate on the validation split, and writes ``paired.csv`` / ``paired.png`` (differences to
+GRPO with paired 95% intervals), level tables, curves and ``results.md`` to ``--output-dir``.
+Rerunning the same command skips finished cells, so a long run can be stopped and continued.
 """
 
 from __future__ import annotations
@@ -17,26 +18,27 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench",
-        help="small-scale reproduction: every method × G × seed with real token-level RL, tables and curves",
+        help="paired comparison of estimators with real token-level RL: differences to GRPO with intervals",
         description=(
-            "Trains the built-in CPU task (ebpo train) for each method × G × learning rate × seed, evaluates "
-            "held-out Pass@1, picks each method's learning rate on the validation split, and writes "
-            "results.md, CSV/JSON tables (mean ± 95% CI over seeds), learning / gradient-norm / entropy "
-            "curves and steps-to-target. Resumable per cell: rerun the same command to continue."
+            "Trains the built-in CPU task (ebpo train) for each method × G × learning rate × seed; every method "
+            "of a seed shares the warm start and the prompt stream. Picks each method's learning rate on the "
+            "validation split and writes paired.csv / paired.png (method − GRPO in held-out Pass@1 at fixed "
+            "steps and in steps-to-target, paired Student-t 95%% intervals), results.md, level tables and "
+            "curves. Resumable per cell: rerun the same command to continue."
         ),
     )
-    parser.add_argument("--quick", action="store_true", help="CI mode: 1 seed, grpo and ebpo, G=4, 2 learning rates, a few steps")
+    parser.add_argument("--quick", action="store_true", help="CI mode: grpo and ebpo, G=2, 2 seeds, 1 learning rate, a few steps")
     parser.add_argument("--output-dir", default=None, help="results folder (default: bench-results, or bench-results-quick with --quick)")
-    parser.add_argument("--estimators", default=None, help="comma-separated methods (default: the ten of issue #7); see --list")
+    parser.add_argument("--estimators", default=None, help="comma-separated methods (default: the starred ones of --list)")
     parser.add_argument("--group-sizes", default=None, help="comma-separated G values (default: 2,4,8)")
-    parser.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default: 3)")
-    parser.add_argument("--lrs", default=None, help="comma-separated learning-rate sweep (default: 1e-4,2e-4,5e-4)")
-    parser.add_argument("--equal-lr", type=float, default=None, help="rate of the equal-learning-rate table, one of --lrs (default: the middle one)")
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: 60; --quick: 6)")
-    parser.add_argument("--prompts-per-step", type=int, default=None, help="prompts per RL step (default: 16; --quick: 8)")
+    parser.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default: 5)")
+    parser.add_argument("--lrs", default=None, help="comma-separated learning-rate sweep (default: 1.5e-4,3e-4,6e-4)")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: 200; --quick: 6)")
+    parser.add_argument("--prompts-per-step", type=int, default=None, help="prompts per RL step (default: 32; --quick: 8)")
     parser.add_argument("--eval-samples", type=int, default=None, help="samples per problem for Pass@1 (default: 16)")
-    parser.add_argument("--eval-every", type=int, default=None, help="held-out Pass@1 every N steps for the learning curves (default: 10)")
-    parser.add_argument("--eval-problems", type=int, default=None, help="held-out / validation problems per (topic, tier) cell (default: 8)")
+    parser.add_argument("--eval-every", type=int, default=None, help="held-out Pass@1 every N steps for curves and checkpoints (default: 25)")
+    parser.add_argument("--eval-problems", type=int, default=None, help="held-out / validation problems per (topic, tier) cell (default: 32)")
+    parser.add_argument("--checkpoints", default=None, help="comma-separated steps at which paired differences are read besides the final one, multiples of --eval-every (default: 25,50)")
     parser.add_argument("--shard", default=None, help="K/N: run only every N-th cell from the K-th (1-based), to run N processes on one output dir in parallel")
     parser.add_argument("--report-only", action="store_true", help="aggregate the finished cells and write the report; run nothing")
     parser.add_argument("--list", action="store_true", help="list the methods and exit")
@@ -70,8 +72,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`ebpo.bench.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
-    from ebpo.bench import BenchConfig
+    """The :class:`ebpo.lab.bench.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
+    from ebpo.lab.bench import BenchConfig
 
     overrides: dict[str, Any] = {}
     if args.output_dir is not None:
@@ -86,7 +88,9 @@ def config_from_args(args: argparse.Namespace):
         overrides["seeds"] = tuple(range(args.seeds))
     if args.lrs is not None:
         overrides["learning_rates"] = _csv(args.lrs, float, "--lrs")
-    for name in ("equal_lr", "steps", "prompts_per_step", "eval_samples", "eval_every", "eval_problems", "threads"):
+    if args.checkpoints is not None:
+        overrides["checkpoints"] = _csv(args.checkpoints, int, "--checkpoints")
+    for name in ("steps", "prompts_per_step", "eval_samples", "eval_every", "eval_problems", "threads"):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
@@ -99,7 +103,7 @@ def config_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ebpo import bench
+    from ebpo.lab import bench, bench_report
 
     if args.list:
         for name, method in bench.METHODS.items():
@@ -110,9 +114,14 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # ValueError: one line, exit 2 (ebpo.cli)
     shard = _shard(args.shard)
     started = time.time()
+    from ebpo.files import check_output_path
+
+    out = check_output_path(config.output_dir, "--output-dir", kind="dir")
     if args.report_only:
-        summary = bench.aggregate(bench.load_cells(config), config)
-        path = bench.write_report(summary, config)
+        if not (out / "cells").is_dir():
+            raise ValueError(f"--report-only: {config.output_dir!r} holds no bench cells (run ebpo bench with this --output-dir first)")
+        summary = bench_report.aggregate(bench.load_cells(config), config)
+        path = bench_report.write_report(summary, config)
         print(f"{summary['cells_finished']}/{summary['cells_total']} cells finished; wrote {path}")
         return 0
     total = len(bench.shard_cells(config.cells(), shard))

@@ -1,6 +1,7 @@
-"""The ``ebpo train`` job: bad input fails before compute, a tiny run writes everything, an
-interrupted run leaves a checkpoint it resumes from, the warm start is cached, and (behind the
-``smollm`` marker) a real pretrained LM trains."""
+"""The ``ebpo train`` job (ebpo.lab.job): bad input fails before anything is loaded or deleted, a
+tiny run writes everything and shows one progress bar, every method of a seed sees the same prompts,
+an interrupted run resumes, the warm start is cached, and (``smollm`` marker) a real pretrained LM
+trains."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo import training  # noqa: E402
 from ebpo.cli import main  # noqa: E402
-from ebpo.training import TrainJobConfig, read_metrics, run_train_job  # noqa: E402
+from ebpo.lab import job, job_data, policy  # noqa: E402
+from ebpo.lab.job import TrainJobConfig, run_train_job  # noqa: E402
+from ebpo.lab.rundir import read_metrics, write_manifest  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -29,12 +31,10 @@ def tiny(tmp_path: Path, **overrides) -> TrainJobConfig:
         "prompts_per_step": 2,
         "topics": ("add",),
         "tiers": (1, 2),
-        "train_per_cell": 8,
         "eval_problems": 1,
         "eval_samples": 8,
         "eval_every": 1,
         "save_every": 1,
-        "max_completion_length": 4,
         "warm_start_steps": 3,
         "warm_start_batch_size": 8,
         "tiny_layers": 1,
@@ -53,7 +53,7 @@ def no_compute(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("compute started before the bad input was rejected")
 
-    monkeypatch.setattr(training, "_load_policy", forbidden)
+    monkeypatch.setattr(policy, "load_policy", forbidden)
 
 
 # ------------------------------------------------------------------ bad input, before any compute
@@ -68,7 +68,11 @@ def no_compute(monkeypatch):
         ({"model": "missing.gguf"}, "does not exist"),
         ({"dataset": "/nonexistent/problems.jsonl"}, "does not exist"),
         ({"topics": ("div",)}, "topics"),
+        ({"tiers": (0,)}, "tiers"),
         ({"reward": "exact"}, "reward"),
+        ({"learning_rate": float("inf")}, "learning_rate"),
+        ({"warm_start_corrupt": 1.5}, "warm_start_corrupt"),
+        ({"eval_validation": True, "dataset": "math-500"}, "eval_validation"),
     ],
 )
 def test_bad_options_raise_before_compute(tmp_path, no_compute, overrides, match):
@@ -87,7 +91,7 @@ def test_dataset_without_needed_columns_is_refused(tmp_path, no_compute):
 def test_directory_with_another_run_is_refused(tmp_path, no_compute):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    training._write_manifest(run_dir, tiny(tmp_path, seed=7), "completed", 2)
+    write_manifest(run_dir, tiny(tmp_path, seed=7).identity(), "completed", 2)
     with pytest.raises(ValueError, match="already holds a run"):
         run_train_job(tiny(tmp_path))
     with pytest.raises(ValueError, match="different run"):
@@ -99,26 +103,84 @@ def test_directory_with_another_run_is_refused(tmp_path, no_compute):
     assert (tmp_path / "other" / "notes.txt").exists()  # never deleted
     with pytest.raises(ValueError, match="nothing to resume"):
         run_train_job(tiny(tmp_path, output_dir=str(tmp_path / "empty"), resume=True))
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="output_dir .* is a file"):
+        run_train_job(tiny(tmp_path, output_dir=str(tmp_path / "afile")))
+
+
+def test_overwrite_with_a_model_that_fails_to_load_keeps_the_old_run(tmp_path, monkeypatch):
+    """Issue #11 item 3: the old run is deleted only once the model has loaded."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_manifest(run_dir, tiny(tmp_path, seed=7).identity(), "completed", 2)
+    (run_dir / "results.json").write_text("{}")
+
+    def unreachable(*args, **kwargs):
+        raise ValueError("could not load model 'bad/id' from the Hugging Face Hub (OSError)")
+
+    monkeypatch.setattr(policy, "load_policy", unreachable)
+    with pytest.raises(ValueError, match="bad/id"):
+        run_train_job(tiny(tmp_path, overwrite=True))
+    assert (run_dir / "results.json").exists() and json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_a_run_that_failed_at_its_start_does_not_block_the_next(tmp_path, monkeypatch):
+    """Issue #11 item 3: a failed start leaves no run that needs --overwrite."""
+    config = tiny(tmp_path, steps=1, eval_every=0)
+
+    def broken_eval(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(job, "_evaluator", lambda *a: broken_eval)
+    with pytest.raises(RuntimeError):
+        run_train_job(config)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "starting"
+    monkeypatch.undo()
+    assert run_train_job(config)["status"] == "completed"  # no --overwrite needed
 
 
 def test_cli_reports_bad_input_as_an_error(tmp_path, capsys, no_compute):
     assert main(["train", "--group-size", "1", "--output-dir", str(tmp_path / "run")]) == 2
     assert "group_size must be an integer >= 2" in capsys.readouterr().err
+    assert main(["train", "--tiers", "0", "--output-dir", str(tmp_path / "run")]) == 2
+    assert "tiers must be distinct digit counts" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the prompt stream
+def test_every_method_of_a_seed_trains_on_the_same_prompt_stream(tmp_path, monkeypatch):
+    """The paired design of ebpo bench: step k of any method sees the same prompts."""
+    seen: dict[str, list[list[str]]] = {}
+    real = job_data.trl_reward
+
+    def recording(score, name):
+        inner = real(score)
+
+        def reward(prompts, completions, answer, **kwargs):
+            seen.setdefault(name, []).append(sorted(set(prompts)))
+            return inner(prompts, completions, answer, **kwargs)
+
+        return reward
+
+    for name, estimator in (("grpo", "grpo"), ("ebpo", "ebpo")):
+        monkeypatch.setattr(job_data, "trl_reward", lambda score, name=name: recording(score, name))
+        run_train_job(tiny(tmp_path, estimator=estimator, steps=3, eval_every=0, save_every=0, output_dir=str(tmp_path / name)))
+    assert seen["grpo"] == seen["ebpo"] and len(seen["grpo"]) == 3
+    expected = [r["prompt"] for r in job_data.load_job_data(tiny(tmp_path, steps=3)).rl_rows]
+    assert seen["grpo"] == [sorted(set(expected[2 * k : 2 * k + 2])) for k in range(3)]  # step k: prompts 2k, 2k+1
 
 
 # ------------------------------------------------------------------ a whole run
-@pytest.mark.slow  # two runs, ~40 s on the shared CPU
-def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path):
-    config = tiny(tmp_path)
+@pytest.mark.slow  # two runs, ~20 s on the shared CPU
+def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path, capsys):
+    config = replace(tiny(tmp_path), progress=True, eval_validation=True)
     result = run_train_job(config)
     run_dir = Path(result["run_dir"])
     assert result["status"] == "completed" and result["global_step"] == 2
     assert result["warm_start_cached"] is False
-    for phase in ("before", "after"):
+    for phase in ("before", "after", "validation"):
         summary = result[phase]
-        assert set(summary["cells"]) == {"add/1", "add/2"}
+        assert set(summary["cells"]) == {"add/1", "add/2"} and set(summary["tiers"]) == {"1", "2"}
         assert 0.0 <= summary["overall"] <= 1.0
-        assert set(summary["tiers"]) == {"1", "2"}
     records = read_metrics(result["metrics_path"])
     train_records = [r for r in records if "reward" in r]
     assert [r["step"] for r in train_records] == [1, 2]
@@ -126,30 +188,30 @@ def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path):
     assert any("heldout/pass@1" in r for r in records)
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     for name in ("reward", "heldout_pass1", "entropy", "grad_norm", "shrinkage"):
-        png = run_dir / "plots" / f"{name}.png"
-        assert png.read_bytes()[:4] == b"\x89PNG"
+        assert (run_dir / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "final_model" / "config.json").is_file()
-    state = json.loads((run_dir / "estimator_state.json").read_text())
-    assert state["estimator"] == "ebpo"
+    assert json.loads((run_dir / "estimator_state.json").read_text())["estimator"] == "ebpo"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    eval_before = json.loads((run_dir / "eval_before.json").read_text())
-    assert len(eval_before["problems"]) == 2  # one held-out problem per cell
+    assert len(json.loads((run_dir / "eval_before.json").read_text())["problems"]) == 2  # one per cell
+    # the console: one progress bar and the tables, not TRL's metrics dict per step
+    console = capsys.readouterr()
+    text = console.out + console.err
+    assert "'grad_norm':" not in text and "{'loss'" not in text
+    assert "held-out Pass@1 (%)" in console.out and "RL:" in console.err
 
     # same warm-start recipe, new run directory: the warm start comes from the cache
-    second = run_train_job(replace(config, output_dir=str(tmp_path / "run2"), steps=1, eval_every=0))
+    second = run_train_job(replace(config, output_dir=str(tmp_path / "run2"), steps=1, eval_every=0, progress=False))
     assert second["warm_start_cached"] is True
     assert second["before"] == result["before"]  # same starting model, same eval seed
-
-    # the directory now holds a run: refused, then replaced with overwrite
     with pytest.raises(ValueError, match="already holds a run"):
         run_train_job(config)
 
 
 def test_interrupt_leaves_a_checkpoint_that_resume_continues(tmp_path, monkeypatch):
-    real_reward = training._trl_reward
+    real_reward = job_data.trl_reward
 
-    def reward_that_sends_sigterm(config):
-        inner = real_reward(config)
+    def reward_that_sends_sigterm(score):
+        inner = real_reward(score)
         calls = []
 
         def reward(*args, **kwargs):
@@ -160,16 +222,15 @@ def test_interrupt_leaves_a_checkpoint_that_resume_continues(tmp_path, monkeypat
 
         return reward
 
-    monkeypatch.setattr(training, "_trl_reward", reward_that_sends_sigterm)
+    monkeypatch.setattr(job_data, "trl_reward", reward_that_sends_sigterm)
     config = tiny(tmp_path, steps=3, eval_every=0, save_every=0)
     result = run_train_job(config)
     run_dir = Path(result["run_dir"])
     assert result["status"] == "interrupted" and result["global_step"] == 2
     assert (run_dir / "checkpoints" / "checkpoint-2").is_dir()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
-    assert signal.getsignal(signal.SIGTERM) is not None  # handlers restored, process alive
 
-    monkeypatch.setattr(training, "_trl_reward", real_reward)
+    monkeypatch.setattr(job_data, "trl_reward", real_reward)
     resumed = run_train_job(replace(config, resume=True))
     assert resumed["status"] == "completed" and resumed["global_step"] == 3
     steps = [r["step"] for r in read_metrics(resumed["metrics_path"]) if "reward" in r]
@@ -178,7 +239,7 @@ def test_interrupt_leaves_a_checkpoint_that_resume_continues(tmp_path, monkeypat
     assert run_train_job(replace(config, resume=True))["status"] == "completed"  # nothing left to do
 
 
-def test_a_preset_without_prior_runs_and_still_plots_shrinkage(tmp_path):
+def test_a_curriculum_and_a_preset_without_prior_run(tmp_path):
     result = run_train_job(tiny(tmp_path, estimator="dr_grpo", steps=1, eval_every=0, order="difficulty"))
     assert result["status"] == "completed"
     assert json.loads((Path(result["run_dir"]) / "estimator_state.json").read_text())["estimator"] == "dr_grpo"
@@ -190,10 +251,9 @@ def test_a_preset_without_prior_runs_and_still_plots_shrinkage(tmp_path):
 @pytest.mark.smollm
 def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
     """The real SmolLM2-135M-Instruct, 2 RL steps on arithmetic word problems scored by the math
-    reward (:func:`ebpo.rewards.score_math`), as the issue asks: loss and gradient non-zero. The
-    word prompt shows a worked example ending in ``Answer: 7`` (``ebpo.tasks.WORD_EXAMPLE``), so
-    the model writes the ``Answer:`` line; at temperature 0.7 about a third of its 1-digit sums
-    score 1 (measured: 6/16), so the groups are mixed and there is a gradient."""
+    reward (:func:`ebpo.rewards.score_math`): loss and gradient non-zero. The word prompt shows a
+    worked example ending in ``Answer: 7`` (``ebpo.lab.task.WORD_EXAMPLE``), so the model writes
+    the ``Answer:`` line; at temperature 0.7 about a third of its one-digit sums score 1."""
     pytest.importorskip("gguf")
     from ebpo.models import smollm2_gguf_path
 

@@ -1,0 +1,149 @@
+"""What a job adds to TRL's training loop: one progress bar, the metrics file, periodic held-out
+Pass@1, and stop-on-signal.
+
+TRL prints every log record (a dict of ~40 metrics) to the console; a job replaces its printer
+with one progress bar showing the step, the training reward and the last held-out Pass@1. Every
+record still goes to ``metrics.jsonl`` and to TensorBoard.
+
+Ctrl-C or SIGTERM sets a flag; at the end of the current step the job saves a checkpoint and
+stops (``--resume`` continues). A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["StopFlag", "graceful_interrupts", "make_job_callback", "quiet_transformers", "quiet_trl_console"]
+
+
+class StopFlag:
+    """Set by SIGINT / SIGTERM; the job callback turns it into 'save a checkpoint and stop'."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+
+@contextlib.contextmanager
+def graceful_interrupts(flag: StopFlag) -> Iterator[None]:
+    """First Ctrl-C / SIGTERM sets ``flag``; a second Ctrl-C raises KeyboardInterrupt at once.
+    Handlers can only be installed from the main thread; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        flag.signal = signum
+        print(f"\n{signal.Signals(signum).name}: saving a checkpoint at the end of this step (Ctrl-C again to abort)", file=sys.stderr)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """No transformers progress bars ("Writing model shards") and only its errors during a job;
+    the previous settings come back afterwards."""
+    from transformers.utils import logging
+
+    bars, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def quiet_trl_console(trainer: Any) -> None:
+    """Remove the callbacks with which transformers prints log dicts and its own progress bar."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for callback in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(callback)
+
+
+def make_job_callback(
+    metrics_path: Path,
+    *,
+    total_steps: int,
+    eval_every: int,
+    evaluate: Callable[[Any, int], dict[str, Any]],
+    on_checkpoint: Callable[[int], None],
+    progress: bool,
+):
+    """A ``TrainerCallback`` that writes every log record to ``metrics_path``, calls
+    ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
+    ``overall`` / ``topics`` as ``heldout/pass@1[/topic]``, shows the progress bar, calls
+    ``on_checkpoint(step)`` after each save, and stops on its :class:`StopFlag` (``.flag``).
+
+    Install it first among the trainer's callbacks so that the held-out numbers it adds to a
+    record reach TensorBoard as well."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class JobCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.flag = StopFlag()
+            self.pending: dict[str, float] = {}
+            self.last_pass1: float | None = None
+            self.bar: Any = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = tqdm(total=total_steps, initial=state.global_step, desc="RL", unit="step", disable=not progress, dynamic_ncols=True)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            step = state.global_step
+            if eval_every and step % eval_every == 0 and step < total_steps:
+                result = evaluate(model, step)
+                self.last_pass1 = result["overall"]
+                self.pending = {"heldout/pass@1": result["overall"], **{f"heldout/pass@1/{k}": v for k, v in result["topics"].items()}}
+                control.should_log = True
+            if self.flag:
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs is None:
+                return
+            logs.update(self.pending)  # the same dict goes on to TensorBoard
+            self.pending = {}
+            record = {"step": state.global_step, "time": time.time(), **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))}}
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            if self.bar is not None and "reward" in logs:
+                self.bar.n = state.global_step
+                postfix = {"reward": f"{logs['reward']:.3f}"}
+                if self.last_pass1 is not None:
+                    postfix["held-out Pass@1"] = f"{100 * self.last_pass1:.1f}%"
+                self.bar.set_postfix(postfix, refresh=False)
+                self.bar.refresh()
+
+        def on_save(self, args, state, control, **kwargs):
+            on_checkpoint(state.global_step)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.n = state.global_step
+                self.bar.close()
+
+    return JobCallback()
