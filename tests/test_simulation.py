@@ -271,7 +271,7 @@ def test_bad_input_raises_value_error(call, match):
 
 
 def test_parse_estimator_spec():
-    assert sim.parse_estimator_spec("ebpo_batch") == ("ebpo", {"prior": "batch"})
+    assert sim.parse_estimator_spec("ebpo_batch") == ("ebpo", {"prior": "batch", "prior_mean": "group_means"})
     assert sim.parse_estimator_spec("ebpo:prior=ema,half_life=5,per_cluster=true") == (
         "ebpo",
         {"prior": "ema", "half_life": 5, "per_cluster": True},

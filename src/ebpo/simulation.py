@@ -92,7 +92,9 @@ ESTIMATOR_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "reinforce_pp": ("reinforce_pp_baseline", {}),
     "jspo": ("jspo", {}),
     "ebpo": ("ebpo", {}),  # paper Algorithm 1: history prior, pooled σ², raw τ², batch normalisation
-    "ebpo_batch": ("ebpo", {"prior": "batch"}),  # authors' released code
+    # authors' released code (μ = mean of the group means; equal to the mean reward here, where
+    # every group has G responses)
+    "ebpo_batch": ("ebpo", {"prior": "batch", "prior_mean": "group_means"}),
     "ebpo_ema": ("ebpo", {"prior": "ema", "half_life": 10.0}),
     "ebpo_within": ("ebpo", {"within_variance": "within", "tau2": "corrected"}),
     "ebpo_center": ("ebpo", {"normalize": "center"}),

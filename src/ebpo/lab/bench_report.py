@@ -229,8 +229,13 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
 
 
 # ====================================================================== report
-def _pct(value: float, digits: int = 1) -> str:
-    return f"{100 * value:+.{digits}f}" if math.isfinite(value) else "—"
+def _interval_text(row: Mapping[str, Any], scale: float, digits: int) -> str:
+    """``+1.2 [-0.3, +2.7]`` (the interval left out when it is undefined, e.g. one seed)."""
+    mean, low, high = (scale * row[k] for k in ("mean_diff", "ci_low", "ci_high"))
+    if not math.isfinite(mean):
+        return "—"
+    text = f"{mean:+.{digits}f}"
+    return text + (f" [{low:+.{digits}f}, {high:+.{digits}f}]" if math.isfinite(low) and math.isfinite(high) else "")
 
 
 def _fmt(stats: Mapping[str, float]) -> str:
@@ -257,13 +262,10 @@ def _paired_markdown(rows: Sequence[Mapping[str, Any]], comparison: str, g: int,
     body = []
     for method, by_checkpoint in by_method.items():
         first = next(iter(by_checkpoint.values()))
-        cells = []
-        for checkpoint in checkpoints:
-            r = by_checkpoint.get(checkpoint)
-            cells.append(f"{_pct(r['mean_diff'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]" if r else "—")
+        cells = [_interval_text(by_checkpoint[c], 100, 1) if c in by_checkpoint else "—" for c in checkpoints]
         s = by_checkpoint.get("steps_to_target")
-        steps = f"{s['mean_diff']:+.0f} [{s['ci_low']:+.0f}, {s['ci_high']:+.0f}] ({s['reached']}/{s['seeds']} vs {s['reference_reached']}/{s['seeds']})" if s and math.isfinite(s["mean_diff"]) else "—"
-        body.append([method, f"{first['lr']:g} / {first['reference_lr']:g}", first["seeds"], *cells, steps.replace("[nan, nan]", "")])
+        steps = f"{_interval_text(s, 1, 0)} ({s['reached']}/{s['seeds']} vs {s['reference_reached']}/{s['seeds']})" if s else "—"
+        body.append([method, f"{first['lr']:g} / {first['reference_lr']:g}", first["seeds"], *cells, steps])
     headers = ["method", "lr / GRPO lr", "seeds", *(f"Δ Pass@1 @ {c} (points)" for c in checkpoints), "Δ steps to target (reached)"]
     return _markdown(headers, body)
 
