@@ -237,7 +237,7 @@ def test_prior_study_rows_and_normalize_override():
     )
     rows = {r["variant"]: r for r in study["rows"]}
     assert rows["grpo"]["estimator"] == "grpo" and math.isnan(rows["grpo"]["prior_error"])
-    assert sim.parse_estimator_spec(rows["ebpo batch / topic"]["estimator"]) == ("ebpo", {"prior": "batch", "normalize": "none"})
+    assert sim.parse_estimator_spec(rows["ebpo batch / topic"]["estimator"]) == ("ebpo", {"prior": "batch", "prior_mean": "group_means", "normalize": "none"})
     assert rows["ebpo batch / topic"]["prior_error"] >= 0
     assert study["curves"]["grpo"]["train_acc"].shape == (2, 7)
 

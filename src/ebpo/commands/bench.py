@@ -23,7 +23,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Trains the built-in CPU task (ebpo train) for each method × G × learning rate × seed; every method "
             "of a seed shares the warm start and the prompt stream. Picks each method's learning rate on the "
             "validation split and writes paired.csv / paired.png (method − GRPO in held-out Pass@1 at fixed "
-            "steps and in steps-to-target, paired Student-t 95%% intervals), results.md, level tables and "
+            "steps and in steps-to-target, paired Student-t 95 % intervals), results.md, level tables and "
             "curves. Resumable per cell: rerun the same command to continue."
         ),
     )
