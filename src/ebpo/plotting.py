@@ -116,19 +116,28 @@ def plot_intervals(
     xlabel: str = "",
     title: str = "",
     reference: float | None = 0.0,
+    ncols: int | None = None,
 ) -> Path:
     """Point estimates with interval bars, one panel per ``panels`` entry: ``panel -> series ->
     [(row label, estimate, low, high), ...]``. Rows are stacked vertically (the same rows in every
     series; series side by side within a row); a vertical line marks ``reference`` (e.g. no
-    difference). NaN intervals draw the point only."""
+    difference). NaN intervals draw the point only. Panels fill a grid ``ncols`` wide (default:
+    one row)."""
     import math
 
     if not panels:
         raise ValueError("panels is empty: expected at least one panel to plot")
+    if ncols is not None and (isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1):
+        raise ValueError(f"ncols must be a positive integer or None, got {ncols!r}")
     plt = _pyplot()
     rows_per_panel = max(len({r[0] for s in p.values() for r in s}) for p in panels.values())
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 0.9 + 0.42 * max(rows_per_panel, 2)), squeeze=False, sharey=True)
-    for ax, (panel_title, series) in zip(axes.flat, panels.items(), strict=True):
+    ncols = min(ncols or len(panels), len(panels))
+    nrows = -(-len(panels) // ncols)
+    panel_height = 0.9 + 0.42 * max(rows_per_panel, 2)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, panel_height * nrows), squeeze=False, sharey=True)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    for ax, (panel_title, series) in zip(axes.flat, panels.items(), strict=False):
         labels: list[str] = []
         for entries in series.values():
             for label, *_ in entries:

@@ -283,6 +283,7 @@ def test_quick_mode_command_end_to_end_with_a_fake_runner(tmp_path, monkeypatch,
         torch.set_num_threads(threads)
     assert len(runner.calls) == len(BenchConfig.quick().cells()) == 4  # 2 methods x 1 G x 1 lr x 2 seeds
     assert (out / "results.md").is_file() and (out / "paired.png").is_file() and (out / "paired.csv").is_file()
+    assert (out / "paired_equal_lr.png").is_file() and "paired_equal_lr.png" in (out / "results.md").read_text()
     assert "ran 4 cells" in capsys.readouterr().out
     assert main(["bench", "--quick", "--output-dir", str(out)]) == 0  # resumed: nothing to run
     assert len(runner.calls) == 4

@@ -21,7 +21,7 @@ Layout of the results folder::
     cells/<method>/G<g>/lr<lr>/seed<s>/cell.json   one finished cell (skipped on a rerun)
     cells/<method>/G<g>/lr<lr>/seed<s>/run/        the train job's run directory
     paired.csv                                     method vs GRPO, paired, with 95% intervals
-    paired.png                                     the same as a plot
+    paired.png, paired_equal_lr.png                the same as plots (chosen rates / equal rates)
     summary.json, results.md, table_best_lr.csv, table_equal_lr.csv, lr_sweep.csv,
     heldout_pass1_*.png, reward.png, ...           see ebpo.lab.bench_report
 

@@ -2,7 +2,7 @@
 
 * **Learning rates**: per (method, G) the rate of the sweep with the best mean *validation* Pass@1
   over seeds (ties to the smaller rate); the held-out split chooses nothing.
-* **Paired differences** (``paired.csv``, ``paired.png``): for every method, G and seed, the
+* **Paired differences** (``paired.csv``, ``paired.png``, ``paired_equal_lr.png``): for every method, G and seed, the
   method's held-out Pass@1 minus GRPO's, at each checkpoint step and at the end, and the difference
   in steps-to-target; mean over the seeds both have, with a 95% Student-t interval. Two
   comparisons: ``best_lr`` (each at its validation-chosen rate) and ``equal_lr`` (both at the same
@@ -336,13 +336,19 @@ def _plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) -> list[P
     from ebpo.plotting import moving_average, plot_intervals, plot_panels
 
     images = []
-    rows = [r for r in summary["paired"] if r["comparison"] == "best_lr" and r["checkpoint"] != "steps_to_target"]
-    if rows:
+    # paired.png: each method at its validation-chosen rate; paired_equal_lr.png: method and GRPO
+    # at the same rate (one row of panels per rate), which isolates the estimator from its rate
+    for comparison, name, what in (("best_lr", "paired", "validation-chosen learning rates"), ("equal_lr", "paired_equal_lr", "method and GRPO at the same learning rate")):
+        rows = sorted((r for r in summary["paired"] if r["comparison"] == comparison and r["checkpoint"] != "steps_to_target"), key=lambda r: (r["lr"] if comparison == "equal_lr" else 0.0, r["G"]))
+        if not rows:
+            continue
         panels: dict[str, dict[str, list]] = {}
         for r in rows:
-            name = f"step {r['checkpoint']}" if r["checkpoint"] != "final" else f"step {config.steps} (final)"
-            panels.setdefault(f"G = {r['G']}", {}).setdefault(name, []).append((r["method"], 100 * r["mean_diff"], 100 * r["ci_low"], 100 * r["ci_high"]))
-        images.append(plot_intervals(out / "paired.png", panels, xlabel="held-out Pass@1, method − GRPO (points)", title="Paired difference to GRPO, 95% interval over seeds (validation-chosen learning rates)"))
+            panel = f"G = {r['G']}" + (f", lr {r['lr']:g}" if comparison == "equal_lr" else "")
+            series = f"step {r['checkpoint']}" if r["checkpoint"] != "final" else f"step {config.steps} (final)"
+            panels.setdefault(panel, {}).setdefault(series, []).append((r["method"], 100 * r["mean_diff"], 100 * r["ci_low"], 100 * r["ci_high"]))
+        ncols = len({r["G"] for r in rows})
+        images.append(plot_intervals(out / f"{name}.png", panels, ncols=ncols, xlabel="held-out Pass@1, method − GRPO (points)", title=f"Paired difference to GRPO, 95% interval over seeds ({what})"))
     titles = {"pass1": "held-out Pass@1", "reward": "training reward", "grad_norm": "gradient norm", "entropy": "token entropy", "shrinkage": "EBPO mean shrinkage S"}
     for curve, title in titles.items():
         panels_c: dict[str, dict[str, tuple[list, list]]] = {}
