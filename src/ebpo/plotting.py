@@ -85,19 +85,28 @@ def plot_panels(
     if not panels:
         raise ValueError("panels is empty: expected at least one panel to plot")
     plt = _pyplot()
-    ncols = max(1, min(ncols, len(panels)))
-    nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
-    for ax, (panel_title, series) in zip(axes.flat, panels.items(), strict=False):
+    fig, axes = _grid(plt, len(panels), ncols, panel_size=(4.2, 3.2))
+    for ax, (panel_title, series) in zip(axes, panels.items(), strict=True):
         _draw(ax, series, (bands or {}).get(panel_title), logy)
         ax.set_title(panel_title, fontsize="medium")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
     if title:
         fig.suptitle(title)
     return _save(fig, path, plt)
+
+
+def _grid(plt, n_panels: int, ncols: int, *, panel_size: tuple[float, float], **subplots_kw):
+    """A figure with ``n_panels`` axes in rows of ``ncols`` (clamped to 1..n_panels); the unused
+    slots of the last row are hidden. Returns the figure and the ``n_panels`` axes in order."""
+    ncols = max(1, min(ncols, n_panels))
+    nrows = -(-n_panels // ncols)
+    width, height = panel_size
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **subplots_kw)
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
+        ax.set_visible(False)
+    return fig, flat[:n_panels]
 
 
 def _save(fig, path: str | Path, plt) -> Path:
@@ -131,13 +140,9 @@ def plot_intervals(
         raise ValueError(f"ncols must be a positive integer or None, got {ncols!r}")
     plt = _pyplot()
     rows_per_panel = max(len({r[0] for s in p.values() for r in s}) for p in panels.values())
-    ncols = min(ncols or len(panels), len(panels))
-    nrows = -(-len(panels) // ncols)
     panel_height = 0.9 + 0.42 * max(rows_per_panel, 2)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, panel_height * nrows), squeeze=False, sharey=True)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    for ax, (panel_title, series) in zip(axes.flat, panels.items(), strict=False):
+    fig, axes = _grid(plt, len(panels), ncols or len(panels), panel_size=(4.4, panel_height), sharey=True)
+    for ax, (panel_title, series) in zip(axes, panels.items(), strict=True):
         labels: list[str] = []
         for entries in series.values():
             for label, *_ in entries:
