@@ -23,7 +23,7 @@ Layout of the results folder::
     paired.csv                                     method vs GRPO, paired, with 95% intervals
     paired.png, paired_equal_lr.png                the same as plots (chosen rates / equal rates)
     summary.json, results.md, table_best_lr.csv, table_equal_lr.csv, lr_sweep.csv,
-    heldout_pass1_*.png, reward.png, ...           see ebpo.lab.bench_report
+    heldout_pass1.png, reward.png, ...             see ebpo.lab.bench_report
 
 Cells run seed by seed; ``--shard K/N`` runs every N-th cell so N processes share one folder
 (warm starts are computed once: a lock file makes the other shards wait for the cache).
