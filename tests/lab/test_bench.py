@@ -258,6 +258,14 @@ def test_bad_config_raises_naming_the_argument(tmp_path, overrides, name):
     assert not Path(config(tmp_path).output_dir).exists()
 
 
+def test_default_matrix_is_valid_and_reads_steps_25_50_and_the_end():
+    default = BenchConfig()
+    default.validate()
+    assert len(default.cells()) == len(bench.DEFAULT_METHODS) * 3 * 3 * 5 == 360
+    # the defaults are the documented bench (docs/results.md): checkpoints 25 and 50 before the final step
+    assert default.checkpoints == (25, 50) and default.steps == 100 and default.steps % default.eval_every == 0
+
+
 def test_methods_map_to_train_job_options():
     assert bench.METHODS["ebpo_topic"].train_options()["order"] == "topic"
     assert bench.METHODS["ebpo_difficulty"].train_options()["order"] == "difficulty"

@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--group-sizes", default=None, help="comma-separated G values (default: 2,4,8)")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default: 5)")
     parser.add_argument("--lrs", default=None, help="comma-separated learning-rate sweep (default: 1.5e-4,3e-4,6e-4)")
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: 200; --quick: 6)")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: 100; --quick: 6)")
     parser.add_argument("--prompts-per-step", type=int, default=None, help="prompts per RL step (default: 32; --quick: 8)")
     parser.add_argument("--eval-samples", type=int, default=None, help="samples per problem for Pass@1 (default: 16)")
     parser.add_argument("--eval-every", type=int, default=None, help="held-out Pass@1 every N steps for curves and checkpoints (default: 25)")

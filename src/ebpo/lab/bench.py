@@ -132,8 +132,11 @@ class BenchConfig:
     #: the sweep around ``ebpo train``'s 3e-4 (1e-3 collapsed GRPO and EBPO alike in a probe); the
     #: best rate per (method, G) is chosen on the validation split
     learning_rates: tuple[float, ...] = (1.5e-4, 3e-4, 6e-4)
-    #: RL steps per cell (prompts per step as ``ebpo train``)
-    steps: int = 200
+    #: RL steps per cell (prompts per step as ``ebpo train``). 100, half of ``ebpo train``'s 200, so
+    #: that the default matrix fits in about 2 h on 2 cores (200 steps took 3 h 26 min); the G = 2
+    #: differences show at steps 25 and 50, and a shuffled-stream run's first 100 steps are the same
+    #: at either length (docs/results.md)
+    steps: int = 100
     prompts_per_step: int = 32
     #: samples per problem for held-out and validation Pass@1
     eval_samples: int = 16
