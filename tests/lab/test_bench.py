@@ -266,6 +266,16 @@ def test_default_matrix_is_valid_and_reads_steps_25_50_and_the_end():
     assert default.checkpoints == (25, 50) and default.steps == 100 and default.steps % default.eval_every == 0
 
 
+def test_the_bar_says_which_cell_first_trains_the_warm_start_of_its_seed(tmp_path, monkeypatch):
+    cfg = BenchConfig.quick(output_dir=str(tmp_path / "bench"), train_options={"warm_start_steps": 40, "cache_dir": str(tmp_path / "cache")})
+    spec = cfg.cells()[0]
+    note = bench._warm_start_note(spec, cfg, bench.train_job_runner)
+    assert f"warm start of seed {spec.seed} (40 supervised steps" in note
+    assert bench._warm_start_note(spec, cfg, FakeRunner()) == ""  # an injected runner has no warm start
+    monkeypatch.setattr("ebpo.lab.job.warm_start_pending", lambda job: job.seed != spec.seed)
+    assert bench._warm_start_note(spec, cfg, bench.train_job_runner) == ""
+
+
 def test_methods_map_to_train_job_options():
     assert bench.METHODS["ebpo_topic"].train_options()["order"] == "topic"
     assert bench.METHODS["ebpo_difficulty"].train_options()["order"] == "difficulty"

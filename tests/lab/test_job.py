@@ -173,7 +173,9 @@ def test_every_method_of_a_seed_trains_on_the_same_prompt_stream(tmp_path, monke
 @pytest.mark.slow  # two runs, ~20 s on the shared CPU
 def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path, capsys):
     config = replace(tiny(tmp_path), progress=True, eval_validation=True)
+    assert job.warm_start_pending(config)
     result = run_train_job(config)
+    assert not job.warm_start_pending(config)  # the check looks where warm_start() caches
     run_dir = Path(result["run_dir"])
     assert result["status"] == "completed" and result["global_step"] == 2
     assert result["warm_start_cached"] is False

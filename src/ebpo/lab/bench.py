@@ -328,15 +328,10 @@ def load_cells(config: BenchConfig) -> list[dict[str, Any]]:
     return records
 
 
-def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> dict[str, Any]:
-    """The real cell: an ``ebpo train`` job with validation Pass@1 at the end.
-
-    The job writes to ``directory/run`` and is resumed from its last checkpoint when an earlier
-    attempt was interrupted. Raises KeyboardInterrupt when the job stops on a signal (its
-    checkpoint is saved), so the bench stops too.
-    """
-    from ebpo.lab.job import TrainJobConfig, run_train_job
-    from ebpo.lab.rundir import MANIFEST, read_metrics
+def cell_job_config(spec: CellSpec, config: BenchConfig, directory: Path) -> Any:
+    """The ``TrainJobConfig`` of one cell, run in ``directory/run`` (resumed if a run is there)."""
+    from ebpo.lab.job import TrainJobConfig
+    from ebpo.lab.rundir import MANIFEST
 
     options: dict[str, Any] = {
         **METHODS[spec.method].train_options(),
@@ -354,7 +349,20 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
         **config.train_options,
     }
     run_dir = directory / "run"
-    job = TrainJobConfig(output_dir=str(run_dir), resume=(run_dir / MANIFEST).is_file(), **options)
+    return TrainJobConfig(output_dir=str(run_dir), resume=(run_dir / MANIFEST).is_file(), **options)
+
+
+def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> dict[str, Any]:
+    """The real cell: an ``ebpo train`` job with validation Pass@1 at the end.
+
+    The job writes to ``directory/run`` and is resumed from its last checkpoint when an earlier
+    attempt was interrupted. Raises KeyboardInterrupt when the job stops on a signal (its
+    checkpoint is saved), so the bench stops too.
+    """
+    from ebpo.lab.job import run_train_job
+    from ebpo.lab.rundir import read_metrics
+
+    job = cell_job_config(spec, config, directory)
     with _quiet(not config.verbose):
         try:
             result = run_train_job(job)
@@ -380,6 +388,18 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
         "curves": _train_curves(records),
         "run_dir": str(Path(result["run_dir"]).relative_to(Path(config.output_dir))) if Path(result["run_dir"]).is_relative_to(Path(config.output_dir)) else result["run_dir"],
     }
+
+
+def _warm_start_note(spec: CellSpec, config: BenchConfig, runner: CellRunner) -> str:
+    """Tell the user why the first cell of a seed takes minutes: it trains the seed's warm start
+    (or waits for another shard to), which every later cell of the seed loads from the cache."""
+    directory = Path(config.output_dir) / spec.relative_dir()
+    if runner is not train_job_runner or (directory / CELL_FILE).is_file():
+        return ""
+    from ebpo.lab.job import warm_start_pending
+
+    job = cell_job_config(spec, config, directory)
+    return f" · first the warm start of seed {spec.seed} ({job.warm_steps} supervised steps, once per seed)" if warm_start_pending(job) else ""
 
 
 @contextlib.contextmanager
@@ -466,7 +486,7 @@ def run_bench(
     specs = shard_cells(config.cells(), shard)
     with tqdm(specs, desc="bench cells", unit="cell", disable=not progress, dynamic_ncols=True) as bar:
         for spec in bar:
-            bar.set_postfix_str(spec.label(), refresh=True)
+            bar.set_postfix_str(spec.label() + _warm_start_note(spec, config, runner), refresh=True)
             _, did_run = run_cell(spec, config, runner)
             ran, skipped = ran + did_run, skipped + (not did_run)
     summary = aggregate(load_cells(config), config)

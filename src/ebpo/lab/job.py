@@ -46,7 +46,7 @@ from typing import Any
 from ebpo.lab import task
 from ebpo.lab.policy import BUILTIN_MODEL
 
-__all__ = ["BUILTIN_MODEL", "TrainJobConfig", "run_train_job"]
+__all__ = ["BUILTIN_MODEL", "TrainJobConfig", "run_train_job", "warm_start_pending", "warm_start_recipe"]
 
 # Options that do not change what a run computes, so --resume may differ on them.
 _NOT_IDENTITY = ("output_dir", "resume", "overwrite", "progress", "cache_dir")
@@ -327,6 +327,30 @@ def _output_dir(config: TrainJobConfig) -> Path:
     return Path("runs") / f"{config.estimator}-{dataset}-g{config.group_size}-s{config.seed}-{stamp}"
 
 
+def warm_start_recipe(config: TrainJobConfig) -> dict[str, Any]:
+    """Everything the job's warm start depends on: its cache key (:func:`ebpo.lab.policy.warm_start_key`)."""
+    return {
+        "model": config.model,
+        "tiny": [config.tiny_layers, config.tiny_hidden_size, config.tiny_heads] if config.model == BUILTIN_MODEL else None,
+        "dataset": config.dataset,
+        "cells": [list(config.topics), list(config.tiers)] if config.builtin_dataset else None,
+        "steps": config.warm_steps,
+        "batch": config.warm_start_batch_size,
+        "lr": config.warm_start_lr,
+        "clean_then_corrupt": [config.warm_start_clean, config.warm_start_corrupt] if config.builtin_dataset else None,
+        "seed": config.seed,
+    }
+
+
+def warm_start_pending(config: TrainJobConfig) -> bool:
+    """Whether the job will train a warm start (one is asked for and not cached yet)."""
+    from ebpo.lab.policy import cache_dir, warm_start_path
+
+    if not config.warm_steps:
+        return False
+    return not (warm_start_path(cache_dir(config.cache_dir), warm_start_recipe(config)) / "config.json").is_file()
+
+
 def _policy(config: TrainJobConfig, data: Any) -> tuple[Any, Any, bool | None]:
     """(model, tokenizer, warm start loaded from cache — None without a warm start)."""
     from ebpo.lab.job_data import render_prompts
@@ -340,20 +364,9 @@ def _policy(config: TrainJobConfig, data: Any) -> tuple[Any, Any, bool | None]:
         for row in data.warm_rows():
             yield render_prompts([row], tokenizer, data.style)[0], str(row["answer"])
 
-    recipe = {
-        "model": config.model,
-        "tiny": [config.tiny_layers, config.tiny_hidden_size, config.tiny_heads] if config.model == BUILTIN_MODEL else None,
-        "dataset": config.dataset,
-        "cells": [list(config.topics), list(config.tiers)] if config.builtin_dataset else None,
-        "steps": config.warm_steps,
-        "batch": config.warm_start_batch_size,
-        "lr": config.warm_start_lr,
-        "clean_then_corrupt": [config.warm_start_clean, config.warm_start_corrupt] if config.builtin_dataset else None,
-        "seed": config.seed,
-    }
     model, cached = warm_start(
         model, tokenizer, examples(), steps=config.warm_steps, batch_size=config.warm_start_batch_size, lr=config.warm_start_lr,
-        seed=config.seed, cache=cache_dir(config.cache_dir), recipe=recipe, progress=config.progress,
+        seed=config.seed, cache=cache_dir(config.cache_dir), recipe=warm_start_recipe(config), progress=config.progress,
     )  # fmt: skip
     if config.progress:
         print(f"warm start: {'loaded from cache' if cached else 'trained and cached'} ({cache_dir(config.cache_dir)})")

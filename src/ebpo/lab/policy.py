@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILTIN_MODEL", "cache_dir", "load_policy", "warm_start", "warm_start_key"]
+__all__ = ["BUILTIN_MODEL", "cache_dir", "load_policy", "warm_start", "warm_start_key", "warm_start_path"]
 
 #: ``--model`` value of the built-in model (tiny Llama + character tokenizer + cached warm start)
 BUILTIN_MODEL = "tiny"
@@ -66,6 +66,11 @@ def warm_start_key(recipe: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def warm_start_path(cache: Path, recipe: Mapping[str, Any]) -> Path:
+    """Where the warm start of ``recipe`` is cached; it is ready once ``config.json`` is there."""
+    return cache / "warm-start" / warm_start_key(recipe)
+
+
 def warm_start(
     model: Any,
     tokenizer: Any,
@@ -92,7 +97,7 @@ def warm_start(
     if cache is None:
         _supervised(model, tokenizer, examples, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
         return model, False
-    path = cache / "warm-start" / warm_start_key(recipe)
+    path = warm_start_path(cache, recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
     # One process trains a given warm start; others (bench shards) wait for it, then load it.
     with open(path.parent / f".{path.name}.lock", "w") as lock:
