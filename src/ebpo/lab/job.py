@@ -344,11 +344,11 @@ def warm_start_recipe(config: TrainJobConfig) -> dict[str, Any]:
 
 def warm_start_pending(config: TrainJobConfig) -> bool:
     """Whether the job will train a warm start (one is asked for and not cached yet)."""
-    from ebpo.lab.policy import cache_dir, warm_start_path
+    from ebpo.lab.policy import cache_dir, warm_start_is_cached, warm_start_path
 
     if not config.warm_steps:
         return False
-    return not (warm_start_path(cache_dir(config.cache_dir), warm_start_recipe(config)) / "config.json").is_file()
+    return not warm_start_is_cached(warm_start_path(cache_dir(config.cache_dir), warm_start_recipe(config)))
 
 
 def _policy(config: TrainJobConfig, data: Any) -> tuple[Any, Any, bool | None]:

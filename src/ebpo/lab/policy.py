@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILTIN_MODEL", "cache_dir", "load_policy", "warm_start", "warm_start_key", "warm_start_path"]
+__all__ = ["BUILTIN_MODEL", "cache_dir", "load_policy", "warm_start", "warm_start_is_cached", "warm_start_key", "warm_start_path"]
 
 #: ``--model`` value of the built-in model (tiny Llama + character tokenizer + cached warm start)
 BUILTIN_MODEL = "tiny"
@@ -67,8 +67,14 @@ def warm_start_key(recipe: Mapping[str, Any]) -> str:
 
 
 def warm_start_path(cache: Path, recipe: Mapping[str, Any]) -> Path:
-    """Where the warm start of ``recipe`` is cached; it is ready once ``config.json`` is there."""
+    """Where the warm start of ``recipe`` is cached (see :func:`warm_start_is_cached`)."""
     return cache / "warm-start" / warm_start_key(recipe)
+
+
+def warm_start_is_cached(path: Path) -> bool:
+    """Whether the warm start at ``path`` is complete: it is renamed into place whole, so its
+    ``config.json`` being there means it can be loaded."""
+    return (path / "config.json").is_file()
 
 
 def warm_start(
@@ -102,7 +108,7 @@ def warm_start(
     # One process trains a given warm start; others (bench shards) wait for it, then load it.
     with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (path / "config.json").is_file():
+        if warm_start_is_cached(path):
             return AutoModelForCausalLM.from_pretrained(path), True
         _supervised(model, tokenizer, examples, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
