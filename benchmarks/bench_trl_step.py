@@ -27,7 +27,7 @@ from transformers import TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from ebpo.integrations.trl import EBPOConfig, EBPOTrainer  # noqa: E402
-from ebpo.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
+from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 
 
 class StepTimer(TrainerCallback):

@@ -168,7 +168,8 @@ def test_bad_files_are_reported(tmp_path, capsys):
 def test_pass_rate_difficulty_goes_through_ebpo_evaluation(math_jsonl, tmp_path, monkeypatch):
     """Wiring: every problem gets --samples samples from ebpo.evaluation; its pass rate and
     difficulty = 1 - pass rate land on its own row."""
-    from ebpo import evaluation, models
+    from ebpo import evaluation
+    from ebpo.evaluation import models
 
     source, records = math_jsonl
     calls = {}

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ebpo.curriculum import is_contiguous
-from ebpo.curriculum_sampler import (
+from ebpo.integrations.verl.curriculum_sampler import (
     CurriculumSampler,
     curriculum_order,
     curriculum_settings,
@@ -102,7 +102,8 @@ def test_verl_overrides():
 def test_importing_the_curriculum_modules_needs_neither_verl_nor_scikit_learn(monkeypatch):
     import importlib.util
 
-    from ebpo import curriculum, curriculum_sampler
+    from ebpo import curriculum
+    from ebpo.integrations.verl import curriculum_sampler
 
     blocked = ("verl", "sklearn", "umap", "sentence_transformers")
     for name in [m for m in sys.modules if m.split(".")[0] in blocked] + list(blocked):
@@ -150,7 +151,7 @@ def test_verl_builds_the_curriculum_from_its_own_config(tmp_path):
         assert inside == sorted(inside)
     assert pickle.loads(pickle.dumps(type(dataset))) is type(dataset)  # spawned loader workers
 
-    sampler_cls = load_extern_object("pkg://ebpo.curriculum_sampler", "CurriculumSampler")
+    sampler_cls = load_extern_object("pkg://ebpo.integrations.verl.curriculum_sampler", "CurriculumSampler")
     config.data.curriculum.order = "difficulty"
     by_difficulty = sampler_cls(data_source=dataset, data_config=config.data)
     assert [dataset.dataframe[i]["difficulty"] for i in by_difficulty] == sorted(table["difficulty"])

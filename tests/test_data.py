@@ -1,4 +1,4 @@
-"""ebpo.data and ebpo.templates on fixture files that reproduce each dataset's hub schema."""
+"""ebpo.data and ebpo.data.templates on fixture files that reproduce each dataset's hub schema."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ebpo.data import (
     read_rows,
     write_rows,
 )
-from ebpo.templates import (
+from ebpo.data.templates import (
     apply_template,
     build_messages,
     dapo_prompt,
@@ -222,7 +222,7 @@ def test_templates():
 
 
 def test_render_prompt_uses_the_chat_template_of_instruct_tokenizers():
-    from ebpo.models import build_char_tokenizer
+    from ebpo.evaluation.models import build_char_tokenizer
 
     tok = build_char_tokenizer()
     problem = "What is $1+1$?"

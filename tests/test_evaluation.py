@@ -108,7 +108,7 @@ def test_summarize_averages_over_problems():
 # -------------------------------------------------------------------------------- generation
 @pytest.fixture(scope="module")
 def tiny():
-    from ebpo.models import build_char_tokenizer, build_tiny_llama
+    from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama
 
     tokenizer = build_char_tokenizer()
     return build_tiny_llama(tokenizer, max_position_embeddings=2048, seed=0), tokenizer
@@ -159,7 +159,7 @@ class ScriptedGenerator:
 
 def test_sample_and_score_records_use_the_training_reward(tiny):
     from ebpo.data import load_dataset
-    from ebpo.templates import render_prompt
+    from ebpo.data.templates import render_prompt
 
     _, tokenizer = tiny
     problems = load_dataset("math-500", data_files=FIXTURES / "math-500.jsonl")
@@ -247,7 +247,8 @@ def test_sampling_config_validation():
 
 # ------------------------------------------------------------- options checked before loading (#11)
 def _refuse_loading(monkeypatch):
-    from ebpo import data, models
+    from ebpo import data
+    from ebpo.evaluation import models
 
     def fail(*args, **kwargs):
         raise AssertionError("loaded data or a model before every option was checked")

@@ -1,4 +1,4 @@
-"""ebpo.files: output-path checks and atomic writes."""
+"""ebpo.utils.files: output-path checks and atomic writes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ebpo.files import (
+from ebpo.utils.files import (
     atomic_path,
     atomic_write,
     check_output_path,

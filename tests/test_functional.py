@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ebpo.functional import (
+from ebpo.estimators.functional import (
     factorize,
     leave_one_group_out_moments,
     masked_std,

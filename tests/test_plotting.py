@@ -1,4 +1,4 @@
-"""ebpo.plotting: the interval plot's grid layout and its argument check."""
+"""ebpo.utils.plotting: the interval plot's grid layout and its argument check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from ebpo.plotting import plot_intervals  # noqa: E402
+from ebpo.utils.plotting import plot_intervals  # noqa: E402
 
 
 def _panels(n: int) -> dict:

@@ -1,4 +1,4 @@
-"""Tests for ebpo.simulation and `ebpo simulate`: the simulator must reproduce the paper's theory
+"""Tests for ebpo.lab.simulation and `ebpo simulate`: the simulator must reproduce the paper's theory
 where the theory is exact, and be reproducible by seed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ebpo import simulation as sim
+from ebpo.lab import simulation as sim
 from ebpo.cli import main
 
 

@@ -23,7 +23,7 @@ from ebpo.estimators import (
     make_estimator,
     register_estimator,
 )
-from ebpo.statistics import RunningMoments
+from ebpo.estimators.statistics import RunningMoments
 
 __version__ = "0.1.0"
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import ebpo
-from ebpo.statistics import RunningMoments
+from ebpo.estimators.statistics import RunningMoments
 from tests.hostile.harness import ApiCase, check_api_error, ids
 
 NAMES = ebpo.available_estimators()

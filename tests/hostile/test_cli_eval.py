@@ -112,7 +112,7 @@ def _offline(monkeypatch):
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_eval_user_error(case, tmp_path, monkeypatch):
-    from ebpo import models
+    from ebpo.evaluation import models
 
     def no_model(*args, **kwargs):
         raise AssertionError(f"{case.id}: a model was loaded before the error")

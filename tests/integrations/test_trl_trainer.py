@@ -26,7 +26,7 @@ from ebpo.integrations.trl import (  # noqa: E402
     make_config,
     zero_variance_groups,
 )
-from ebpo.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
+from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 
 pytestmark = pytest.mark.trl
 

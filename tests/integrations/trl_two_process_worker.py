@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from test_trl_trainer import RecordingTrainer, build, parity_reward, tiny_args
 
-from ebpo.models import build_char_tokenizer
+from ebpo.evaluation.models import build_char_tokenizer
 
 
 def make_trainer(run_dir: Path, **overrides) -> RecordingTrainer:

@@ -257,7 +257,7 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
     worked example ending in ``Answer: 7`` (``ebpo.lab.task.WORD_EXAMPLE``), so the model writes
     the ``Answer:`` line; at temperature 0.7 about a third of its one-digit sums score 1."""
     pytest.importorskip("gguf")
-    from ebpo.models import smollm2_gguf_path
+    from ebpo.evaluation.models import smollm2_gguf_path
 
     try:  # the package's own __init__ imports an unrelated CLI (`llm`): look for the file only
         smollm2_gguf_path()

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # ValueError: one line, exit 2 (ebpo.cli)
     shard = _shard(args.shard)
     started = time.time()
-    from ebpo.files import check_output_path
+    from ebpo.utils.files import check_output_path
 
     out = check_output_path(config.output_dir, "--output-dir", kind="dir")
     if args.report_only:

@@ -207,7 +207,7 @@ def check_label_args(args: argparse.Namespace) -> tuple[Path, Any]:
     if args.difficulty == "pass-rate":
         if not args.model:
             raise ValueError("--difficulty pass-rate needs --model (a model name, directory or .gguf file)")
-        from ebpo.models import resolve_model_path
+        from ebpo.evaluation.models import resolve_model_path
 
         resolve_model_path(args.model)  # a missing local path fails now, not after reading the data
     if not args.topic_output or not args.topic_output.strip():
@@ -287,7 +287,7 @@ def _pass_rates(frame: Any, args: argparse.Namespace) -> list[float]:
     """Pass rate per problem: ``--samples`` responses at ``--temperature`` from ``--model``, scored
     by the verifiable reward through ebpo.evaluation (spec: 16 samples at temperature 1.0)."""
     from ebpo import curriculum, evaluation
-    from ebpo.models import load_model_and_tokenizer
+    from ebpo.evaluation.models import load_model_and_tokenizer
 
     prompts = _column(frame, _pick(frame, args.prompt_column, PROMPT_COLUMNS, "prompt"))
     answers = _column(frame, _pick(frame, args.answer_column, ANSWER_COLUMNS, "answer"))
@@ -315,7 +315,7 @@ def _pass_rates(frame: Any, args: argparse.Namespace) -> list[float]:
 
 
 def run_order(args: argparse.Namespace) -> int:
-    from ebpo.curriculum_sampler import curriculum_order
+    from ebpo.integrations.verl.curriculum_sampler import curriculum_order
 
     output = _output_path(args)
     _check_int(args.seed, "--seed", 0)
@@ -379,9 +379,9 @@ def write_table(frame: Any, destination: str | Path) -> None:
     """Write a DataFrame as JSONL (one object per line; NaN -> null) or Parquet, by suffix.
 
     Every row is converted first, then the file is written through a temporary file in the same
-    directory and renamed (:mod:`ebpo.files`): a row that cannot be stored raises ValueError naming
+    directory and renamed (:mod:`ebpo.utils.files`): a row that cannot be stored raises ValueError naming
     it, and leaves ``destination`` as it was."""
-    from ebpo.files import atomic_path, atomic_write
+    from ebpo.utils.files import atomic_path, atomic_write
 
     path = Path(destination).expanduser()
     suffix = _check_suffix(str(destination))
@@ -463,7 +463,7 @@ def _check_suffix(destination: str) -> str:
 def _output_path(args: argparse.Namespace) -> Path:
     """The checked output path of ``label`` / ``order``: ``--output``, or the input itself with
     ``--in-place``. Refuses the input as ``--output`` without ``--in-place``."""
-    from ebpo.files import check_output_path, same_path
+    from ebpo.utils.files import check_output_path, same_path
 
     if args.in_place:
         source = Path(args.input).expanduser()
@@ -504,7 +504,7 @@ def _pick(frame: Any, explicit: str | None, defaults: tuple[str, ...], what: str
 
 
 def _column(frame: Any, name: str, *, required: bool = True) -> list | None:
-    from ebpo.curriculum_sampler import dataset_column
+    from ebpo.integrations.verl.curriculum_sampler import dataset_column
 
     column = dataset_column(frame, name)
     if column is None and required:

@@ -1,7 +1,7 @@
 """``ebpo simulate``: the simulation lab (no language model, seconds to a couple of minutes).
 
 Writes ``results.md`` (Markdown tables) and PNG plots to ``--output-dir`` and prints the tables.
-The experiments themselves live in :mod:`ebpo.simulation`; this module only chooses their sizes
+The experiments themselves live in :mod:`ebpo.lab.simulation`; this module only chooses their sizes
 (``--quick`` for CI), formats and plots them.
 """
 
@@ -77,7 +77,7 @@ def settings(quick: bool) -> dict[str, dict[str, Any]]:
 def check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
     """(chosen experiments, output directory), checked before anything runs; ValueError naming the
     option otherwise (one line, exit 2)."""
-    from ebpo.files import check_output_path
+    from ebpo.utils.files import check_output_path
 
     chosen = [e.strip() for e in str(args.experiments).split(",") if e.strip()]
     unknown = sorted(set(chosen) - set(EXPERIMENTS))
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from ebpo import simulation as sim
-    from ebpo.files import atomic_write
+    from ebpo.lab import simulation as sim
+    from ebpo.utils.files import atomic_write
 
     chosen, out_dir = check_args(args)
     # Small tensors: extra threads only add overhead on a shared machine.
@@ -165,7 +165,7 @@ def _baseline(sim, size: dict[str, Any], seed: int, out_dir: Path, plots: bool) 
         table.append(out)
     text.append(sim.markdown_table(table, list(table[0]), digits=3))
     if plots:
-        from ebpo.plotting import plot_panels
+        from ebpo.utils.plotting import plot_panels
 
         panels = {}
         for scenario in dict.fromkeys(r["scenario"] for r in rows):
@@ -194,7 +194,7 @@ def _saturation(sim, size: dict[str, Any], seed: int, out_dir: Path, plots: bool
         sim.markdown_table(rows, cols, headers=headers, digits=3),
     ]
     if plots:
-        from ebpo.plotting import plot_lines
+        from ebpo.utils.plotting import plot_lines
 
         curve = sim.penalty_curve(group_size=size["group_size"], prompts_per_step=size["prompts_per_step"], seed=seed)
         mu = [r["mu"] for r in curve]
@@ -266,7 +266,7 @@ def _bandit(sim, size: dict[str, Any], seed: int, out_dir: Path, plots: bool) ->
         sim.markdown_table(grid, list(grid[0])),
     ]
     if plots:
-        from ebpo.plotting import plot_panels
+        from ebpo.utils.plotting import plot_panels
 
         panels, bands = {}, {}
         for title, pick in (("best lr", lambda e, g: best[(e, g)]), (f"lr {equal:g}", lambda e, g: equal)):
@@ -321,7 +321,7 @@ def _priors(sim, size: dict[str, Any], seed: int, out_dir: Path, plots: bool) ->
         note = "" if i == 0 else " (GRPO rows as above)"
         text += [f"\n**EBPO with normalize={normalize}{note}:**\n", sim.markdown_table(rows, cols, headers=headers, digits=3)]
         if plots:
-            from ebpo.plotting import plot_panels
+            from ebpo.utils.plotting import plot_panels
 
             acc = {label: (list(range(c["train_acc"].shape[1])), c["train_acc"].mean(0)) for label, c in study["curves"].items()}
             err = {

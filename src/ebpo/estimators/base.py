@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ebpo.functional import (
+from ebpo.estimators.functional import (
     check_positional,
     factorize,
     group_moments,

@@ -44,8 +44,8 @@ from ebpo.estimators.base import (
     check_outputs,
     register_estimator,
 )
-from ebpo.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
-from ebpo.statistics import RunningMoments, pooled_group_moments
+from ebpo.estimators.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
+from ebpo.estimators.statistics import RunningMoments, pooled_group_moments
 
 __all__ = ["EBPO", "Prior", "PriorParameters"]
 

@@ -22,7 +22,7 @@ from ebpo.estimators.base import (
     check_outputs,
     register_estimator,
 )
-from ebpo.functional import (
+from ebpo.estimators.functional import (
     leave_one_group_out_moments,
     leave_one_out_mean,
     masked,
@@ -184,7 +184,7 @@ _STATE_TOLERANCE = 1e-9
 @dataclass(frozen=True)
 class ShrinkageSmoother:
     """The time-weighted EMA of ``jspo_plus_plus``'s per-step λ and mean (see
-    :func:`ebpo.functional.time_weighted_ema_decay`), kept as running sums so that a step costs O(1)
+    :func:`ebpo.estimators.functional.time_weighted_ema_decay`), kept as running sums so that a step costs O(1)
     and a checkpoint resumes it exactly (the authors keep the whole history in process memory).
 
     ``weight = Σ_k Π_{i>k} d_i`` (the debiasing total), ``lambda_sum`` and ``mean_sum`` the same
@@ -251,7 +251,7 @@ class JSPOPlusPlus(AdvantageEstimator):
     ``s_t`` = population variance of the group means, ``v_t`` = mean of ``s²_j / m_j`` over the
     prompts with ``m_j ≥ 2`` (0 if none), and ``λ_t = v_t / (v_t + s_t + eps)``. With
     ``smooth_coef`` > 0, the λ and μ used are the time-weighted EMAs (W&B's chart smoothing, as
-    the authors; see :func:`ebpo.functional.time_weighted_ema_decay`) of every step's ``λ_t`` and
+    the authors; see :func:`ebpo.estimators.functional.time_weighted_ema_decay`) of every step's ``λ_t`` and
     ``μ_t`` so far, this batch included; with 0 (the default, as ``js_smooth_coef`` in their
     config) they are this batch's. Then
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ebpo.files import read_json, write_json
+from ebpo.utils.files import read_json, write_json
 
 __all__ = [
     "CELL_FILE",

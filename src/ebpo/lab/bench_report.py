@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ebpo.files import atomic_write, write_json
+from ebpo.utils.files import atomic_write, write_json
 from ebpo.lab.bench import CURVE_KEYS, REFERENCE_METHOD, BenchConfig
 from ebpo.lab.stats import mean_ci, paired_difference, steps_to_target
 
@@ -333,7 +333,7 @@ def _results_markdown(summary: Mapping[str, Any], config: BenchConfig, images: S
 
 
 def _plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) -> list[Path]:
-    from ebpo.plotting import moving_average, plot_intervals, plot_panels
+    from ebpo.utils.plotting import moving_average, plot_intervals, plot_panels
 
     images = []
     # paired.png: each method at its validation-chosen rate; paired_equal_lr.png: method and GRPO

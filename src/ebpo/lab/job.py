@@ -203,7 +203,7 @@ class TrainJobConfig:
             if self.tiny_hidden_size % self.tiny_heads:
                 raise ValueError(f"tiny_hidden_size ({self.tiny_hidden_size}) must be divisible by tiny_heads ({self.tiny_heads})")
         else:
-            from ebpo.models import resolve_model_path
+            from ebpo.evaluation.models import resolve_model_path
 
             resolve_model_path(self.model)  # ValueError for a missing local path / missing package
         if not isinstance(self.extra, dict):
@@ -235,7 +235,7 @@ def run_train_job(config: TrainJobConfig | None = None) -> dict[str, Any]:
     for bad options before anything is loaded or written.
     """
     from ebpo.lab.callbacks import quiet_transformers
-    from ebpo.runtime import torch_threads
+    from ebpo.utils.runtime import torch_threads
 
     config = config or TrainJobConfig()
     started = time.time()
@@ -484,7 +484,7 @@ def _cached_json(path: Path, compute):
 
 
 def _write(path: Path, value: Any) -> None:
-    from ebpo.files import write_json
+    from ebpo.utils.files import write_json
 
     write_json(path, value)
 

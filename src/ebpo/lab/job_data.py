@@ -142,7 +142,7 @@ def render_prompts(rows: Sequence[Mapping[str, Any]], tokenizer: Any, style: str
     """The text the policy sees: the bare prompt for the ``reversed`` task; for ``word`` a worked
     example (:data:`ebpo.lab.task.WORD_EXAMPLE`) as a first chat turn, then the problem; for any
     other dataset the problem in the DAPO template through the tokenizer's chat template."""
-    from ebpo.templates import render_prompt
+    from ebpo.data.templates import render_prompt
 
     if style == "reversed":
         return [r["prompt"] for r in rows]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.lab.rundir import read_metrics
-from ebpo.plotting import moving_average, plot_lines
+from ebpo.utils.plotting import moving_average, plot_lines
 
 __all__ = ["plot_run"]
 

@@ -2,7 +2,7 @@
 disk), or a pretrained causal LM.
 
 The built-in model is a randomly initialised two-layer Llama with a character-level tokenizer
-(:func:`ebpo.models.build_tiny_llama`); nothing is downloaded. Its warm start is supervised
+(:func:`ebpo.evaluation.models.build_tiny_llama`); nothing is downloaded. Its warm start is supervised
 learning on training problems, first with clean answers (it learns the algorithm), then with
 answers **corrupted in one digit half of the time** (it learns not to trust it, and samples a wrong
 digit now and then). RL can fix exactly that, and because the skill is an algorithm rather than
@@ -44,7 +44,7 @@ def load_policy(model: str, *, tiny_layers: int = 2, tiny_hidden_size: int = 128
     ``seed``, or a pretrained model (hub id, local directory, ``.gguf``, ``smollm2-135m``)."""
     import torch
 
-    from ebpo import models
+    from ebpo.evaluation import models
 
     if model == BUILTIN_MODEL:
         tokenizer = models.build_char_tokenizer()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ebpo.files import check_output_path, read_json, write_json
+from ebpo.utils.files import check_output_path, read_json, write_json
 
 __all__ = ["MANIFEST", "RunDir", "check_run_dir", "last_checkpoint", "read_metrics", "truncate_metrics", "write_manifest"]
 
@@ -113,7 +113,7 @@ def truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     keep = [json.dumps(record) + "\n" for record in read_metrics(path) if record.get("step", 0) <= step]
-    from ebpo.files import atomic_write
+    from ebpo.utils.files import atomic_write
 
     with atomic_write(path) as f:
         f.writelines(keep)

@@ -97,7 +97,7 @@ def test_other_estimators_match_core(name):
 
 #: the two ways to ask for JSPO++'s smoothing: our option section, or the JSPO authors' own key.
 #: 0.999 (EMA base weight 0.999, its cap) smooths visibly within a few steps; the authors' 0.99
-#: all but forgets the first steps (see ebpo.functional.time_weighted_ema_decay).
+#: all but forgets the first steps (see ebpo.estimators.functional.time_weighted_ema_decay).
 SMOOTH_COEF = 0.999
 SMOOTHING_CONFIGS = {
     "ebpo.smooth_coef": {"ebpo": {"smooth_coef": SMOOTH_COEF}},

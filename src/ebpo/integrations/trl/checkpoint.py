@@ -9,7 +9,7 @@ the estimator has already counted the batch, but TRL 1.16 keeps neither the batc
 in the cycle across a resume — it restarts its micro-step counter at 0 and generates (and scores)
 the batch again, which counts it twice and shifts every later generation.
 
-Files (JSON via :func:`ebpo.files.write_json`, tensors via ``torch.save``, all written atomically):
+Files (JSON via :func:`ebpo.utils.files.write_json`, tensors via ``torch.save``, all written atomically):
 
 - ``ebpo_estimator_state.json`` — ``estimator.state_dict()`` (the running prior), written by the
   main process; loadable by hand into ``ebpo.make_estimator(...)``.
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ebpo.files import atomic_path, read_json, write_json
+from ebpo.utils.files import atomic_path, read_json, write_json
 
 __all__ = [
     "ESTIMATOR_STATE_FILE",

@@ -370,7 +370,7 @@ def _reference_from_policy(model: Any, args: EBPOConfig) -> Iterator[None]:
     """With ``beta > 0``, let TRL's reference model be a deep copy of a policy passed as an object.
 
     TRL 1.16 rebuilds the reference model with ``create_model_from_path(model.config._name_or_path)``,
-    which fails for models that exist only in memory (``ebpo.models.build_tiny_llama``) or came from
+    which fails for models that exist only in memory (``ebpo.evaluation.models.build_tiny_llama``) or came from
     a GGUF file (the path is a directory without the ``gguf_file`` argument). The initial policy is
     exactly the reference wanted, so TRL's loader is swapped for a deep copy while the parent
     constructor runs; every other step of TRL's reference handling is unchanged.

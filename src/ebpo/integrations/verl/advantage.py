@@ -36,7 +36,7 @@ import torch
 
 from ebpo.estimators import estimator_options
 from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
-from ebpo.runtime import torch_threads
+from ebpo.utils.runtime import torch_threads
 
 __all__ = [
     "ALGORITHM_KEYS",
@@ -261,7 +261,7 @@ def outcome_advantage(
         scores = token_level_rewards.sum(dim=-1)
         valid = nonempty_rows(response_mask)
         # The big [bs, T] ops (reward sum, token broadcast) keep every thread; the estimator's
-        # small [bs] ops run on one (see ebpo.runtime.torch_threads).
+        # small [bs] ops run on one (see ebpo.utils.runtime.torch_threads).
         with torch_threads(1):
             result = estimator(scores, index, mask=valid)  # the core hashes verl's uid strings once
         advantages = result.advantages.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask

@@ -45,7 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ebpo.files import check_output_path
+from ebpo.utils.files import check_output_path
 from ebpo.integrations.verl.recipes import TRAIN_STEM
 
 __all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare"]
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-topics", type=int, default=10, help="clusters for tfidf/embed topics (paper: 10)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N training problems (smoke tests)")
-    parser.add_argument("--template", default="dapo", help="prompt template (ebpo.templates)")
+    parser.add_argument("--template", default="dapo", help="prompt template (ebpo.data.templates)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -261,7 +261,7 @@ def prepare(
     """
     from tqdm.auto import tqdm
 
-    from ebpo.templates import TEMPLATES
+    from ebpo.data.templates import TEMPLATES
 
     data, curriculum = _check_data_modules()
     out = check_output_path(out_dir, "--out-dir", kind="dir")

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ebpo.estimators import AdvantageEstimator, make_estimator
-from ebpo.files import write_json
+from ebpo.utils.files import write_json
 
 __all__ = [
     "METRICS_FILENAME",

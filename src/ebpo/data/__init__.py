@@ -4,7 +4,7 @@ Every row, whatever its source, becomes::
 
     {"id": str, "prompt": str, "answer": str, "source": str, "topic": str, "difficulty": str}
 
-``prompt`` is the bare problem statement (no template: apply one with :mod:`ebpo.templates`),
+``prompt`` is the bare problem statement (no template: apply one with :mod:`ebpo.data.templates`),
 ``answer`` the ground truth :func:`ebpo.rewards.score_math` compares against, ``source`` the
 registry name, ``topic``/``difficulty`` free-form strings, empty when the dataset has none (MATH-500
 gives subject and level 1-5, OlympiadBench subfield and "Competition"; :mod:`ebpo.curriculum`
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ebpo.templates import apply_template, build_messages, strip_dapo_template
+from ebpo.data.templates import apply_template, build_messages, strip_dapo_template
 
 __all__ = [
     "DATASETS",
@@ -533,8 +533,8 @@ def to_verl_rows(
 
 def write_rows(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
     """Write rows to ``.jsonl`` (one JSON object per line, UTF-8) or ``.parquet``, atomically
-    (:mod:`ebpo.files`): an error leaves the previous file, if any, as it was."""
-    from ebpo.files import atomic_path, atomic_write
+    (:mod:`ebpo.utils.files`): an error leaves the previous file, if any, as it was."""
+    from ebpo.utils.files import atomic_path, atomic_write
 
     path = Path(path)
     rows = list(rows)

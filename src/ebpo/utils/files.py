@@ -2,7 +2,7 @@
 is written to a temporary file in its own directory and renamed into place, so an error or an
 interrupt leaves either the old file or the new one, never half of one.
 
-    from ebpo.files import atomic_path, atomic_write, check_output_path, write_json
+    from ebpo.utils.files import atomic_path, atomic_write, check_output_path, write_json
     out = check_output_path(args.output, "--output", kind="file", inputs=[args.input])
     with atomic_write(out) as f:          # text; atomic_write(out, "wb") for bytes
         f.write(...)

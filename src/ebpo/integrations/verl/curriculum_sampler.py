@@ -10,7 +10,7 @@ to train verl on a curriculum order, from the least to the most code:
 2. the dataset class here, through verl's own ``data.custom_cls`` hook — it sorts the rows once
    loaded, so the ``SequentialSampler`` walks the curriculum (see :func:`verl_overrides`)::
 
-       data.shuffle=False data.custom_cls.path=pkg://ebpo.curriculum_sampler
+       data.shuffle=False data.custom_cls.path=pkg://ebpo.integrations.verl.curriculum_sampler
        data.custom_cls.name=CurriculumRLHFDataset +data.curriculum.order=topic
 
 3. :class:`CurriculumSampler`, a ``Sampler[int]`` built as ``CurriculumSampler(data_source=...,
@@ -190,7 +190,7 @@ def verl_overrides(
         raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
     overrides = [
         "data.shuffle=False",
-        "data.custom_cls.path=pkg://ebpo.curriculum_sampler",
+        "data.custom_cls.path=pkg://ebpo.integrations.verl.curriculum_sampler",
         "data.custom_cls.name=CurriculumRLHFDataset",
         f"+data.curriculum.order={order}",
         f"+data.curriculum.seed={int(seed)}",

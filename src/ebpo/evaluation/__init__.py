@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ebpo.files import atomic_write
+from ebpo.utils.files import atomic_write
 
 __all__ = [
     "PAPER_BENCHMARKS",
@@ -329,7 +329,7 @@ def sample_and_score(
     """Sample ``n`` responses per problem and score each with :func:`ebpo.rewards.score_math`.
 
     ``problems``: rows of the unified schema (:mod:`ebpo.data`). Prompts are rendered with
-    :func:`ebpo.templates.render_prompt` (``template``; the tokenizer's chat template when it has
+    :func:`ebpo.data.templates.render_prompt` (``template``; the tokenizer's chat template when it has
     one, unless ``chat=False``). ``sampling`` or keyword arguments (``temperature``, ``top_p``,
     ``max_new_tokens``, ``seed``) set the sampling; ``generator`` replaces the transformers
     backend (e.g. a :class:`VLLMGenerator`). Returns one record per sample: ``benchmark``,
@@ -338,7 +338,7 @@ def sample_and_score(
     from tqdm.auto import tqdm
 
     from ebpo.rewards import DEFAULT_TIMEOUT, score_math_batch
-    from ebpo.templates import render_prompt
+    from ebpo.data.templates import render_prompt
 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n!r}")
@@ -458,7 +458,7 @@ def run_eval(
 
     Every option and the output directory are checked first (:func:`check_eval_options`), before
     any data or model is loaded. An ``out_dir`` that already holds results of an evaluation is
-    refused unless ``overwrite``; each file is then replaced atomically (:mod:`ebpo.files`)."""
+    refused unless ``overwrite``; each file is then replaced atomically (:mod:`ebpo.utils.files`)."""
     _check_eval_arguments(locals())  # first: every argument, before anything is loaded
     from ebpo.data import load_dataset
 
@@ -477,13 +477,13 @@ def run_eval(
         backend == "vllm" or (backend == "auto" and model is None and vllm_available())
     )
     if use_vllm:
-        from ebpo.models import resolve_model_path
+        from ebpo.evaluation.models import resolve_model_path
 
         generator = VLLMGenerator(resolve_model_path(model_name), sampling)
         if tokenizer is None:
             tokenizer = generator.llm.get_tokenizer()
     elif generator is None and (model is None or tokenizer is None):
-        from ebpo.models import load_model_and_tokenizer
+        from ebpo.evaluation.models import load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(model_name)
 
@@ -555,8 +555,8 @@ def check_eval_options(*args: Any, **kwargs: Any) -> None:
 def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
     """The checks behind :func:`check_eval_options`, on ``run_eval``'s arguments by name."""
     from ebpo.data import DATASETS
-    from ebpo.files import check_output_path
-    from ebpo.templates import TEMPLATES
+    from ebpo.utils.files import check_output_path
+    from ebpo.data.templates import TEMPLATES
 
     model_name, benchmarks, n, ks = (arguments[k] for k in ("model_name", "benchmarks", "n", "ks"))
     out_dir, data_files, data_dir, limit = (arguments[k] for k in ("out_dir", "data_files", "data_dir", "limit"))
@@ -607,7 +607,7 @@ def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
     if generator is None and model is None:
         if backend == "vllm" and not vllm_available():
             raise ValueError("backend 'vllm' needs the vllm package (pip install vllm; GPU only)")
-        from ebpo.models import resolve_model_path
+        from ebpo.evaluation.models import resolve_model_path
 
         resolve_model_path(model_name)  # a local path that does not exist fails now
     out = check_output_path(out_dir, "out_dir (--out)", kind="dir")

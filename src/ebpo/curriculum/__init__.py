@@ -30,7 +30,7 @@ Labels:
 
 This module imports only numpy at import time; scikit-learn, umap-learn and sentence-transformers
 are imported inside the functions that need them. The torch/verl samplers live in
-``ebpo.curriculum_sampler``.
+``ebpo.integrations.verl.curriculum_sampler``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ebpo.estimators import AdvantageEstimator, make_estimator
-from ebpo.functional import empirical_bayes_baseline, shrinkage_factor
+from ebpo.estimators.functional import empirical_bayes_baseline, shrinkage_factor
 
 __all__ = [
     "BetaMixture",
