@@ -4,10 +4,6 @@ from ebpo.estimators.base import (
     AdvantageEstimator,
     AdvantageResult,
     Batch,
-    available_estimators,
-    estimator_options,
-    make_estimator,
-    register_estimator,
 )
 from ebpo.estimators.beta_binomial import EBPOBetaBinomial
 from ebpo.estimators.ebpo import EBPO, Prior
@@ -18,6 +14,19 @@ from ebpo.estimators.group_relative import (
     DrGRPO,
     JSPOPlusPlus,
     ReinforcePlusPlusBaseline,
+)
+from ebpo.estimators.registry import (
+    available_estimators,
+    estimator_options,
+    make_estimator,
+    register_estimator,
+)
+from ebpo.estimators.variants import (
+    VARIANTS,
+    Variant,
+    available_variants,
+    make_variant,
+    variant_spec,
 )
 
 __all__ = [
@@ -37,4 +46,9 @@ __all__ = [
     "estimator_options",
     "make_estimator",
     "register_estimator",
+    "VARIANTS",
+    "Variant",
+    "available_variants",
+    "make_variant",
+    "variant_spec",
 ]

@@ -15,10 +15,9 @@ completes or raises before any state changes.
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,14 +32,12 @@ from ebpo.estimators.functional import (
     plain_labels,
     segment_sum,
 )
+from ebpo.estimators.registry import estimator_options
 
 __all__ = [
     "AdvantageEstimator",
     "AdvantageResult",
     "Batch",
-    "available_estimators",
-    "make_estimator",
-    "register_estimator",
 ]
 
 NAN_POLICIES = ("raise", "mask")
@@ -98,59 +95,6 @@ class Batch:
 
     def per_row(self, per_group: torch.Tensor) -> torch.Tensor:
         return per_group[self.group_index]
-
-
-_REGISTRY: dict[str, type[AdvantageEstimator]] = {}
-
-
-def register_estimator(name: str) -> Callable[[type[AdvantageEstimator]], type[AdvantageEstimator]]:
-    """Class decorator: make an estimator available to :func:`make_estimator` under ``name``."""
-
-    def decorate(cls: type[AdvantageEstimator]) -> type[AdvantageEstimator]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"an estimator named {name!r} is already registered ({_REGISTRY[name].__name__})")
-        _REGISTRY[name] = cls
-        cls.name = name
-        return cls
-
-    return decorate
-
-
-def available_estimators() -> list[str]:
-    """Names accepted by :func:`make_estimator`, sorted."""
-    return sorted(_REGISTRY)
-
-
-def estimator_options(name: str) -> dict[str, Any]:
-    """The options of estimator ``name`` with their defaults."""
-    cls = _lookup(name)
-    return {
-        p.name: p.default
-        for p in inspect.signature(cls.__init__).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
-
-
-def make_estimator(name: str, **options: Any) -> AdvantageEstimator:
-    """Build the estimator registered as ``name`` with the given options.
-
-    Raises:
-        ValueError: unknown name, unknown option, or an option with an invalid value.
-    """
-    cls = _lookup(name)
-    allowed = estimator_options(name)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {unknown} for estimator {name!r}; expected some of {sorted(allowed)}"
-        )
-    return cls(**options)
-
-
-def _lookup(name: str) -> type[AdvantageEstimator]:
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"unknown estimator {name!r}; expected one of {available_estimators()}")
-    return _REGISTRY[name]
 
 
 def _check_choice(argument: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from ebpo.estimators.base import Batch, _check_positive_int, register_estimator
+from ebpo.estimators.base import Batch, _check_positive_int
 from ebpo.estimators.ebpo import EBPO, PriorParameters
+from ebpo.estimators.registry import register_estimator
 
 __all__ = ["EBPOBetaBinomial", "beta_method_of_moments"]
 

@@ -42,9 +42,13 @@ from ebpo.estimators.base import (
     _check_positive_int,
     check_json_label,
     check_outputs,
-    register_estimator,
 )
-from ebpo.estimators.functional import empirical_bayes_baseline, normalize_advantages, shrinkage_factor
+from ebpo.estimators.functional import (
+    empirical_bayes_baseline,
+    normalize_advantages,
+    shrinkage_factor,
+)
+from ebpo.estimators.registry import register_estimator
 from ebpo.estimators.statistics import RunningMoments, pooled_group_moments
 
 __all__ = ["EBPO", "Prior", "PriorParameters"]

@@ -20,7 +20,6 @@ from ebpo.estimators.base import (
     Batch,
     _check_choice,
     check_outputs,
-    register_estimator,
 )
 from ebpo.estimators.functional import (
     leave_one_group_out_moments,
@@ -30,6 +29,7 @@ from ebpo.estimators.functional import (
     normalize_advantages,
     time_weighted_ema_decay,
 )
+from ebpo.estimators.registry import register_estimator
 
 __all__ = ["GRPO", "DrGRPO", "RLOO", "ReinforcePlusPlusBaseline", "JSPO", "JSPOPlusPlus", "ShrinkageSmoother"]
 
