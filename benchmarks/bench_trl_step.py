@@ -26,8 +26,8 @@ from tqdm import tqdm  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from ebpo.integrations.trl import EBPOConfig, EBPOTrainer  # noqa: E402
 from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
+from ebpo.integrations.trl import EBPOConfig, EBPOTrainer  # noqa: E402
 
 
 class StepTimer(TrainerCallback):
@@ -45,7 +45,9 @@ class StepTimer(TrainerCallback):
         self._start = (time.perf_counter(), time.process_time())
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.times.append((time.perf_counter() - self._start[0], time.process_time() - self._start[1]))
+        self.times.append(
+            (time.perf_counter() - self._start[0], time.process_time() - self._start[1])
+        )
 
 
 class TimedEstimator:
@@ -61,7 +63,9 @@ class TimedEstimator:
         self.seconds.append(time.perf_counter() - start)
         return result
 
-    def __getattr__(self, name):  # state_dict() & co. (the trainer keeps the state before each batch)
+    def __getattr__(
+        self, name
+    ):  # state_dict() & co. (the trainer keeps the state before each batch)
         return getattr(self.estimator, name)
 
 
@@ -93,12 +97,24 @@ def run_once(kind: str, steps: int, estimator: str, out_dir: str) -> list[tuple[
     }
     timer = StepTimer()
     if kind == "grpo":
-        trainer = GRPOTrainer(model=model, reward_funcs=parity_reward, args=GRPOConfig(**common),
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=parity_reward,
+            args=GRPOConfig(**common),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
     else:
         args = EBPOConfig(advantage_estimator=estimator, **common)
-        trainer = EBPOTrainer(model=model, reward_funcs=parity_reward, args=args,
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        trainer = EBPOTrainer(
+            model=model,
+            reward_funcs=parity_reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         trainer.estimator = TimedEstimator(trainer.estimator)
     trainer.train()
     if kind != "grpo":
@@ -108,13 +124,21 @@ def run_once(kind: str, steps: int, estimator: str, out_dir: str) -> list[tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per run (first one is dropped)")
+    parser.add_argument(
+        "--steps", type=int, default=6, help="optimizer steps per run (first one is dropped)"
+    )
     parser.add_argument("--rounds", type=int, default=6, help="alternating GRPO/EBPO rounds")
-    parser.add_argument("--estimator", default="ebpo", help="advantage_estimator of the EBPO trainer")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps CPU time comparable)")
+    parser.add_argument(
+        "--estimator", default="ebpo", help="advantage_estimator of the EBPO trainer"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1 keeps CPU time comparable)"
+    )
     options = parser.parse_args()
     if options.steps < 2:
-        raise ValueError(f"--steps must be at least 2 (the first step is warm-up), got {options.steps}")
+        raise ValueError(
+            f"--steps must be at least 2 (the first step is warm-up), got {options.steps}"
+        )
     if options.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {options.rounds}")
 
@@ -123,14 +147,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = [(r, kind) for r in range(options.rounds) for kind in ("grpo", "ebpo")]
         for r, kind in tqdm(runs, desc="runs"):
-            times[kind] += run_once(kind, options.steps, options.estimator, os.path.join(tmp, f"{kind}{r}"))
+            times[kind] += run_once(
+                kind, options.steps, options.estimator, os.path.join(tmp, f"{kind}{r}")
+            )
 
     for index, clock in enumerate(("wall", "cpu")):
         grpo = statistics.median(t[index] for t in times["grpo"])
         ours = statistics.median(t[index] for t in times["ebpo"])
-        print(f"[{clock:>4}] GRPOTrainer median step {grpo * 1000:7.1f} ms | "
-              f"EBPOTrainer({options.estimator}) {ours * 1000:7.1f} ms | ratio {ours / grpo:.3f} (target <= 1.05)")
-    print(f"of which the estimator call: median {statistics.median(ESTIMATOR_SECONDS) * 1000:.2f} ms wall per step")
+        print(
+            f"[{clock:>4}] GRPOTrainer median step {grpo * 1000:7.1f} ms | "
+            f"EBPOTrainer({options.estimator}) {ours * 1000:7.1f} ms | ratio {ours / grpo:.3f} (target <= 1.05)"
+        )
+    print(
+        f"of which the estimator call: median {statistics.median(ESTIMATOR_SECONDS) * 1000:.2f} ms wall per step"
+    )
     print(f"steps measured per trainer: {len(times['grpo'])}, torch threads: {options.threads}")
 
 

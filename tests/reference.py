@@ -108,16 +108,23 @@ def jspo(rewards, group_ids, mask=None, eps=1e-6, lambda_form="released_code"):
     groups = valid_groups(rewards, group_ids, mask)
     num_prompts = len(groups)
     for prompt, rows in groups.items():
-        others = [[r for _, r in other_rows] for other, other_rows in groups.items() if other != prompt]
+        others = [
+            [r for _, r in other_rows] for other, other_rows in groups.items() if other != prompt
+        ]
         if not others:
             lam, others_mean = 0.0, 0.0
         elif len(rows) == 1:
-            lam, others_mean = 1.0, statistics.fmean([statistics.fmean(values) for values in others])
+            lam, others_mean = (
+                1.0,
+                statistics.fmean([statistics.fmean(values) for values in others]),
+            )
         else:
             means = [statistics.fmean(values) for values in others]
             others_mean = statistics.fmean(means)
             s = statistics.pvariance(means)
-            noises = [statistics.variance(values) / len(values) for values in others if len(values) >= 2]
+            noises = [
+                statistics.variance(values) / len(values) for values in others if len(values) >= 2
+            ]
             v = statistics.fmean(noises) if noises else 0.0
             lam = v / (v + s + eps)
             if lambda_form == "project_page":
@@ -151,7 +158,9 @@ def _blocks(scores, index):
     n = len(set(index))
     m = len(scores) // n
     if m < 2 or m * n != len(scores):
-        raise ValueError(f"the authors' function needs {n} equal blocks of >= 2 rows, got {len(scores)} rows")
+        raise ValueError(
+            f"the authors' function needs {n} equal blocks of >= 2 rows, got {len(scores)} rows"
+        )
     return [[float(x) for x in scores[p * m : (p + 1) * m]] for p in range(n)], m
 
 
@@ -206,7 +215,9 @@ def time_weighted_ema(values, coef):
         return math.nan
     w = min(math.sqrt(max(float(coef), 0.0)), 0.999)
     decay = [1.0] + [w ** (TIME_WEIGHTED_EMA_SPAN / (i - 1)) for i in range(2, len(values) + 1)]
-    weights = [1.0] * len(values)  # weights[k] = Π_{i>k} decay[i], filled from the newest value back
+    weights = [1.0] * len(
+        values
+    )  # weights[k] = Π_{i>k} decay[i], filled from the newest value back
     for k in range(len(values) - 2, -1, -1):
         weights[k] = weights[k + 1] * decay[k + 1]
     return math.fsum(wk * y for wk, y in zip(weights, values, strict=True)) / math.fsum(weights)
@@ -279,7 +290,9 @@ class ReferenceJSPOPlusPlus:
             for row, r in rows:
                 others = [x for other_row, x in rows if other_row != row]
                 weight = lam if others else 1.0
-                base[row] = (1 - weight) * (statistics.fmean(others) if others else 0.0) + weight * target
+                base[row] = (1 - weight) * (
+                    statistics.fmean(others) if others else 0.0
+                ) + weight * target
                 adv[row] = r - base[row]
                 lam_rows[row] = weight
         if update:
@@ -320,9 +333,20 @@ class ReferenceEBPO:
     ``ema``: an observation made ``k`` steps before the current one weighs ``γ**k``.
     """
 
-    def __init__(self, prior="history", half_life=50.0, within_variance="pooled", tau2="raw",
-                 normalize="batch", per_cluster=False, min_cluster_groups=8, eps=1e-6,
-                 beta_binomial=False, warmup_groups=8, prior_mean="rewards"):
+    def __init__(
+        self,
+        prior="history",
+        half_life=50.0,
+        within_variance="pooled",
+        tau2="raw",
+        normalize="batch",
+        per_cluster=False,
+        min_cluster_groups=8,
+        eps=1e-6,
+        beta_binomial=False,
+        warmup_groups=8,
+        prior_mean="rewards",
+    ):
         self.prior, self.half_life, self.within_variance = prior, half_life, within_variance
         self.prior_mean = prior_mean
         self.tau2, self.normalize, self.eps = tau2, normalize, eps
@@ -333,8 +357,11 @@ class ReferenceEBPO:
 
     def _weighted(self, kind, step_now, cluster=None):
         gamma = 0.5 ** (1 / self.half_life) if self.prior == "ema" else 1.0
-        items = [(gamma ** (step_now - s), v) for s, c, k, v in self.history
-                 if k == kind and (cluster is None or c == cluster)]
+        items = [
+            (gamma ** (step_now - s), v)
+            for s, c, k, v in self.history
+            if k == kind and (cluster is None or c == cluster)
+        ]
         total = sum(w for w, _ in items)
         if total == 0:
             return 0.0, 0.0, 0.0
@@ -380,7 +407,11 @@ class ReferenceEBPO:
             if self.beta_binomial:
                 alpha = beta = 1.0
                 m, v = means_mean, tau2
-                if count_means >= self.warmup_groups and 0 < m < 1 and 0 < v < m * (1 - m) * (1 - 1e-9):
+                if (
+                    count_means >= self.warmup_groups
+                    and 0 < m < 1
+                    and 0 < v < m * (1 - m) * (1 - 1e-9)
+                ):
                     c = m * (1 - m) / v - 1
                     alpha, beta = m * c, (1 - m) * c
                 s = (alpha + beta) / (alpha + beta + size)

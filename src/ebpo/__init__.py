@@ -3,6 +3,7 @@
     import ebpo
     est = ebpo.make_estimator("ebpo")            # see ebpo.available_estimators()
     res = est(rewards, group_ids)                # res.advantages, res.baselines, res.shrinkage, res.metrics
+    est = ebpo.make_variant("ebpo_batch")        # a named variant: see ebpo.available_variants()
 
 The core imports only torch and numpy; trainer integrations live in ``ebpo.integrations``.
 """
@@ -19,8 +20,10 @@ from ebpo.estimators import (
     JSPOPlusPlus,
     ReinforcePlusPlusBaseline,
     available_estimators,
+    available_variants,
     estimator_options,
     make_estimator,
+    make_variant,
     register_estimator,
 )
 from ebpo.estimators.statistics import RunningMoments
@@ -40,8 +43,10 @@ __all__ = [
     "ReinforcePlusPlusBaseline",
     "RunningMoments",
     "available_estimators",
+    "available_variants",
     "estimator_options",
     "make_estimator",
+    "make_variant",
     "register_estimator",
     "__version__",
 ]

@@ -66,7 +66,9 @@ def check_api_error(case: ApiCase, unchanged: Iterable[Any] = ()) -> BaseExcepti
         case.call()
     except case.error as error:  # noqa: B030 (a tuple of types is allowed)
         message = str(error)
-        assert re.search(case.match, message), f"{case.id}: message {message!r} does not match {case.match!r}"
+        assert re.search(case.match, message), (
+            f"{case.id}: message {message!r} does not match {case.match!r}"
+        )
         after = [state_of(o) for o in objects]
         assert after == before, f"{case.id}: state changed by a call that raised"
         return error
@@ -110,7 +112,9 @@ def run_cli(argv: Sequence[str]) -> CliResult:
 def assert_user_error(result: CliResult, match: str, *, code: int = 2, label: str = "") -> None:
     """Exit ``code``, exactly one non-empty stderr line matching ``match``, no traceback."""
     lines = [line for line in result.err.splitlines() if line.strip()]
-    assert result.code == code, f"{label}: exit code {result.code}, expected {code}; stderr: {result.err!r}"
+    assert result.code == code, (
+        f"{label}: exit code {result.code}, expected {code}; stderr: {result.err!r}"
+    )
     assert "Traceback" not in result.err, f"{label}: traceback on stderr: {result.err}"
     assert len(lines) == 1, f"{label}: expected one stderr line, got {len(lines)}: {result.err!r}"
     assert re.search(match, lines[0]), f"{label}: {lines[0]!r} does not match {match!r}"
@@ -132,7 +136,9 @@ def check_cli_error(case: CliCase, tmp: Path, monkeypatch: Any) -> CliResult:
     created = sorted(set(after) - set(before))
     lost = sorted(set(before) - set(after))
     changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
-    assert not (created or lost or changed), f"{case.id}: files created {created}, lost {lost}, changed {changed}"
+    assert not (created or lost or changed), (
+        f"{case.id}: files created {created}, lost {lost}, changed {changed}"
+    )
     return result
 
 

@@ -39,12 +39,25 @@ TARGETS: dict[str, list[Any]] = {}
 CASES: list[ApiCase] = []
 
 
-def case(id: str, target: Any, call: Callable[[], Any], match: str, error: type[BaseException] = ValueError) -> None:
+def case(
+    id: str,
+    target: Any,
+    call: Callable[[], Any],
+    match: str,
+    error: type[BaseException] = ValueError,
+) -> None:
     CASES.append(ApiCase(id, call, error, match))
     TARGETS[id] = [] if target is None else [target]
 
 
-def batch_case(name: str, label: str, match: str, *args: Any, options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+def batch_case(
+    name: str,
+    label: str,
+    match: str,
+    *args: Any,
+    options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> None:
     """``est(*args, **kwargs)`` on a fed estimator ``name`` must raise ValueError matching ``match``."""
     est = fed(name, **(options or {}))
     case(f"{name}-{label}", est, lambda: est(*args, **kwargs), match)
@@ -53,105 +66,390 @@ def batch_case(name: str, label: str, match: str, *args: Any, options: dict[str,
 # ---------------------------------------------------------------------- bad batches, every estimator
 F16 = torch.tensor([60000.0, -60000.0, -60000.0, -60000.0], dtype=torch.float16)
 for name in NAMES:
-    bb = name == "ebpo_bb"  # rewards must lie in [0, 1]: out-of-range values are refused for that first
+    bb = (
+        name == "ebpo_bb"
+    )  # rewards must lie in [0, 1]: out-of-range values are refused for that first
     # issue #11 item 4: overflow must not give inf/NaN, nor reach a running prior
-    batch_case(name, "overflow-1e200", r"\[0, 1\]" if bb else r"rewards are too large: the reward variance of group 0 overflows float64",
-               [0, 1e200, 0, 1e200], [0, 0, 1, 1])
-    batch_case(name, "overflow-1e308-mean", r"\[0, 1\]" if bb else r"reward mean of group 'g' overflows",
-               [1.7e308, 1.7e308], ["g", "g"])
-    batch_case(name, "huge-int-reward", r"rewards must be finite real numbers.*too large", [10**400, 0], [0, 0])
+    batch_case(
+        name,
+        "overflow-1e200",
+        r"\[0, 1\]"
+        if bb
+        else r"rewards are too large: the reward variance of group 0 overflows float64",
+        [0, 1e200, 0, 1e200],
+        [0, 0, 1, 1],
+    )
+    batch_case(
+        name,
+        "overflow-1e308-mean",
+        r"\[0, 1\]" if bb else r"reward mean of group 'g' overflows",
+        [1.7e308, 1.7e308],
+        ["g", "g"],
+    )
+    batch_case(
+        name,
+        "huge-int-reward",
+        r"rewards must be finite real numbers.*too large",
+        [10**400, 0],
+        [0, 0],
+    )
     # NaN / inf
-    batch_case(name, "nan-raise", r"rewards contains NaN on unmasked rows \(first: \[1\]\).*nan_policy='mask'",
-               [1.0, math.nan], [0, 0])
-    batch_case(name, "inf", r"rewards must be finite; got inf on unmasked rows \(first: \[1\]\)", [1.0, math.inf], [0, 0])
-    batch_case(name, "minus-inf-nan-mask", r"rewards must be finite; got inf", [0.0, -math.inf, 1.0], [0, 0, 1],
-               options={"nan_policy": "mask"})
+    batch_case(
+        name,
+        "nan-raise",
+        r"rewards contains NaN on unmasked rows \(first: \[1\]\).*nan_policy='mask'",
+        [1.0, math.nan],
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "inf",
+        r"rewards must be finite; got inf on unmasked rows \(first: \[1\]\)",
+        [1.0, math.inf],
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "minus-inf-nan-mask",
+        r"rewards must be finite; got inf",
+        [0.0, -math.inf, 1.0],
+        [0, 0, 1],
+        options={"nan_policy": "mask"},
+    )
     # shapes and lengths
     batch_case(name, "empty", r"rewards is empty", [], [])
     batch_case(name, "ids-shorter", r"group_ids has 1 entries but rewards has 2", [1.0, 0.0], [0])
     batch_case(name, "ids-empty", r"group_ids has 0 entries but rewards has 2", [1.0, 0.0], [])
-    batch_case(name, "mask-longer", r"mask has 3 entries but rewards has 2", [1.0, 0.0], [0, 0], mask=[True] * 3)
-    batch_case(name, "clusters-shorter", r"clusters has 1 entries but rewards has 2", [1.0, 0.0], [0, 0], clusters=["a"])
+    batch_case(
+        name,
+        "mask-longer",
+        r"mask has 3 entries but rewards has 2",
+        [1.0, 0.0],
+        [0, 0],
+        mask=[True] * 3,
+    )
+    batch_case(
+        name,
+        "clusters-shorter",
+        r"clusters has 1 entries but rewards has 2",
+        [1.0, 0.0],
+        [0, 0],
+        clusters=["a"],
+    )
     batch_case(name, "rewards-0d", r"rewards must be 1-D .*got shape \(\)", torch.tensor(1.0), [0])
-    batch_case(name, "rewards-2d", r"rewards must be 1-D .*got shape \(1, 2\)", [[1.0, 0.0]], [0, 0])
+    batch_case(
+        name, "rewards-2d", r"rewards must be 1-D .*got shape \(1, 2\)", [[1.0, 0.0]], [0, 0]
+    )
     batch_case(name, "ids-0d", r"group_ids must be 1-D .*got shape \(\)", [1.0], np.array(0))
-    batch_case(name, "ids-2d", r"group_ids must be 1-D .*got shape \(2, 1\)", [1.0, 0.0], np.zeros((2, 1), dtype=int))
-    batch_case(name, "mask-2d", r"mask must be 1-D .*got shape \(1, 2\)", [1.0, 0.0], [0, 0], mask=torch.ones(1, 2, dtype=torch.bool))
+    batch_case(
+        name,
+        "ids-2d",
+        r"group_ids must be 1-D .*got shape \(2, 1\)",
+        [1.0, 0.0],
+        np.zeros((2, 1), dtype=int),
+    )
+    batch_case(
+        name,
+        "mask-2d",
+        r"mask must be 1-D .*got shape \(1, 2\)",
+        [1.0, 0.0],
+        [0, 0],
+        mask=torch.ones(1, 2, dtype=torch.bool),
+    )
     batch_case(name, "ids-no-length", r"group_ids must be a 1-D sequence .*got int", [1.0], 7)
     # reward types numpy/torch would convert silently
-    batch_case(name, "complex-list", r"rewards must be real numbers, got complex values", [1 + 1j, 0.0], [0, 0])
-    batch_case(name, "complex-tensor", r"rewards must be real numbers, got a torch.complex64 tensor",
-               torch.tensor([1 + 1j, 0.0]), [0, 0])
-    batch_case(name, "string-rewards", r"rewards must be numbers, got <U1 values such as \['1'\]", ["1", "0"], [0, 0])
-    batch_case(name, "none-reward", r"rewards must be real numbers, got NoneType None at row 1", [1.0, None], [0, 0])
-    batch_case(name, "mixed-string-reward", r"rewards must be numbers, got <U32 values such as \[.1.0.\]", [1.0, "1"], [0, 0])
-    batch_case(name, "object-none-reward", r"rewards must be real numbers, got NoneType None at row 0", np.array([None, 1.0], dtype=object), [0, 0])
-    batch_case(name, "dict-rewards", r"rewards must be a 1-D tensor, array or list of numbers, got a dict", {0: 1.0}, [0])
-    batch_case(name, "datetime-rewards", r"rewards must be numbers, got datetime64",
-               np.array(["2020-01-01"], dtype="datetime64[D]"), [0])
+    batch_case(
+        name,
+        "complex-list",
+        r"rewards must be real numbers, got complex values",
+        [1 + 1j, 0.0],
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "complex-tensor",
+        r"rewards must be real numbers, got a torch.complex64 tensor",
+        torch.tensor([1 + 1j, 0.0]),
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "string-rewards",
+        r"rewards must be numbers, got <U1 values such as \['1'\]",
+        ["1", "0"],
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "none-reward",
+        r"rewards must be real numbers, got NoneType None at row 1",
+        [1.0, None],
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "mixed-string-reward",
+        r"rewards must be numbers, got <U32 values such as \[.1.0.\]",
+        [1.0, "1"],
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "object-none-reward",
+        r"rewards must be real numbers, got NoneType None at row 0",
+        np.array([None, 1.0], dtype=object),
+        [0, 0],
+    )
+    batch_case(
+        name,
+        "dict-rewards",
+        r"rewards must be a 1-D tensor, array or list of numbers, got a dict",
+        {0: 1.0},
+        [0],
+    )
+    batch_case(
+        name,
+        "datetime-rewards",
+        r"rewards must be numbers, got datetime64",
+        np.array(["2020-01-01"], dtype="datetime64[D]"),
+        [0],
+    )
     # group ids
     batch_case(name, "ids-set", r"group_ids must be a 1-D sequence .*got a set", [1.0, 0.0], {0, 1})
-    batch_case(name, "ids-dict", r"group_ids must be a 1-D sequence .*got a dict", [1.0, 0.0], {"a": 0, "b": 1})
-    batch_case(name, "ids-string", r"group_ids must be a 1-D sequence .*got a str", [1.0, 0.0], "ab")
-    batch_case(name, "ids-floats", r"group_ids must hold integers or hashable ids, got floats", [1.0, 0.0], [0.5, 1.5])
-    batch_case(name, "ids-float-tensor", r"group_ids must hold integers .*torch.float32 tensor", [1.0, 0.0], torch.tensor([0.0, 1.0]))
+    batch_case(
+        name,
+        "ids-dict",
+        r"group_ids must be a 1-D sequence .*got a dict",
+        [1.0, 0.0],
+        {"a": 0, "b": 1},
+    )
+    batch_case(
+        name, "ids-string", r"group_ids must be a 1-D sequence .*got a str", [1.0, 0.0], "ab"
+    )
+    batch_case(
+        name,
+        "ids-floats",
+        r"group_ids must hold integers or hashable ids, got floats",
+        [1.0, 0.0],
+        [0.5, 1.5],
+    )
+    batch_case(
+        name,
+        "ids-float-tensor",
+        r"group_ids must hold integers .*torch.float32 tensor",
+        [1.0, 0.0],
+        torch.tensor([0.0, 1.0]),
+    )
     batch_case(name, "ids-unhashable", r"group_ids must be hashable", [1.0, 0.0], [[0], [1]])
     # masks
-    batch_case(name, "mask-uint16-2", r"mask must be boolean .*0/1 integers, got values \[2\]", [1.0, 0.0], [0, 0],
-               mask=np.array([1, 2], dtype=np.uint16))
-    batch_case(name, "mask-uint64-big", r"mask must be boolean .*got values \[18446744073709551615\]", [1.0, 0.0], [0, 0],
-               mask=np.array([1, 2**64 - 1], dtype=np.uint64))
-    batch_case(name, "mask-torch-uint16-3", r"mask must be boolean .*got values \[3\]", [1.0, 0.0], [0, 0],
-               mask=torch.tensor([3, 1], dtype=torch.uint16))
-    batch_case(name, "mask-object", r"mask must be boolean .*got dtype object", [1.0, 0.0], [0, 0],
-               mask=np.array([True, None], dtype=object))
-    batch_case(name, "mask-float", r"mask must be boolean .*got dtype float64", [1.0, 0.0], [0, 0], mask=[0.5, 1.0])
-    batch_case(name, "mask-float-tensor", r"mask must be boolean .*got dtype torch.float32", [1.0, 0.0], [0, 0],
-               mask=torch.tensor([1.0, 0.0]))
-    batch_case(name, "mask-strings", r"mask must be boolean .*got dtype <U", [1.0, 0.0], [0, 0], mask=["yes", "no"])
-    batch_case(name, "mask-set", r"mask must be a 1-D sequence .*got a set", [1.0, 0.0], [0, 0], mask={True, False})
+    batch_case(
+        name,
+        "mask-uint16-2",
+        r"mask must be boolean .*0/1 integers, got values \[2\]",
+        [1.0, 0.0],
+        [0, 0],
+        mask=np.array([1, 2], dtype=np.uint16),
+    )
+    batch_case(
+        name,
+        "mask-uint64-big",
+        r"mask must be boolean .*got values \[18446744073709551615\]",
+        [1.0, 0.0],
+        [0, 0],
+        mask=np.array([1, 2**64 - 1], dtype=np.uint64),
+    )
+    batch_case(
+        name,
+        "mask-torch-uint16-3",
+        r"mask must be boolean .*got values \[3\]",
+        [1.0, 0.0],
+        [0, 0],
+        mask=torch.tensor([3, 1], dtype=torch.uint16),
+    )
+    batch_case(
+        name,
+        "mask-object",
+        r"mask must be boolean .*got dtype object",
+        [1.0, 0.0],
+        [0, 0],
+        mask=np.array([True, None], dtype=object),
+    )
+    batch_case(
+        name,
+        "mask-float",
+        r"mask must be boolean .*got dtype float64",
+        [1.0, 0.0],
+        [0, 0],
+        mask=[0.5, 1.0],
+    )
+    batch_case(
+        name,
+        "mask-float-tensor",
+        r"mask must be boolean .*got dtype torch.float32",
+        [1.0, 0.0],
+        [0, 0],
+        mask=torch.tensor([1.0, 0.0]),
+    )
+    batch_case(
+        name,
+        "mask-strings",
+        r"mask must be boolean .*got dtype <U",
+        [1.0, 0.0],
+        [0, 0],
+        mask=["yes", "no"],
+    )
+    batch_case(
+        name,
+        "mask-set",
+        r"mask must be a 1-D sequence .*got a set",
+        [1.0, 0.0],
+        [0, 0],
+        mask={True, False},
+    )
     # clusters: reported as clusters, not group_ids
-    batch_case(name, "clusters-floats", r"^clusters must hold integers or hashable ids, got floats", [1.0, 0.0], [0, 0], clusters=[0.5, 0.5])
-    batch_case(name, "clusters-unhashable", r"^clusters must be hashable", [1.0, 0.0], [0, 0], clusters=[["a"], ["a"]])
-    batch_case(name, "clusters-bytes", r"clusters labels must be strings, integers.*got bytes b'x'", [1.0, 0.0], [0, 0],
-               clusters=[b"x", b"x"])
-    batch_case(name, "clusters-nan-label", r"clusters labels must be .*got float nan", [1.0, 0.0], [0, 0],
-               clusters=np.array([math.nan, math.nan], dtype=object))
-    batch_case(name, "clusters-not-constant", r"clusters must be constant within a group; group #0 has rows labelled 'a' and 'b'",
-               [1.0, 0.0], [0, 0], clusters=["a", "b"])
-    batch_case(name, "clusters-set", r"clusters must be a 1-D sequence .*got a set", [1.0, 0.0], [0, 0], clusters={"a", "b"})
+    batch_case(
+        name,
+        "clusters-floats",
+        r"^clusters must hold integers or hashable ids, got floats",
+        [1.0, 0.0],
+        [0, 0],
+        clusters=[0.5, 0.5],
+    )
+    batch_case(
+        name,
+        "clusters-unhashable",
+        r"^clusters must be hashable",
+        [1.0, 0.0],
+        [0, 0],
+        clusters=[["a"], ["a"]],
+    )
+    batch_case(
+        name,
+        "clusters-bytes",
+        r"clusters labels must be strings, integers.*got bytes b'x'",
+        [1.0, 0.0],
+        [0, 0],
+        clusters=[b"x", b"x"],
+    )
+    batch_case(
+        name,
+        "clusters-nan-label",
+        r"clusters labels must be .*got float nan",
+        [1.0, 0.0],
+        [0, 0],
+        clusters=np.array([math.nan, math.nan], dtype=object),
+    )
+    batch_case(
+        name,
+        "clusters-not-constant",
+        r"clusters must be constant within a group; group #0 has rows labelled 'a' and 'b'",
+        [1.0, 0.0],
+        [0, 0],
+        clusters=["a", "b"],
+    )
+    batch_case(
+        name,
+        "clusters-set",
+        r"clusters must be a 1-D sequence .*got a set",
+        [1.0, 0.0],
+        [0, 0],
+        clusters={"a", "b"},
+    )
     # state dicts any estimator must refuse
     for label, state, match in [
         ("state-none", None, r"state must be a dict from state_dict\(\), got NoneType"),
         ("state-string", "ebpo", r"state must be a dict from state_dict\(\), got str"),
-        ("state-other-estimator", {"estimator": "nope"}, r"state belongs to estimator 'nope', cannot load it into " + repr(name)),
+        (
+            "state-other-estimator",
+            {"estimator": "nope"},
+            r"state belongs to estimator 'nope', cannot load it into " + repr(name),
+        ),
         ("state-no-owner", {}, r"state belongs to estimator None"),
     ]:
         est = fed(name)
         case(f"{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match)
 
 # issue #11 item 7: fp16 ±60000 gave ±inf; the output must fit the caller's dtype
-for name, options in [("rloo", {}), ("dr_grpo", {}), ("jspo", {}), ("jspo_plus_plus", {}), ("ebpo", {"normalize": "none"}),
-                      ("grpo", {"scale": "none"})]:
-    batch_case(name, "fp16-overflow", r"the advantages of this batch \(up to 120000 in magnitude\) do not fit the output dtype float16"
-               if name in ("rloo", "jspo") else r"the advantages of this batch .* do not fit the output dtype float16",
-               F16, [0, 0, 0, 0], options=options)
-batch_case("grpo", "float32-out-overflow-from-list", r"do not fit the output dtype float32 .*float64 tensor",
-           [0.0, 1e50, 0.0, 1e50], [0, 0, 1, 1], options={"scale": "none"})
-batch_case("ebpo", "prior-overflow", r"running statistics overflow float64",
-           torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64), np.repeat(np.arange(200), 2))
-batch_case("reinforce_pp_baseline", "spread-overflow", r"the spread of this batch overflows float64",
-           torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64), np.repeat(np.arange(400), 2))
-batch_case("grpo", "batch-std-overflow", r"the spread of this batch overflows float64",
-           torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64), np.repeat(np.arange(200), 2), options={"scale": "batch"})
+for name, options in [
+    ("rloo", {}),
+    ("dr_grpo", {}),
+    ("jspo", {}),
+    ("jspo_plus_plus", {}),
+    ("ebpo", {"normalize": "none"}),
+    ("grpo", {"scale": "none"}),
+]:
+    batch_case(
+        name,
+        "fp16-overflow",
+        r"the advantages of this batch \(up to 120000 in magnitude\) do not fit the output dtype float16"
+        if name in ("rloo", "jspo")
+        else r"the advantages of this batch .* do not fit the output dtype float16",
+        F16,
+        [0, 0, 0, 0],
+        options=options,
+    )
+batch_case(
+    "grpo",
+    "float32-out-overflow-from-list",
+    r"do not fit the output dtype float32 .*float64 tensor",
+    [0.0, 1e50, 0.0, 1e50],
+    [0, 0, 1, 1],
+    options={"scale": "none"},
+)
+batch_case(
+    "ebpo",
+    "prior-overflow",
+    r"running statistics overflow float64",
+    torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64),
+    np.repeat(np.arange(200), 2),
+)
+batch_case(
+    "reinforce_pp_baseline",
+    "spread-overflow",
+    r"the spread of this batch overflows float64",
+    torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64),
+    np.repeat(np.arange(400), 2),
+)
+batch_case(
+    "grpo",
+    "batch-std-overflow",
+    r"the spread of this batch overflows float64",
+    torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64),
+    np.repeat(np.arange(200), 2),
+    options={"scale": "batch"},
+)
 # group means of ±1e200 fit float64, their spread s = 1e400 does not: refused before the smoother sees it
 for name in ("jspo", "jspo_plus_plus"):
-    batch_case(name, "spread-overflow", r"overflow float64", torch.tensor([1e200, 1e200, -1e200, -1e200], dtype=torch.float64),
-               [0, 0, 1, 1], options={"smooth_coef": 0.99} if name == "jspo_plus_plus" else {})
-batch_case("ebpo", "per-cluster-needs-clusters", r"clusters is required .*per_cluster=True", [1.0, 0.0], [0, 0],
-           options={"per_cluster": True})
-batch_case("ebpo_bb", "reward-above-1", r"rewards must lie in \[0, 1\] for ebpo_bb .*got 2.0", [1.0, 2.0], [0, 0])
-batch_case("ebpo_bb", "reward-below-0", r"rewards must lie in \[0, 1\] for ebpo_bb .*got -0.5", [-0.5, 1.0], [0, 0])
+    batch_case(
+        name,
+        "spread-overflow",
+        r"overflow float64",
+        torch.tensor([1e200, 1e200, -1e200, -1e200], dtype=torch.float64),
+        [0, 0, 1, 1],
+        options={"smooth_coef": 0.99} if name == "jspo_plus_plus" else {},
+    )
+batch_case(
+    "ebpo",
+    "per-cluster-needs-clusters",
+    r"clusters is required .*per_cluster=True",
+    [1.0, 0.0],
+    [0, 0],
+    options={"per_cluster": True},
+)
+batch_case(
+    "ebpo_bb",
+    "reward-above-1",
+    r"rewards must lie in \[0, 1\] for ebpo_bb .*got 2.0",
+    [1.0, 2.0],
+    [0, 0],
+)
+batch_case(
+    "ebpo_bb",
+    "reward-below-0",
+    r"rewards must lie in \[0, 1\] for ebpo_bb .*got -0.5",
+    [-0.5, 1.0],
+    [0, 0],
+)
 
 # ---------------------------------------------------------------------- bad options, every estimator
 BAD_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
@@ -161,52 +459,148 @@ BAD_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
 for name in NAMES:
     BAD_OPTIONS += [
         (name, {"eps": value}, r"eps must be a positive finite number, got " + pattern)
-        for value, pattern in [(0, "0"), (-1.0, "-1.0"), (math.nan, "nan"), (math.inf, "inf"), ("1e-6", "'1e-6'"),
-                               (True, "True"), (None, "None")]
+        for value, pattern in [
+            (0, "0"),
+            (-1.0, "-1.0"),
+            (math.nan, "nan"),
+            (math.inf, "inf"),
+            ("1e-6", "'1e-6'"),
+            (True, "True"),
+            (None, "None"),
+        ]
     ]
     BAD_OPTIONS += [
-        (name, {"nan_policy": value}, r"nan_policy must be one of \['raise', 'mask'\], got " + repr(value))
+        (
+            name,
+            {"nan_policy": value},
+            r"nan_policy must be one of \['raise', 'mask'\], got " + repr(value),
+        )
         for value in ("ignore", None, 1)
     ]
-    BAD_OPTIONS.append((name, {"priorr": "history"}, r"unknown option\(s\) \['priorr'\] for estimator " + repr(name)))
+    BAD_OPTIONS.append(
+        (
+            name,
+            {"priorr": "history"},
+            r"unknown option\(s\) \['priorr'\] for estimator " + repr(name),
+        )
+    )
 for name in ("grpo", "dr_grpo"):
-    BAD_OPTIONS += [(name, {"scale": v}, r"scale must be one of \['group', 'batch', 'none'\], got " + repr(v)) for v in ("token", None)]
+    BAD_OPTIONS += [
+        (name, {"scale": v}, r"scale must be one of \['group', 'batch', 'none'\], got " + repr(v))
+        for v in ("token", None)
+    ]
 BAD_OPTIONS += [
-    ("jspo", {"lambda_form": v}, r"lambda_form must be one of \['released_code', 'project_page'\], got " + repr(v))
+    (
+        "jspo",
+        {"lambda_form": v},
+        r"lambda_form must be one of \['released_code', 'project_page'\], got " + repr(v),
+    )
     for v in ("page", None, 1)
 ]
 BAD_OPTIONS += [
-    ("jspo_plus_plus", {"smooth_coef": v}, r"smooth_coef must be a number in \[0, 1\] \(0 = no smoothing\), got " + p)
-    for v, p in [(-0.1, "-0.1"), (1.5, "1.5"), (math.nan, "nan"), (math.inf, "inf"), (True, "True"), ("0.99", "'0.99'"), (None, "None")]
+    (
+        "jspo_plus_plus",
+        {"smooth_coef": v},
+        r"smooth_coef must be a number in \[0, 1\] \(0 = no smoothing\), got " + p,
+    )
+    for v, p in [
+        (-0.1, "-0.1"),
+        (1.5, "1.5"),
+        (math.nan, "nan"),
+        (math.inf, "inf"),
+        (True, "True"),
+        ("0.99", "'0.99'"),
+        (None, "None"),
+    ]
 ]
-BAD_OPTIONS.append(("jspo_plus_plus", {"lambda_form": "project_page"}, r"unknown option\(s\) \['lambda_form'\] for estimator 'jspo_plus_plus'"))
+BAD_OPTIONS.append(
+    (
+        "jspo_plus_plus",
+        {"lambda_form": "project_page"},
+        r"unknown option\(s\) \['lambda_form'\] for estimator 'jspo_plus_plus'",
+    )
+)
 for name in ("ebpo", "ebpo_bb"):
-    BAD_OPTIONS += [(name, {"prior": v}, r"prior must be one of \['history', 'batch', 'ema'\], got " + repr(v)) for v in ("forever", None)]
+    BAD_OPTIONS += [
+        (name, {"prior": v}, r"prior must be one of \['history', 'batch', 'ema'\], got " + repr(v))
+        for v in ("forever", None)
+    ]
     BAD_OPTIONS += [
         (name, {"half_life": v}, r"half_life must be a positive finite number, got " + p)
-        for v, p in [(0, "0"), (-1, "-1"), (math.nan, "nan"), (math.inf, "inf"), (True, "True"), ("50", "'50'")]
+        for v, p in [
+            (0, "0"),
+            (-1, "-1"),
+            (math.nan, "nan"),
+            (math.inf, "inf"),
+            (True, "True"),
+            ("50", "'50'"),
+        ]
     ]
-    BAD_OPTIONS += [(name, {"normalize": v}, r"normalize must be one of \['batch', 'center', 'none'\], got " + repr(v)) for v in ("group", None)]
-    BAD_OPTIONS += [(name, {"per_cluster": v}, r"per_cluster must be True or False, got " + repr(v)) for v in (1, "yes", None)]
     BAD_OPTIONS += [
-        (name, {"min_cluster_groups": v}, r"min_cluster_groups must be a positive integer, got " + repr(v))
+        (
+            name,
+            {"normalize": v},
+            r"normalize must be one of \['batch', 'center', 'none'\], got " + repr(v),
+        )
+        for v in ("group", None)
+    ]
+    BAD_OPTIONS += [
+        (name, {"per_cluster": v}, r"per_cluster must be True or False, got " + repr(v))
+        for v in (1, "yes", None)
+    ]
+    BAD_OPTIONS += [
+        (
+            name,
+            {"min_cluster_groups": v},
+            r"min_cluster_groups must be a positive integer, got " + repr(v),
+        )
         for v in (0, -1, 1.5, True)
     ]
-BAD_OPTIONS += [("ebpo", {"within_variance": v}, r"within_variance must be one of \['pooled', 'within'\], got " + repr(v)) for v in ("x", None)]
-BAD_OPTIONS += [("ebpo", {"tau2": v}, r"tau2 must be one of \['raw', 'corrected'\], got " + repr(v)) for v in ("x", None)]
 BAD_OPTIONS += [
-    ("ebpo", {"prior_mean": v}, r"prior_mean must be one of \['rewards', 'group_means'\], got " + repr(v))
+    (
+        "ebpo",
+        {"within_variance": v},
+        r"within_variance must be one of \['pooled', 'within'\], got " + repr(v),
+    )
+    for v in ("x", None)
+]
+BAD_OPTIONS += [
+    ("ebpo", {"tau2": v}, r"tau2 must be one of \['raw', 'corrected'\], got " + repr(v))
+    for v in ("x", None)
+]
+BAD_OPTIONS += [
+    (
+        "ebpo",
+        {"prior_mean": v},
+        r"prior_mean must be one of \['rewards', 'group_means'\], got " + repr(v),
+    )
     for v in ("mean", "group_mean", None)
 ]
-BAD_OPTIONS += [("ebpo_bb", {"warmup_groups": v}, r"warmup_groups must be a positive integer, got " + repr(v)) for v in (0, 2.5, True)]
 BAD_OPTIONS += [
-    ("ebpo_bb", {"within_variance": "within"}, r"unknown option\(s\) \['within_variance'\] for estimator 'ebpo_bb'"),
-    ("ebpo_bb", {"prior_mean": "group_means"}, r"unknown option\(s\) \['prior_mean'\] for estimator 'ebpo_bb'"),
+    ("ebpo_bb", {"warmup_groups": v}, r"warmup_groups must be a positive integer, got " + repr(v))
+    for v in (0, 2.5, True)
+]
+BAD_OPTIONS += [
+    (
+        "ebpo_bb",
+        {"within_variance": "within"},
+        r"unknown option\(s\) \['within_variance'\] for estimator 'ebpo_bb'",
+    ),
+    (
+        "ebpo_bb",
+        {"prior_mean": "group_means"},
+        r"unknown option\(s\) \['prior_mean'\] for estimator 'ebpo_bb'",
+    ),
     ("rloo", {"scale": "group"}, r"unknown option\(s\) \['scale'\] for estimator 'rloo'"),
 ]
 for name, options, match in BAD_OPTIONS:
     label = "-".join(f"{k}={v!r}" for k, v in options.items()) or "name"
-    case(f"make-{name}-{label}", None, lambda name=name, options=options: ebpo.make_estimator(name, **options), match)
+    case(
+        f"make-{name}-{label}",
+        None,
+        lambda name=name, options=options: ebpo.make_estimator(name, **options),
+        match,
+    )
 
 
 # ---------------------------------------------------------------------- bad state dicts (EBPO)
@@ -230,101 +624,456 @@ DELETE = object()
 CLUSTERED = {"per_cluster": True, "min_cluster_groups": 1}
 BAD_STATES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
     # (id, estimator, options of the loading estimator, state, message)
-    ("ema-into-history", "ebpo", {}, saved(prior="ema"), r"state was saved with prior='ema' but this estimator has prior='history'"),
-    ("history-into-ema", "ebpo", {"prior": "ema"}, saved(), r"prior='history' but this estimator has prior='ema'"),
+    (
+        "ema-into-history",
+        "ebpo",
+        {},
+        saved(prior="ema"),
+        r"state was saved with prior='ema' but this estimator has prior='history'",
+    ),
+    (
+        "history-into-ema",
+        "ebpo",
+        {"prior": "ema"},
+        saved(),
+        r"prior='history' but this estimator has prior='ema'",
+    ),
     ("batch-into-history", "ebpo", {}, saved(prior="batch"), r"prior='batch'"),
-    ("half-life-mismatch", "ebpo", {"prior": "ema"}, saved(prior="ema", half_life=3.0), r"half_life=3.0 but this estimator has half_life=50.0"),
-    ("per-cluster-into-global", "ebpo", {}, saved(**CLUSTERED), r"per_cluster=True but this estimator has per_cluster=False"),
-    ("global-into-per-cluster", "ebpo", CLUSTERED, saved(), r"per_cluster=False but this estimator has per_cluster=True"),
-    ("bb-ema-into-history", "ebpo_bb", {}, saved("ebpo_bb", prior="ema"), r"prior='ema' but this estimator has prior='history'"),
-    ("ebpo-into-bb", "ebpo_bb", {}, saved(), r"state belongs to estimator 'ebpo', cannot load it into 'ebpo_bb'"),
-    ("no-options", "ebpo", {}, edited(saved(), ("options",), DELETE), r"state has no 'options' dict"),
-    ("options-not-dict", "ebpo", {}, edited(saved(), ("options",), "history"), r"state has no 'options' dict"),
-    ("option-missing", "ebpo", {}, edited(saved(), ("options", "prior"), DELETE), r"state does not record option 'prior'"),
-    ("steps-inf", "ebpo", {}, edited(saved(), ("steps",), math.inf), r"steps must be a non-negative integer, got inf"),
-    ("steps-negative", "ebpo", {}, edited(saved(), ("steps",), -1), r"steps must be a non-negative integer, got -1"),
-    ("steps-fraction", "ebpo", {}, edited(saved(), ("steps",), 1.5), r"steps must be a non-negative integer, got 1.5"),
-    ("steps-string", "ebpo", {}, edited(saved(), ("steps",), "3"), r"steps must be a non-negative integer, got '3'"),
-    ("steps-bool", "ebpo", {}, edited(saved(), ("steps",), True), r"steps must be a non-negative integer, got True"),
-    ("steps-missing", "ebpo", {}, edited(saved(), ("steps",), DELETE), r"invalid ebpo state: 'steps'"),
-    ("global-missing", "ebpo", {}, edited(saved(), ("global",), DELETE), r"invalid ebpo state: 'global'"),
-    ("global-not-dict", "ebpo", {}, edited(saved(), ("global",), 5), r"invalid ebpo state: prior state must have 'rewards'"),
-    ("moments-missing", "ebpo", {}, edited(saved(), ("global", "rewards", "m2"), DELETE), r"must have finite numbers 'count', 'mean', 'm2'"),
-    ("count-10**400", "ebpo", {}, edited(saved(), ("global", "rewards", "count"), 10**400), r"must have finite numbers 'count'"),
-    ("count-string", "ebpo", {}, edited(saved(), ("global", "rewards", "count"), "6"), r"must have finite numbers 'count'"),
-    ("count-bool", "ebpo", {}, edited(saved(), ("global", "group_means", "count"), True), r"must have finite numbers 'count'"),
-    ("count-negative", "ebpo", {}, edited(saved(), ("global", "rewards", "count"), -6.0), r"count >= 0 and m2 >= 0"),
-    ("m2-negative", "ebpo", {}, edited(saved(), ("global", "rewards", "m2"), -1.0), r"count >= 0 and m2 >= 0"),
-    ("mean-nan", "ebpo", {}, edited(saved(), ("global", "rewards", "mean"), math.nan), r"running moments state must be finite"),
-    ("m2-inf", "ebpo", {}, edited(saved(), ("global", "group_means", "m2"), math.inf), r"running moments state must be finite"),
-    ("empty-with-mean", "ebpo", {}, edited(saved(), ("global", "group_variances"), {"count": 0.0, "mean": 0.5, "m2": 0.0}),
-     r"with count 0 must have mean 0 and m2 0"),
-    ("means-outnumber-rewards", "ebpo", {}, edited(saved(), ("global", "group_means", "count"), 7.0),
-     r"count\(group_variances\) <= count\(group_means\) <= count\(rewards\), got 3.0, 7.0, 6.0"),
-    ("variances-outnumber-means", "ebpo", {}, edited(saved(), ("global", "group_variances", "count"), 4.0),
-     r"prior state is inconsistent: expected count\(group_variances\)"),
-    ("negative-mean-variance", "ebpo", {}, edited(saved(), ("global", "group_variances", "mean"), -0.1),
-     r"the mean group variance is negative"),
-    ("clusters-not-list", "ebpo", CLUSTERED, edited(saved(**CLUSTERED), ("clusters",), {"a": {}}), r"'clusters' must be a list"),
-    ("cluster-entry-malformed", "ebpo", CLUSTERED, edited(saved(**CLUSTERED), ("clusters", 0), ["a"]), r"must be a \[label, prior state\] pair"),
-    ("cluster-duplicate", "ebpo", CLUSTERED, edited(saved(**CLUSTERED), ("clusters", 1, 0), "a"), r"cluster label 'a' appears twice"),
-    ("cluster-bytes-label", "ebpo", CLUSTERED, edited(saved(**CLUSTERED), ("clusters", 0, 0), b"a"), r"cluster labels must be strings.*bytes"),
-    ("cluster-dict-label", "ebpo", CLUSTERED, edited(saved(**CLUSTERED), ("clusters", 0, 0), {"a": 1}), r"cluster labels must be .*dict"),
-    ("cluster-prior-corrupt", "ebpo", CLUSTERED, edited(saved(**CLUSTERED), ("clusters", 0, 1, "rewards", "count"), -1.0),
-     r"count >= 0 and m2 >= 0"),
-    ("clusters-without-per-cluster", "ebpo", {},
-     edited(saved(), ("clusters",), saved(**CLUSTERED)["clusters"]), r"holds cluster priors but was saved with per_cluster=False"),
+    (
+        "half-life-mismatch",
+        "ebpo",
+        {"prior": "ema"},
+        saved(prior="ema", half_life=3.0),
+        r"half_life=3.0 but this estimator has half_life=50.0",
+    ),
+    (
+        "per-cluster-into-global",
+        "ebpo",
+        {},
+        saved(**CLUSTERED),
+        r"per_cluster=True but this estimator has per_cluster=False",
+    ),
+    (
+        "global-into-per-cluster",
+        "ebpo",
+        CLUSTERED,
+        saved(),
+        r"per_cluster=False but this estimator has per_cluster=True",
+    ),
+    (
+        "bb-ema-into-history",
+        "ebpo_bb",
+        {},
+        saved("ebpo_bb", prior="ema"),
+        r"prior='ema' but this estimator has prior='history'",
+    ),
+    (
+        "ebpo-into-bb",
+        "ebpo_bb",
+        {},
+        saved(),
+        r"state belongs to estimator 'ebpo', cannot load it into 'ebpo_bb'",
+    ),
+    (
+        "no-options",
+        "ebpo",
+        {},
+        edited(saved(), ("options",), DELETE),
+        r"state has no 'options' dict",
+    ),
+    (
+        "options-not-dict",
+        "ebpo",
+        {},
+        edited(saved(), ("options",), "history"),
+        r"state has no 'options' dict",
+    ),
+    (
+        "option-missing",
+        "ebpo",
+        {},
+        edited(saved(), ("options", "prior"), DELETE),
+        r"state does not record option 'prior'",
+    ),
+    (
+        "steps-inf",
+        "ebpo",
+        {},
+        edited(saved(), ("steps",), math.inf),
+        r"steps must be a non-negative integer, got inf",
+    ),
+    (
+        "steps-negative",
+        "ebpo",
+        {},
+        edited(saved(), ("steps",), -1),
+        r"steps must be a non-negative integer, got -1",
+    ),
+    (
+        "steps-fraction",
+        "ebpo",
+        {},
+        edited(saved(), ("steps",), 1.5),
+        r"steps must be a non-negative integer, got 1.5",
+    ),
+    (
+        "steps-string",
+        "ebpo",
+        {},
+        edited(saved(), ("steps",), "3"),
+        r"steps must be a non-negative integer, got '3'",
+    ),
+    (
+        "steps-bool",
+        "ebpo",
+        {},
+        edited(saved(), ("steps",), True),
+        r"steps must be a non-negative integer, got True",
+    ),
+    (
+        "steps-missing",
+        "ebpo",
+        {},
+        edited(saved(), ("steps",), DELETE),
+        r"invalid ebpo state: 'steps'",
+    ),
+    (
+        "global-missing",
+        "ebpo",
+        {},
+        edited(saved(), ("global",), DELETE),
+        r"invalid ebpo state: 'global'",
+    ),
+    (
+        "global-not-dict",
+        "ebpo",
+        {},
+        edited(saved(), ("global",), 5),
+        r"invalid ebpo state: prior state must have 'rewards'",
+    ),
+    (
+        "moments-missing",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "m2"), DELETE),
+        r"must have finite numbers 'count', 'mean', 'm2'",
+    ),
+    (
+        "count-10**400",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "count"), 10**400),
+        r"must have finite numbers 'count'",
+    ),
+    (
+        "count-string",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "count"), "6"),
+        r"must have finite numbers 'count'",
+    ),
+    (
+        "count-bool",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_means", "count"), True),
+        r"must have finite numbers 'count'",
+    ),
+    (
+        "count-negative",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "count"), -6.0),
+        r"count >= 0 and m2 >= 0",
+    ),
+    (
+        "m2-negative",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "m2"), -1.0),
+        r"count >= 0 and m2 >= 0",
+    ),
+    (
+        "mean-nan",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "mean"), math.nan),
+        r"running moments state must be finite",
+    ),
+    (
+        "m2-inf",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_means", "m2"), math.inf),
+        r"running moments state must be finite",
+    ),
+    (
+        "empty-with-mean",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_variances"), {"count": 0.0, "mean": 0.5, "m2": 0.0}),
+        r"with count 0 must have mean 0 and m2 0",
+    ),
+    (
+        "means-outnumber-rewards",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_means", "count"), 7.0),
+        r"count\(group_variances\) <= count\(group_means\) <= count\(rewards\), got 3.0, 7.0, 6.0",
+    ),
+    (
+        "variances-outnumber-means",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_variances", "count"), 4.0),
+        r"prior state is inconsistent: expected count\(group_variances\)",
+    ),
+    (
+        "negative-mean-variance",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_variances", "mean"), -0.1),
+        r"the mean group variance is negative",
+    ),
+    (
+        "clusters-not-list",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters",), {"a": {}}),
+        r"'clusters' must be a list",
+    ),
+    (
+        "cluster-entry-malformed",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters", 0), ["a"]),
+        r"must be a \[label, prior state\] pair",
+    ),
+    (
+        "cluster-duplicate",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters", 1, 0), "a"),
+        r"cluster label 'a' appears twice",
+    ),
+    (
+        "cluster-bytes-label",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters", 0, 0), b"a"),
+        r"cluster labels must be strings.*bytes",
+    ),
+    (
+        "cluster-dict-label",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters", 0, 0), {"a": 1}),
+        r"cluster labels must be .*dict",
+    ),
+    (
+        "cluster-prior-corrupt",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters", 0, 1, "rewards", "count"), -1.0),
+        r"count >= 0 and m2 >= 0",
+    ),
+    (
+        "clusters-without-per-cluster",
+        "ebpo",
+        {},
+        edited(saved(), ("clusters",), saved(**CLUSTERED)["clusters"]),
+        r"holds cluster priors but was saved with per_cluster=False",
+    ),
 ]
 SMOOTHED = {"smooth_coef": 0.99}
 BAD_STATES += [
     # (the fed estimator has taken one step: weight 1, lambda_sum = λ, mean_sum = μ)
-    ("coef-mismatch", "jspo_plus_plus", {}, saved("jspo_plus_plus", **SMOOTHED),
-     r"state was saved with smooth_coef=0.99 but this estimator has smooth_coef=0.0"),
-    ("jspo-into-plus-plus", "jspo_plus_plus", {}, saved("jspo"), r"state belongs to estimator 'jspo', cannot load it into 'jspo_plus_plus'"),
-    ("pp-no-options", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("options",), DELETE), r"state has no 'options' dict"),
-    ("pp-steps-missing", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), DELETE),
-     r"invalid jspo_plus_plus state: state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing 'steps'"),
-    ("pp-weight-missing", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), DELETE), r"missing 'weight'"),
-    ("pp-steps-negative", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), -1), r"steps must be a non-negative integer, got -1"),
-    ("pp-steps-bool", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), True), r"steps must be a non-negative integer, got True"),
-    ("pp-steps-float", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), 1.0), r"steps must be a non-negative integer, got 1.0"),
-    ("pp-weight-nan", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), math.nan), r"weight must be a finite number, got nan"),
-    ("pp-weight-string", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), "1"), r"weight must be a finite number, got '1'"),
-    ("pp-mean-inf", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("mean_sum",), math.inf), r"mean_sum must be a finite number, got inf"),
-    ("pp-lambda-bool", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("lambda_sum",), False), r"lambda_sum must be a finite number, got False"),
-    ("pp-weight-above-steps", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), 2.5), r"weight must lie in \[1, steps\] = \[1, 1\], got 2.5"),
-    ("pp-weight-below-1", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("weight",), 0.5), r"weight must lie in \[1, steps\]"),
-    ("pp-lambda-above-weight", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("lambda_sum",), 1.5),
-     r"lambda_sum must lie in \[0, weight\] = \[0, 1.0\] \(λ is in \[0, 1\]\), got 1.5"),
-    ("pp-lambda-negative", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("lambda_sum",), -0.5), r"lambda_sum must lie in \[0, weight\]"),
-    ("pp-sums-without-steps", "jspo_plus_plus", {}, edited(saved("jspo_plus_plus"), ("steps",), 0),
-     r"a state with steps 0 must have weight, lambda_sum and mean_sum 0"),
+    (
+        "coef-mismatch",
+        "jspo_plus_plus",
+        {},
+        saved("jspo_plus_plus", **SMOOTHED),
+        r"state was saved with smooth_coef=0.99 but this estimator has smooth_coef=0.0",
+    ),
+    (
+        "jspo-into-plus-plus",
+        "jspo_plus_plus",
+        {},
+        saved("jspo"),
+        r"state belongs to estimator 'jspo', cannot load it into 'jspo_plus_plus'",
+    ),
+    (
+        "pp-no-options",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("options",), DELETE),
+        r"state has no 'options' dict",
+    ),
+    (
+        "pp-steps-missing",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), DELETE),
+        r"invalid jspo_plus_plus state: state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing 'steps'",
+    ),
+    (
+        "pp-weight-missing",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("weight",), DELETE),
+        r"missing 'weight'",
+    ),
+    (
+        "pp-steps-negative",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), -1),
+        r"steps must be a non-negative integer, got -1",
+    ),
+    (
+        "pp-steps-bool",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), True),
+        r"steps must be a non-negative integer, got True",
+    ),
+    (
+        "pp-steps-float",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), 1.0),
+        r"steps must be a non-negative integer, got 1.0",
+    ),
+    (
+        "pp-weight-nan",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("weight",), math.nan),
+        r"weight must be a finite number, got nan",
+    ),
+    (
+        "pp-weight-string",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("weight",), "1"),
+        r"weight must be a finite number, got '1'",
+    ),
+    (
+        "pp-mean-inf",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("mean_sum",), math.inf),
+        r"mean_sum must be a finite number, got inf",
+    ),
+    (
+        "pp-lambda-bool",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("lambda_sum",), False),
+        r"lambda_sum must be a finite number, got False",
+    ),
+    (
+        "pp-weight-above-steps",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("weight",), 2.5),
+        r"weight must lie in \[1, steps\] = \[1, 1\], got 2.5",
+    ),
+    (
+        "pp-weight-below-1",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("weight",), 0.5),
+        r"weight must lie in \[1, steps\]",
+    ),
+    (
+        "pp-lambda-above-weight",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("lambda_sum",), 1.5),
+        r"lambda_sum must lie in \[0, weight\] = \[0, 1.0\] \(λ is in \[0, 1\]\), got 1.5",
+    ),
+    (
+        "pp-lambda-negative",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("lambda_sum",), -0.5),
+        r"lambda_sum must lie in \[0, weight\]",
+    ),
+    (
+        "pp-sums-without-steps",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), 0),
+        r"a state with steps 0 must have weight, lambda_sum and mean_sum 0",
+    ),
 ]
 for label, name, options, state, match in BAD_STATES:
     est = fed(name, **options)
-    case(f"load-{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match)
-case("moments-from-state-10**400", None, lambda: RunningMoments.from_state_dict({"count": 10**400, "mean": 0, "m2": 0}),
-     r"must have finite numbers")
+    case(
+        f"load-{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match
+    )
+case(
+    "moments-from-state-10**400",
+    None,
+    lambda: RunningMoments.from_state_dict({"count": 10**400, "mean": 0, "m2": 0}),
+    r"must have finite numbers",
+)
 
 # ---------------------------------------------------------------------- merge
 for label, options, other, match in [
     ("none", {}, lambda: None, r"merge expects another 'ebpo' estimator, got 'NoneType'"),
-    ("grpo", {}, lambda: ebpo.make_estimator("grpo"), r"merge expects another 'ebpo' estimator, got 'grpo'"),
+    (
+        "grpo",
+        {},
+        lambda: ebpo.make_estimator("grpo"),
+        r"merge expects another 'ebpo' estimator, got 'grpo'",
+    ),
     ("bb", {}, lambda: fed("ebpo_bb"), r"got 'ebpo_bb'"),
     ("dict", {}, lambda: saved(), r"got 'dict'"),
-    ("ema-into-history", {}, lambda: fed("ebpo", prior="ema"), r"cannot merge an estimator with prior='ema' into one with prior='history'"),
-    ("half-life", {"prior": "ema"}, lambda: fed("ebpo", prior="ema", half_life=2.0), r"half_life=2.0 into one with half_life=50.0"),
-    ("per-cluster", {}, lambda: fed("ebpo", **CLUSTERED), r"per_cluster=True into one with per_cluster=False"),
+    (
+        "ema-into-history",
+        {},
+        lambda: fed("ebpo", prior="ema"),
+        r"cannot merge an estimator with prior='ema' into one with prior='history'",
+    ),
+    (
+        "half-life",
+        {"prior": "ema"},
+        lambda: fed("ebpo", prior="ema", half_life=2.0),
+        r"half_life=2.0 into one with half_life=50.0",
+    ),
+    (
+        "per-cluster",
+        {},
+        lambda: fed("ebpo", **CLUSTERED),
+        r"per_cluster=True into one with per_cluster=False",
+    ),
 ]:
     est = fed("ebpo", **options)
     case(f"merge-{label}", est, lambda est=est, other=other: est.merge(other()), match)
 _big = ebpo.make_estimator("ebpo")
 _big(torch.full((4,), 1e154, dtype=torch.float64), [0, 0, 1, 1])
 _merged_into = fed("ebpo")
-case("merge-overflow", _merged_into, lambda: _merged_into.merge(_big), r"running statistics overflow float64")
+case(
+    "merge-overflow",
+    _merged_into,
+    lambda: _merged_into.merge(_big),
+    r"running statistics overflow float64",
+)
 _moments = RunningMoments().update(torch.tensor([1.0, 2.0]))
-case("moments-merge-none", _moments, lambda: _moments.merge(None), r"merge expects another RunningMoments, got NoneType")
-case("moments-merge-dict", _moments, lambda: _moments.merge({"count": 1, "mean": 0, "m2": 0}), r"got dict")
+case(
+    "moments-merge-none",
+    _moments,
+    lambda: _moments.merge(None),
+    r"merge expects another RunningMoments, got NoneType",
+)
+case(
+    "moments-merge-dict",
+    _moments,
+    lambda: _moments.merge({"count": 1, "mean": 0, "m2": 0}),
+    r"got dict",
+)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
@@ -333,38 +1082,108 @@ def test_api_error(case):
 
 
 # ---------------------------------------------------------------------- hostile but legitimate
-def same_as(name: str, expected_call: Callable[[ebpo.AdvantageEstimator], Any], hostile_call: Callable[[ebpo.AdvantageEstimator], Any]):
+def same_as(
+    name: str,
+    expected_call: Callable[[ebpo.AdvantageEstimator], Any],
+    hostile_call: Callable[[ebpo.AdvantageEstimator], Any],
+):
     """Two fresh estimators: the hostile call gives the same advantages and state as the plain one."""
     plain, hostile = ebpo.make_estimator(name), ebpo.make_estimator(name)
     expected, got = expected_call(plain), hostile_call(hostile)
     n = len(expected.advantages)  # rows past n are padding: advantage 0
-    torch.testing.assert_close(got.advantages[:n].double(), expected.advantages.double(), rtol=0, atol=0)
+    torch.testing.assert_close(
+        got.advantages[:n].double(), expected.advantages.double(), rtol=0, atol=0
+    )
     assert got.advantages[n:].abs().sum() == 0
     assert json.dumps(hostile.state_dict()) == json.dumps(plain.state_dict())
 
 
 ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
-    ("bool-rewards", lambda e: e([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1]), lambda e: e([True, False, True, True], [0, 0, 1, 1])),
-    ("bool-reward-tensor", lambda e: e(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1]),
-     lambda e: e(torch.tensor([True, False, True, True]), [0, 0, 1, 1])),
-    ("padding-rows", lambda e: e(*GOOD),
-     lambda e: e(GOOD[0] + [math.nan, 5.0, -1.0], GOOD[1] + [9, 0, 7], mask=[True] * 6 + [False] * 3)),
-    ("nan-with-nan-policy-mask", lambda e: e(*GOOD, mask=[True] * 5 + [False]),
-     lambda e: e(GOOD[0][:5] + [math.nan], GOOD[1])),  # the hostile estimator is rebuilt with nan_policy="mask" below
-    ("mask-uint16", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint16))),
-    ("mask-uint64", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint64))),
-    ("mask-torch-uint8", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint8))),
-    ("mask-torch-uint16", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint16))),
-    ("mask-torch-uint64", lambda e: e(*GOOD, mask=[True, False] * 3), lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint64))),
-    ("ids-at-least-2**63-list", lambda e: e(*GOOD), lambda e: e(GOOD[0], [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1])),
-    ("ids-2**63-apart-list", lambda e: e(*GOOD), lambda e: e(GOOD[0], [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2])),
-    ("ids-uint64-array", lambda e: e(*GOOD), lambda e: e(GOOD[0], np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64))),
-    ("ids-uint64-tensor", lambda e: e(*GOOD), lambda e: e(GOOD[0], torch.tensor([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=torch.uint64))),
-    ("ids-int64-extremes", lambda e: e(*GOOD), lambda e: e(GOOD[0], [-(2**63)] * 2 + [2**63 - 1] * 2 + [0] * 2)),
+    (
+        "bool-rewards",
+        lambda e: e([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1]),
+        lambda e: e([True, False, True, True], [0, 0, 1, 1]),
+    ),
+    (
+        "bool-reward-tensor",
+        lambda e: e(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1]),
+        lambda e: e(torch.tensor([True, False, True, True]), [0, 0, 1, 1]),
+    ),
+    (
+        "padding-rows",
+        lambda e: e(*GOOD),
+        lambda e: e(
+            GOOD[0] + [math.nan, 5.0, -1.0], GOOD[1] + [9, 0, 7], mask=[True] * 6 + [False] * 3
+        ),
+    ),
+    (
+        "nan-with-nan-policy-mask",
+        lambda e: e(*GOOD, mask=[True] * 5 + [False]),
+        lambda e: e(GOOD[0][:5] + [math.nan], GOOD[1]),
+    ),  # the hostile estimator is rebuilt with nan_policy="mask" below
+    (
+        "mask-uint16",
+        lambda e: e(*GOOD, mask=[True, False] * 3),
+        lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint16)),
+    ),
+    (
+        "mask-uint64",
+        lambda e: e(*GOOD, mask=[True, False] * 3),
+        lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint64)),
+    ),
+    (
+        "mask-torch-uint8",
+        lambda e: e(*GOOD, mask=[True, False] * 3),
+        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint8)),
+    ),
+    (
+        "mask-torch-uint16",
+        lambda e: e(*GOOD, mask=[True, False] * 3),
+        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint16)),
+    ),
+    (
+        "mask-torch-uint64",
+        lambda e: e(*GOOD, mask=[True, False] * 3),
+        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint64)),
+    ),
+    (
+        "ids-at-least-2**63-list",
+        lambda e: e(*GOOD),
+        lambda e: e(GOOD[0], [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1]),
+    ),
+    (
+        "ids-2**63-apart-list",
+        lambda e: e(*GOOD),
+        lambda e: e(GOOD[0], [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2]),
+    ),
+    (
+        "ids-uint64-array",
+        lambda e: e(*GOOD),
+        lambda e: e(GOOD[0], np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64)),
+    ),
+    (
+        "ids-uint64-tensor",
+        lambda e: e(*GOOD),
+        lambda e: e(
+            GOOD[0], torch.tensor([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=torch.uint64)
+        ),
+    ),
+    (
+        "ids-int64-extremes",
+        lambda e: e(*GOOD),
+        lambda e: e(GOOD[0], [-(2**63)] * 2 + [2**63 - 1] * 2 + [0] * 2),
+    ),
     ("ids-tuple", lambda e: e(*GOOD), lambda e: e(GOOD[0], tuple(GOOD[1]))),
-    ("ids-strings-array", lambda e: e(*GOOD), lambda e: e(GOOD[0], np.array(["x", "x", "y", "y", "z", "z"]))),
-    ("int-reward-tensor", lambda e: e(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1]),
-     lambda e: e(torch.tensor([1, 0, 1, 1]), [0, 0, 1, 1])),
+    (
+        "ids-strings-array",
+        lambda e: e(*GOOD),
+        lambda e: e(GOOD[0], np.array(["x", "x", "y", "y", "z", "z"])),
+    ),
+    (
+        "int-reward-tensor",
+        lambda e: e(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1]),
+        lambda e: e(torch.tensor([1, 0, 1, 1]), [0, 0, 1, 1]),
+    ),
 ]
 
 
@@ -392,7 +1211,9 @@ def test_all_rows_masked_is_not_a_step(name):
 def test_one_hundred_thousand_singleton_groups(name):
     n = 100_000
     rewards = torch.from_numpy((np.arange(n) % 3 == 0).astype(np.float64))
-    res = ebpo.make_estimator(name)(rewards, torch.arange(n) * 7_919)  # sparse ids: the sorting path
+    res = ebpo.make_estimator(name)(
+        rewards, torch.arange(n) * 7_919
+    )  # sparse ids: the sorting path
     assert res.metrics["num_groups"] == n and torch.isfinite(res.advantages).all()
 
 
@@ -418,11 +1239,21 @@ REJECTED_BATCHES = [
 ]
 #: batches only some estimators refuse
 REJECTED_BY = {
-    "ebpo": [((torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64), np.repeat(np.arange(200), 2)), {})],
+    "ebpo": [
+        (
+            (
+                torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64),
+                np.repeat(np.arange(200), 2),
+            ),
+            {},
+        )
+    ],
     "rloo": [((F16, [0, 0, 0, 0]), {})],
     "jspo": [((F16, [0, 0, 0, 0]), {})],
-    "jspo_plus_plus": [((F16, [0, 0, 0, 0]), {}),
-                       ((torch.tensor([1e200, 1e200, -1e200, -1e200], dtype=torch.float64), [0, 0, 1, 1]), {})],
+    "jspo_plus_plus": [
+        ((F16, [0, 0, 0, 0]), {}),
+        ((torch.tensor([1e200, 1e200, -1e200, -1e200], dtype=torch.float64), [0, 0, 1, 1]), {}),
+    ],
     "dr_grpo": [((F16, [0, 0, 0, 0]), {})],
     "ebpo_bb": [(([0.5, 1.5], [0, 0]), {})],
 }
@@ -435,7 +1266,10 @@ def test_rejected_batches_change_nothing_afterwards(name):
     rejected = REJECTED_BATCHES + REJECTED_BY.get(name, [])
     rng = np.random.default_rng(0)
     good = [
-        (torch.from_numpy((rng.random(24) < 0.5).astype(np.float64)), np.repeat(np.arange(6) + 10 * step, 4))
+        (
+            torch.from_numpy((rng.random(24) < 0.5).astype(np.float64)),
+            np.repeat(np.arange(6) + 10 * step, 4),
+        )
         for step in range(len(rejected) + 1)
     ]
     hostile, fresh = ebpo.make_estimator(name), ebpo.make_estimator(name)

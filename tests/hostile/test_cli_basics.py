@@ -7,10 +7,26 @@ import pytest
 from tests.hostile.harness import CliCase, check_cli_error, ids
 
 CASES = [
-    CliCase("unknown-command", ["nonsense"], r"^ebpo: error: argument COMMAND: invalid choice: 'nonsense'"),
-    CliCase("bad-int", ["train", "--steps", "ten"], r"^ebpo train: error: argument --steps: invalid int value: 'ten'"),
-    CliCase("unknown-option", ["demo", "--frobnicate"], r"^ebpo: error: unrecognized arguments: --frobnicate"),
-    CliCase("bad-choice", ["train", "--reward", "exact"], r"^ebpo train: error: argument --reward: invalid choice"),
+    CliCase(
+        "unknown-command",
+        ["nonsense"],
+        r"^ebpo: error: argument COMMAND: invalid choice: 'nonsense'",
+    ),
+    CliCase(
+        "bad-int",
+        ["train", "--steps", "ten"],
+        r"^ebpo train: error: argument --steps: invalid int value: 'ten'",
+    ),
+    CliCase(
+        "unknown-option",
+        ["demo", "--frobnicate"],
+        r"^ebpo: error: unrecognized arguments: --frobnicate",
+    ),
+    CliCase(
+        "bad-choice",
+        ["train", "--reward", "exact"],
+        r"^ebpo train: error: argument --reward: invalid choice",
+    ),
 ]
 
 

@@ -14,7 +14,10 @@ pytest.importorskip("verl")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "datasets"
 TRAIN = str(FIXTURES / "dapo-math-17k.parquet")
-NO_HUB = {"HF_ENDPOINT": "http://127.0.0.1:9", "EBPO_DATA_DIR": ""}  # a closed local port: offline, fast
+NO_HUB = {
+    "HF_ENDPOINT": "http://127.0.0.1:9",
+    "EBPO_DATA_DIR": "",
+}  # a closed local port: offline, fast
 
 
 def _file(name: str, text: str = "x"):
@@ -26,59 +29,173 @@ def _file(name: str, text: str = "x"):
 
 CASES = [
     # -- subcommand typos never launch a run
-    CliCase("subcommand-typo", ["verl", "docter"],
-            r"^ebpo verl: error: unknown subcommand 'docter'; did you mean 'doctor'\?"),
-    CliCase("subcommand-typo-recipe", ["verl", "recipes", "ebpo"],
-            r"^ebpo verl: error: unknown subcommand 'recipes'; did you mean 'recipe'\?"),
-    CliCase("subcommand-unknown-word", ["verl", "train"], r"^ebpo verl: error: unknown subcommand 'train' \(expected one of"),
-    CliCase("run-word-not-override", ["verl", "run", "docter"], r"^ebpo verl run: error: 'docter' is not a Hydra override"),
-    CliCase("run-unknown-flag", ["verl", "run", "--frobnicate"], r"^ebpo verl run: error: unknown option\(s\) \['--frobnicate'\]"),
+    CliCase(
+        "subcommand-typo",
+        ["verl", "docter"],
+        r"^ebpo verl: error: unknown subcommand 'docter'; did you mean 'doctor'\?",
+    ),
+    CliCase(
+        "subcommand-typo-recipe",
+        ["verl", "recipes", "ebpo"],
+        r"^ebpo verl: error: unknown subcommand 'recipes'; did you mean 'recipe'\?",
+    ),
+    CliCase(
+        "subcommand-unknown-word",
+        ["verl", "train"],
+        r"^ebpo verl: error: unknown subcommand 'train' \(expected one of",
+    ),
+    CliCase(
+        "run-word-not-override",
+        ["verl", "run", "docter"],
+        r"^ebpo verl run: error: 'docter' is not a Hydra override",
+    ),
+    CliCase(
+        "run-unknown-flag",
+        ["verl", "run", "--frobnicate"],
+        r"^ebpo verl run: error: unknown option\(s\) \['--frobnicate'\]",
+    ),
     # -- algorithm.ebpo.* checked before launching (keys from the estimator's constructor)
-    CliCase("ebpo-key-typo", ["verl", "+algorithm.ebpo.prir=ema"],
-            r"^ebpo verl run: error: unknown key\(s\) 'prir' under algorithm\.ebpo .*did you mean 'prior'\?.*valid keys: .*half_life"),
-    CliCase("ebpo-key-typo-recipe", ["verl", "recipe", "ebpo_topic", "+algorithm.ebpo.half_lif=20"],
-            r"^ebpo verl recipe: error: unknown key\(s\) 'half_lif' .*did you mean 'half_life'\?"),
-    CliCase("ebpo-bb-foreign-key", ["verl", "algorithm.adv_estimator=ebpo_bb", "+algorithm.ebpo.within_variance=pooled"],
-            r"unknown key\(s\) 'within_variance' under algorithm\.ebpo for adv_estimator='ebpo_bb'"),
-    CliCase("jspo-key", ["verl", "algorithm.adv_estimator=jspo", "+algorithm.ebpo.prior=batch"],
-            r"unknown key\(s\) 'prior' under algorithm\.ebpo for adv_estimator='jspo'"),
-    CliCase("ebpo-bad-value", ["verl", "recipe", "ebpo", "+algorithm.ebpo.prior=forever"],
-            r"^ebpo verl recipe: error: invalid algorithm\.ebpo option .*prior must be one of \['history', 'batch', 'ema'\], got 'forever'"),
-    CliCase("ebpo-bad-number", ["verl", "+algorithm.ebpo.prior=ema", "+algorithm.ebpo.half_life=-3"],
-            r"half_life must be a positive"),
-    CliCase("ebpo-section-not-mapping", ["verl", "+algorithm.ebpo=5"], r"algorithm\.ebpo must be a mapping of options"),
-    CliCase("ebpo-per-cluster", ["verl", "+algorithm.ebpo.per_cluster=True"], r"per_cluster=True is not supported in verl"),
-    CliCase("hydra-syntax", ["verl", "+algorithm.ebpo.prior=[batch"], r"^ebpo verl run: error: cannot parse the Hydra overrides"),
-    CliCase("recipe-unknown", ["verl", "recipe", "ebpo_topci"], r"^ebpo verl recipe: error: unknown recipe 'ebpo_topci'"),
+    CliCase(
+        "ebpo-key-typo",
+        ["verl", "+algorithm.ebpo.prir=ema"],
+        r"^ebpo verl run: error: unknown key\(s\) 'prir' under algorithm\.ebpo "
+        r".*did you mean 'prior'\?.*valid keys: .*half_life",
+    ),
+    CliCase(
+        "ebpo-key-typo-recipe",
+        ["verl", "recipe", "ebpo_topic", "+algorithm.ebpo.half_lif=20"],
+        r"^ebpo verl recipe: error: unknown key\(s\) 'half_lif' .*did you mean 'half_life'\?",
+    ),
+    CliCase(
+        "ebpo-bb-foreign-key",
+        ["verl", "algorithm.adv_estimator=ebpo_bb", "+algorithm.ebpo.within_variance=pooled"],
+        r"unknown key\(s\) 'within_variance' under algorithm\.ebpo for adv_estimator='ebpo_bb'",
+    ),
+    CliCase(
+        "jspo-key",
+        ["verl", "algorithm.adv_estimator=jspo", "+algorithm.ebpo.prior=batch"],
+        r"unknown key\(s\) 'prior' under algorithm\.ebpo for adv_estimator='jspo'",
+    ),
+    CliCase(
+        "ebpo-bad-value",
+        ["verl", "recipe", "ebpo", "+algorithm.ebpo.prior=forever"],
+        r"^ebpo verl recipe: error: invalid algorithm\.ebpo option "
+        r".*prior must be one of \['history', 'batch', 'ema'\], got 'forever'",
+    ),
+    CliCase(
+        "ebpo-bad-number",
+        ["verl", "+algorithm.ebpo.prior=ema", "+algorithm.ebpo.half_life=-3"],
+        r"half_life must be a positive",
+    ),
+    CliCase(
+        "ebpo-section-not-mapping",
+        ["verl", "+algorithm.ebpo=5"],
+        r"algorithm\.ebpo must be a mapping of options",
+    ),
+    CliCase(
+        "ebpo-per-cluster",
+        ["verl", "+algorithm.ebpo.per_cluster=True"],
+        r"per_cluster=True is not supported in verl",
+    ),
+    CliCase(
+        "hydra-syntax",
+        ["verl", "+algorithm.ebpo.prior=[batch"],
+        r"^ebpo verl run: error: cannot parse the Hydra overrides",
+    ),
+    CliCase(
+        "recipe-unknown",
+        ["verl", "recipe", "ebpo_topci"],
+        r"^ebpo verl recipe: error: unknown recipe 'ebpo_topci'",
+    ),
     # -- prepare-data: offline, bad paths and bad options; nothing (not even data/) left behind
-    CliCase("prepare-offline", ["verl", "prepare-data", "--limit", "3"],
-            r"^ebpo verl prepare-data: error: cannot load 'dapo-math-17k': the Hugging Face Hub is not reachable.*--train-file",
-            env=NO_HUB),
-    CliCase("prepare-offline-eval-after-train", ["verl", "prepare-data", f"--train-file={TRAIN}", "--eval", "aime-2024"],
-            r"cannot load 'aime-2024': the Hugging Face Hub is not reachable.*--eval-file aime-2024=PATH", env=NO_HUB),
-    CliCase("prepare-out-dir-is-file", ["verl", "prepare-data", "--out-dir", "out.txt"],
-            r"^ebpo verl prepare-data: error: --out-dir 'out.txt' is a file, expected a directory", setup=_file("out.txt")),
-    CliCase("prepare-out-dir-below-dev-null", ["verl", "prepare-data", "--out-dir", "/dev/null/data"],
-            r"--out-dir '/dev/null/data' lies below '/dev/null', which is not a directory"),
-    CliCase("prepare-out-dir-below-file", ["verl", "prepare-data", "--out-dir", "out.txt/data"],
-            r"--out-dir 'out.txt/data' lies below 'out.txt'", setup=_file("out.txt")),
-    CliCase("prepare-out-dir-empty", ["verl", "prepare-data", "--out-dir", ""], r"--out-dir must be a non-empty path"),
-    CliCase("prepare-train-file-missing", ["verl", "prepare-data", "--train-file", "missing.parquet"],
-            r"--train-file 'missing.parquet' is not a file"),
-    CliCase("prepare-train-file-garbage", ["verl", "prepare-data", "--train-file", "train.parquet", "--eval"],
-            r"^ebpo verl prepare-data: error: cannot read --train-file 'train.parquet'", setup=_file("train.parquet", "not parquet")),
-    CliCase("prepare-eval-file-syntax", ["verl", "prepare-data", "--eval-file", "gsm8k=x.jsonl"],
-            r"--eval-file must be NAME=PATH with NAME in"),
-    CliCase("prepare-eval-file-missing", ["verl", "prepare-data", "--eval-file", "aime-2024=nothere.jsonl"],
-            r"--eval-file aime-2024= 'nothere.jsonl' is not a file"),
-    CliCase("prepare-eval-unknown", ["verl", "prepare-data", "--eval", "gsm8k"], r"unknown evaluation set\(s\) \['gsm8k'\]"),
-    CliCase("prepare-labels-not-json", ["verl", "prepare-data", "--labels", "labels.jsonl"],
-            r"--labels labels\.jsonl: line 2 is not JSON", setup=_file("labels.jsonl", '{"id": "a", "topic": "x"}\n{oops\n')),
-    CliCase("prepare-labels-no-id", ["verl", "prepare-data", "--labels", "labels.jsonl"],
-            r"--labels labels\.jsonl: line 1 is not a JSON object with an 'id'", setup=_file("labels.jsonl", "[1, 2]\n")),
-    CliCase("prepare-num-topics-zero", ["verl", "prepare-data", "--num-topics", "0"], r"--num-topics must be a positive integer, got 0"),
-    CliCase("prepare-limit-zero", ["verl", "prepare-data", "--limit", "0"], r"--limit must be a positive integer, got 0"),
-    CliCase("prepare-template", ["verl", "prepare-data", "--template", "chatml"], r"--template must be one of .*got 'chatml'"),
+    CliCase(
+        "prepare-offline",
+        ["verl", "prepare-data", "--limit", "3"],
+        r"^ebpo verl prepare-data: error: cannot load 'dapo-math-17k': "
+        r"the Hugging Face Hub is not reachable.*--train-file",
+        env=NO_HUB,
+    ),
+    CliCase(
+        "prepare-offline-eval-after-train",
+        ["verl", "prepare-data", f"--train-file={TRAIN}", "--eval", "aime-2024"],
+        r"cannot load 'aime-2024': the Hugging Face Hub is not reachable.*--eval-file aime-2024=PATH",
+        env=NO_HUB,
+    ),
+    CliCase(
+        "prepare-out-dir-is-file",
+        ["verl", "prepare-data", "--out-dir", "out.txt"],
+        r"^ebpo verl prepare-data: error: --out-dir 'out.txt' is a file, expected a directory",
+        setup=_file("out.txt"),
+    ),
+    CliCase(
+        "prepare-out-dir-below-dev-null",
+        ["verl", "prepare-data", "--out-dir", "/dev/null/data"],
+        r"--out-dir '/dev/null/data' lies below '/dev/null', which is not a directory",
+    ),
+    CliCase(
+        "prepare-out-dir-below-file",
+        ["verl", "prepare-data", "--out-dir", "out.txt/data"],
+        r"--out-dir 'out.txt/data' lies below 'out.txt'",
+        setup=_file("out.txt"),
+    ),
+    CliCase(
+        "prepare-out-dir-empty",
+        ["verl", "prepare-data", "--out-dir", ""],
+        r"--out-dir must be a non-empty path",
+    ),
+    CliCase(
+        "prepare-train-file-missing",
+        ["verl", "prepare-data", "--train-file", "missing.parquet"],
+        r"--train-file 'missing.parquet' is not a file",
+    ),
+    CliCase(
+        "prepare-train-file-garbage",
+        ["verl", "prepare-data", "--train-file", "train.parquet", "--eval"],
+        r"^ebpo verl prepare-data: error: cannot read --train-file 'train.parquet'",
+        setup=_file("train.parquet", "not parquet"),
+    ),
+    CliCase(
+        "prepare-eval-file-syntax",
+        ["verl", "prepare-data", "--eval-file", "gsm8k=x.jsonl"],
+        r"--eval-file must be NAME=PATH with NAME in",
+    ),
+    CliCase(
+        "prepare-eval-file-missing",
+        ["verl", "prepare-data", "--eval-file", "aime-2024=nothere.jsonl"],
+        r"--eval-file aime-2024= 'nothere.jsonl' is not a file",
+    ),
+    CliCase(
+        "prepare-eval-unknown",
+        ["verl", "prepare-data", "--eval", "gsm8k"],
+        r"unknown evaluation set\(s\) \['gsm8k'\]",
+    ),
+    CliCase(
+        "prepare-labels-not-json",
+        ["verl", "prepare-data", "--labels", "labels.jsonl"],
+        r"--labels labels\.jsonl: line 2 is not JSON",
+        setup=_file("labels.jsonl", '{"id": "a", "topic": "x"}\n{oops\n'),
+    ),
+    CliCase(
+        "prepare-labels-no-id",
+        ["verl", "prepare-data", "--labels", "labels.jsonl"],
+        r"--labels labels\.jsonl: line 1 is not a JSON object with an 'id'",
+        setup=_file("labels.jsonl", "[1, 2]\n"),
+    ),
+    CliCase(
+        "prepare-num-topics-zero",
+        ["verl", "prepare-data", "--num-topics", "0"],
+        r"--num-topics must be a positive integer, got 0",
+    ),
+    CliCase(
+        "prepare-limit-zero",
+        ["verl", "prepare-data", "--limit", "0"],
+        r"--limit must be a positive integer, got 0",
+    ),
+    CliCase(
+        "prepare-template",
+        ["verl", "prepare-data", "--template", "chatml"],
+        r"--template must be one of .*got 'chatml'",
+    ),
 ]
 
 

@@ -4,7 +4,8 @@
   ``ebpo.rewards`` documents (``score_math_detailed``: a missing ground truth is
   ``missing_ground_truth``, a value that is neither text nor a number ``bad_input``, an integer
   too long to write ``too_long``; all score 0) and adds one to the counter of its status. Checked
-  through ``score_math_detailed``, the verl adapter ``compute_score`` and the TRL reward.
+  through ``score_math_detailed``, the verl adapter ``compute_score`` and the TRL reward
+  (``ebpo.integrations.verl.reward``, ``ebpo.integrations.trl.reward``).
 * ``OPTION_CASES``: bad options (``timeout`` NaN/inf/1e10/strings..., caps, isolation, workers):
   a ValueError naming the option, raised before anything is counted.
 * ``CLI_CASES``: ``ebpo data label --topic llm`` misconfigured (unreachable URL, a key over plain
@@ -25,10 +26,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ebpo.integrations.trl.reward import make_trl_reward
+from ebpo.integrations.verl.reward import compute_score
 from ebpo.rewards import (
     MAX_TIMEOUT,
-    compute_score,
-    make_trl_reward,
     reset_reward_stats,
     reward_stats,
     score_math,
@@ -77,7 +78,9 @@ SCORE_CASES = [
     ScoreCase("nested-gold-100", "Answer: 1", "{" * 100 + "1" + "}" * 100, "too_long"),
     ScoreCase("long-gold", "Answer: 1", "1+" * 1000 + "1", "too_long"),
     # unicode
-    ScoreCase("arabic-indic-digit", "Answer: \u0663", "3", "integer", 1.0),  # int() reads it as 3 too
+    ScoreCase(
+        "arabic-indic-digit", "Answer: \u0663", "3", "integer", 1.0
+    ),  # int() reads it as 3 too
     ScoreCase("fullwidth-digit", "Answer: \uff13", "3", "integer", 1.0),
     ScoreCase("cjk-text-around", "\u7b54\u6848\u662f Answer: 3", "3", "exact", 1.0),
     ScoreCase("emoji-answer", "Answer: \U0001f600", "1", "rejected"),
@@ -90,7 +93,9 @@ SCORE_CASES = [
     ScoreCase("backspace", "Answer: x\x08", "x", "rejected"),
     ScoreCase("nul-gold", "Answer: 1", "\x00", "rejected"),
     # bytes, containers and other objects: their str() is a repr, not an answer
-    ScoreCase("bytes-response", b"Answer: 1", "1", "bad_input"),  # used to score 1.0 via "b'Answer: 1'"
+    ScoreCase(
+        "bytes-response", b"Answer: 1", "1", "bad_input"
+    ),  # used to score 1.0 via "b'Answer: 1'"
     ScoreCase("bytearray-response", bytearray(b"Answer: 1"), "1", "bad_input"),
     ScoreCase("bytes-gold", "Answer: 1", b"1", "bad_input"),
     ScoreCase("list-response", ["Answer: 1"], "1", "bad_input"),
@@ -137,9 +142,25 @@ SCORE_CASES = [
     ScoreCase("huge-negative-int-gold", "Answer: 1", -(10**5000), "too_long"),
     ScoreCase("huge-fraction-gold", "Answer: 1", fractions.Fraction(10**5000, 3), "too_long"),
     # integers beyond Python's int/str limit, when the caller lifts the length cap
-    ScoreCase("long-ints-equal", f"Answer: 000{LONG_INT}", LONG_INT, "integer", 1.0, {"max_answer_chars": 20_000}),
-    ScoreCase("long-ints-differ", f"Answer: {LONG_INT}", "2" * 5000, "integer", 0.0, {"max_answer_chars": 20_000}),
-    ScoreCase("long-answer-small-cap", "Answer: 12", "12", "too_long", 0.0, {"max_answer_chars": 1}),
+    ScoreCase(
+        "long-ints-equal",
+        f"Answer: 000{LONG_INT}",
+        LONG_INT,
+        "integer",
+        1.0,
+        {"max_answer_chars": 20_000},
+    ),
+    ScoreCase(
+        "long-ints-differ",
+        f"Answer: {LONG_INT}",
+        "2" * 5000,
+        "integer",
+        0.0,
+        {"max_answer_chars": 20_000},
+    ),
+    ScoreCase(
+        "long-answer-small-cap", "Answer: 12", "12", "too_long", 0.0, {"max_answer_chars": 1}
+    ),
 ]
 
 
@@ -147,7 +168,9 @@ def _score_with(entry: str, case: ScoreCase) -> tuple[float, float | None]:
     """(score, unscorable flag or None) through one public entry point."""
     if entry == "score_math_detailed":
         result = score_math_detailed(case.response, case.ground_truth, **case.options)
-        assert result.status == case.status, f"{case.id}: status {result.status!r}, expected {case.status!r}"
+        assert result.status == case.status, (
+            f"{case.id}: status {result.status!r}, expected {case.status!r}"
+        )
         return result.score, None
     if entry == "verl":
         out = compute_score("hostile", case.response, case.ground_truth, extra_info=None)
@@ -224,22 +247,68 @@ def _option_case(name: str, call: Callable[[], Any], match: str) -> ApiCase:
 
 
 OPTION_CASES = [
-    _option_case(f"timeout-{label}-{entry}", lambda call=call, value=value: call(value), TIMEOUT_MESSAGE)
+    _option_case(
+        f"timeout-{label}-{entry}", lambda call=call, value=value: call(value), TIMEOUT_MESSAGE
+    )
     for label, value in BAD_TIMEOUTS.items()
     for entry, call in TIMEOUT_CALLS.items()
 ] + [
-    _option_case("max-answer-chars-zero", lambda: score_math_detailed("a", "1", max_answer_chars=0), "^max_answer_chars must be"),
-    _option_case("max-answer-chars-float", lambda: score_math_detailed("a", "1", max_answer_chars=5.0), "^max_answer_chars must be"),
-    _option_case("max-answer-chars-str", lambda: score_math_detailed("a", "1", max_answer_chars="512"), "^max_answer_chars must be"),
-    _option_case("max-brace-depth-negative", lambda: score_math_detailed("a", "1", max_brace_depth=-1), "^max_brace_depth must be"),
-    _option_case("max-brace-depth-bool", lambda: score_math_detailed("a", "1", max_brace_depth=True), "^max_brace_depth must be"),
-    _option_case("isolation-thread", lambda: score_math_detailed("a", "1", isolation="thread"), "^isolation must be"),
-    _option_case("isolation-none", lambda: score_math_detailed("a", "1", isolation=None), "^isolation must be"),
-    _option_case("isolation-list", lambda: score_math_detailed("a", "1", isolation=["auto"]), "^isolation must be"),
-    _option_case("batch-workers-zero", lambda: score_math_batch(["a"], ["1"], num_workers=0), "^num_workers must be"),
-    _option_case("batch-workers-str", lambda: score_math_batch(["a"], ["1"], num_workers="2"), "^num_workers must be"),
-    _option_case("trl-workers-float", lambda: make_trl_reward(num_workers=1.5), "^num_workers must be"),
-    _option_case("batch-length-mismatch", lambda: score_math_batch(["a"], ["1", "2"]), "same length"),
+    _option_case(
+        "max-answer-chars-zero",
+        lambda: score_math_detailed("a", "1", max_answer_chars=0),
+        "^max_answer_chars must be",
+    ),
+    _option_case(
+        "max-answer-chars-float",
+        lambda: score_math_detailed("a", "1", max_answer_chars=5.0),
+        "^max_answer_chars must be",
+    ),
+    _option_case(
+        "max-answer-chars-str",
+        lambda: score_math_detailed("a", "1", max_answer_chars="512"),
+        "^max_answer_chars must be",
+    ),
+    _option_case(
+        "max-brace-depth-negative",
+        lambda: score_math_detailed("a", "1", max_brace_depth=-1),
+        "^max_brace_depth must be",
+    ),
+    _option_case(
+        "max-brace-depth-bool",
+        lambda: score_math_detailed("a", "1", max_brace_depth=True),
+        "^max_brace_depth must be",
+    ),
+    _option_case(
+        "isolation-thread",
+        lambda: score_math_detailed("a", "1", isolation="thread"),
+        "^isolation must be",
+    ),
+    _option_case(
+        "isolation-none",
+        lambda: score_math_detailed("a", "1", isolation=None),
+        "^isolation must be",
+    ),
+    _option_case(
+        "isolation-list",
+        lambda: score_math_detailed("a", "1", isolation=["auto"]),
+        "^isolation must be",
+    ),
+    _option_case(
+        "batch-workers-zero",
+        lambda: score_math_batch(["a"], ["1"], num_workers=0),
+        "^num_workers must be",
+    ),
+    _option_case(
+        "batch-workers-str",
+        lambda: score_math_batch(["a"], ["1"], num_workers="2"),
+        "^num_workers must be",
+    ),
+    _option_case(
+        "trl-workers-float", lambda: make_trl_reward(num_workers=1.5), "^num_workers must be"
+    ),
+    _option_case(
+        "batch-length-mismatch", lambda: score_math_batch(["a"], ["1", "2"]), "same length"
+    ),
 ]
 
 
@@ -249,15 +318,29 @@ def test_bad_scorer_option_is_a_value_error(case):
 
 
 def _input_file(tmp):
-    (tmp / "in.jsonl").write_text('{"problem": "the rank of a matrix", "answer": "2"}\n{"problem": "a sum", "answer": "3"}\n')
+    (tmp / "in.jsonl").write_text(
+        '{"problem": "the rank of a matrix", "answer": "2"}\n{"problem": "a sum", "answer": "3"}\n'
+    )
 
 
-LABEL = ["data", "label", "{tmp}/in.jsonl", "-o", "{tmp}/out.jsonl", "--topic", "llm", "--llm-model", "judge"]
+LABEL = [
+    "data",
+    "label",
+    "{tmp}/in.jsonl",
+    "-o",
+    "{tmp}/out.jsonl",
+    "--topic",
+    "llm",
+    "--llm-model",
+    "judge",
+]
 KEY = "sk-hostile-secret-123"  # must never reach stdout or stderr
 PREFIX = r"^ebpo data label: error: "
 
 
-def _llm_case(case_id: str, base_url: str, match: str, *extra: str, env: dict[str, str] | None = None) -> CliCase:
+def _llm_case(
+    case_id: str, base_url: str, match: str, *extra: str, env: dict[str, str] | None = None
+) -> CliCase:
     """``ebpo data label IN -o OUT --topic llm --llm-model judge --llm-base-url URL *extra``."""
     argv = [*LABEL, "--llm-base-url", base_url, *extra]
     return CliCase(case_id, argv, PREFIX + match, setup=_input_file, env=env or {})
@@ -265,7 +348,11 @@ def _llm_case(case_id: str, base_url: str, match: str, *extra: str, env: dict[st
 
 KEY_ENV = ("--llm-api-key-env", "EBPO_HOSTILE_KEY")
 CLI_CASES = [
-    _llm_case("llm-unreachable-url", "http://127.0.0.1:9/v1", r"cannot reach the LLM endpoint http://127\.0\.0\.1:9/v1/chat/completions"),
+    _llm_case(
+        "llm-unreachable-url",
+        "http://127.0.0.1:9/v1",
+        r"cannot reach the LLM endpoint http://127\.0\.0\.1:9/v1/chat/completions",
+    ),
     _llm_case(
         "llm-unreachable-url-with-key",
         "http://localhost:9/v1",
@@ -301,13 +388,35 @@ CLI_CASES = [
         "--llm-api-key-env",
         KEY,
     ),
-    _llm_case("llm-openai-without-key", "https://api.openai.com/v1", r"api\.openai\.com needs a key: set OPENAI_API_KEY"),
-    _llm_case("llm-user-info-in-url", f"http://user:{KEY}@127.0.0.1:9/v1", r"base_url must not hold user info"),
-    _llm_case("llm-bad-port", "http://127.0.0.1:99999/v1", r"base_url has an invalid port: http://127\.0\.0\.1/v1"),
+    _llm_case(
+        "llm-openai-without-key",
+        "https://api.openai.com/v1",
+        r"api\.openai\.com needs a key: set OPENAI_API_KEY",
+    ),
+    _llm_case(
+        "llm-user-info-in-url",
+        f"http://user:{KEY}@127.0.0.1:9/v1",
+        r"base_url must not hold user info",
+    ),
+    _llm_case(
+        "llm-bad-port",
+        "http://127.0.0.1:99999/v1",
+        r"base_url has an invalid port: http://127\.0\.0\.1/v1",
+    ),
     _llm_case("llm-not-http", "ftp://127.0.0.1/v1", r"base_url must be an http\(s\) URL"),
     CliCase(
         "llm-no-model",
-        ["data", "label", "{tmp}/in.jsonl", "-o", "{tmp}/out.jsonl", "--topic", "llm", "--llm-base-url", "http://127.0.0.1:9/v1"],
+        [
+            "data",
+            "label",
+            "{tmp}/in.jsonl",
+            "-o",
+            "{tmp}/out.jsonl",
+            "--topic",
+            "llm",
+            "--llm-base-url",
+            "http://127.0.0.1:9/v1",
+        ],
         PREFIX + r"--topic llm needs --llm-base-url .* and --llm-model",
         setup=_input_file,
     ),

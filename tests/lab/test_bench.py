@@ -11,22 +11,28 @@ from pathlib import Path
 
 import pytest
 
-from ebpo.lab import bench, bench_report
-from ebpo.lab.bench import BenchConfig, CellSpec
+from ebpo.lab import bench, bench_cells, bench_methods, bench_report, bench_summary
+from ebpo.lab.bench_config import BenchConfig, CellSpec
 
 T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 
 
 # ---------------------------------------------------------------------- a fake, instant runner
 def evaluation(overall: float) -> dict:
-    return {"overall": overall, "topics": {"add": overall + 0.1, "mul": overall - 0.1}, "tiers": {"1": overall + 0.2, "2": overall - 0.2}}
+    return {
+        "overall": overall,
+        "topics": {"add": overall + 0.1, "mul": overall - 0.1},
+        "tiers": {"1": overall + 0.2, "2": overall - 0.2},
+    }
 
 
 class FakeRunner:
     """Deterministic cells: ``start(spec)`` is the warm start's Pass@1 (step 0), ``heldout(spec)``
     the final one; the curve rises linearly between them, one point every ``eval_every`` steps."""
 
-    def __init__(self, validation=None, heldout=None, start=None, fail_on: CellSpec | None = None) -> None:
+    def __init__(
+        self, validation=None, heldout=None, start=None, fail_on: CellSpec | None = None
+    ) -> None:
         self.validation = validation or (lambda s: 0.5)
         self.heldout = heldout or (lambda s: 0.5)
         self.start = start or (lambda s: 0.2)
@@ -47,7 +53,10 @@ class FakeRunner:
             "validation": evaluation(self.validation(spec)),
             "heldout": evaluation(final),
             "heldout_before": evaluation(start),
-            "eval_curve": {"step": steps, "pass1": [start + (final - start) * s / config.steps for s in steps]},
+            "eval_curve": {
+                "step": steps,
+                "pass1": [start + (final - start) * s / config.steps for s in steps],
+            },
             "curves": {
                 "step": train_steps,
                 "reward": [0.1 * s for s in train_steps],
@@ -81,7 +90,10 @@ def run(cfg: BenchConfig, runner: FakeRunner, **kwargs) -> dict:
 def test_paired_differences_match_a_hand_computation(tmp_path):
     # per seed: GRPO final 0.30 / 0.50 / 0.70; EBPO final 0.36 / 0.53 / 0.79 (differences .06 .03 .09)
     grpo, ebpo = {0: 0.30, 1: 0.50, 2: 0.70}, {0: 0.36, 1: 0.53, 2: 0.79}
-    runner = FakeRunner(heldout=lambda s: (ebpo if s.method == "ebpo" else grpo)[s.seed], start=lambda s: 0.1 * s.seed)
+    runner = FakeRunner(
+        heldout=lambda s: (ebpo if s.method == "ebpo" else grpo)[s.seed],
+        start=lambda s: 0.1 * s.seed,
+    )
     cfg = config(tmp_path, learning_rates=(1e-4,), group_sizes=(4,))
     rows = run(cfg, runner)["paired"]
     final = next(r for r in rows if r["comparison"] == "best_lr" and r["checkpoint"] == "final")
@@ -102,11 +114,28 @@ def test_steps_to_target_is_paired_and_censored(tmp_path):
     # seed s starts at 0.1 s; target = start + 0.10. GRPO gains 0.2 over 10 steps -> reaches it at
     # step 5; EBPO gains 0.4 -> step 2.5; a method that gains 0.05 never reaches it (censored at 10).
     gains = {"grpo": 0.2, "ebpo": 0.4, "ebpo_topic": 0.05}
-    runner = FakeRunner(start=lambda s: 0.1 * s.seed, heldout=lambda s: 0.1 * s.seed + gains[s.method])
-    cfg = config(tmp_path, methods=("grpo", "ebpo", "ebpo_topic"), learning_rates=(1e-4,), group_sizes=(2,), eval_every=1, checkpoints=(5,))
-    rows = {(r["method"], r["checkpoint"]): r for r in run(cfg, runner)["paired"] if r["comparison"] == "best_lr"}
+    runner = FakeRunner(
+        start=lambda s: 0.1 * s.seed, heldout=lambda s: 0.1 * s.seed + gains[s.method]
+    )
+    cfg = config(
+        tmp_path,
+        methods=("grpo", "ebpo", "ebpo_topic"),
+        learning_rates=(1e-4,),
+        group_sizes=(2,),
+        eval_every=1,
+        checkpoints=(5,),
+    )
+    rows = {
+        (r["method"], r["checkpoint"]): r
+        for r in run(cfg, runner)["paired"]
+        if r["comparison"] == "best_lr"
+    }
     fast = rows[("ebpo", "steps_to_target")]
-    assert fast["mean_diff"] == pytest.approx(2.5 - 5) and fast["reached"] == 3 and fast["reference_reached"] == 3
+    assert (
+        fast["mean_diff"] == pytest.approx(2.5 - 5)
+        and fast["reached"] == 3
+        and fast["reference_reached"] == 3
+    )
     slow = rows[("ebpo_topic", "steps_to_target")]
     assert slow["mean_diff"] == pytest.approx(10 - 5) and slow["reached"] == 0
 
@@ -117,7 +146,7 @@ def test_paired_uses_only_seeds_both_methods_have(tmp_path):
     missing = next(c for c in cells if c.method == "ebpo" and c.seed == 2)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, FakeRunner(fail_on=missing))
-    rows = bench_report.paired_rows(bench.load_cells(cfg), cfg)
+    rows = bench_summary.paired_rows(bench_cells.load_cells(cfg), cfg)
     assert rows and all(r["seeds"] == 2 for r in rows)
 
 
@@ -131,35 +160,53 @@ def test_equal_lr_pairs_each_rate_and_best_lr_uses_validation(tmp_path):
     )
     cfg = config(tmp_path, group_sizes=(2,))
     summary = run(cfg, runner)
-    best = next(r for r in summary["paired"] if r["comparison"] == "best_lr" and r["checkpoint"] == "final")
+    best = next(
+        r for r in summary["paired"] if r["comparison"] == "best_lr" and r["checkpoint"] == "final"
+    )
     assert (best["lr"], best["reference_lr"]) == (1e-4, 5e-4)
     assert best["mean_diff"] == pytest.approx(0.4 - 0.4)
-    equal = {r["lr"]: r for r in summary["paired"] if r["comparison"] == "equal_lr" and r["checkpoint"] == "final"}
-    assert set(equal) == {1e-4, 2e-4, 5e-4} and all(r["reference_lr"] == r["lr"] for r in equal.values())
-    assert equal[1e-4]["mean_diff"] == pytest.approx(0.4 - 0.9) and equal[5e-4]["mean_diff"] == pytest.approx(0.9 - 0.4)
-    cells = bench.load_cells(cfg)
-    assert bench_report.select_learning_rates(cells)[("ebpo", 2)]["lr"] == 1e-4
-    assert bench_report.select_learning_rates(cells, split="heldout")[("ebpo", 2)]["lr"] == 5e-4
+    equal = {
+        r["lr"]: r
+        for r in summary["paired"]
+        if r["comparison"] == "equal_lr" and r["checkpoint"] == "final"
+    }
+    assert set(equal) == {1e-4, 2e-4, 5e-4} and all(
+        r["reference_lr"] == r["lr"] for r in equal.values()
+    )
+    assert equal[1e-4]["mean_diff"] == pytest.approx(0.4 - 0.9) and equal[5e-4][
+        "mean_diff"
+    ] == pytest.approx(0.9 - 0.4)
+    cells = bench_cells.load_cells(cfg)
+    assert bench_summary.select_learning_rates(cells)[("ebpo", 2)]["lr"] == 1e-4
+    assert bench_summary.select_learning_rates(cells, split="heldout")[("ebpo", 2)]["lr"] == 5e-4
 
 
 def test_learning_rate_ties_go_to_the_smaller_rate(tmp_path):
     cfg = config(tmp_path, methods=("grpo",), group_sizes=(4,), seeds=(0,))
     run(cfg, FakeRunner(validation=lambda s: 0.5))
-    assert bench_report.select_learning_rates(bench.load_cells(cfg))[("grpo", 4)]["lr"] == 1e-4
+    assert (
+        bench_summary.select_learning_rates(bench_cells.load_cells(cfg))[("grpo", 4)]["lr"] == 1e-4
+    )
     with pytest.raises(ValueError, match="split"):
-        bench_report.select_learning_rates([], split="test")
+        bench_summary.select_learning_rates([], split="test")
 
 
 def test_level_table_is_mean_and_ci_over_seeds(tmp_path):
     per_seed = {0: 0.30, 1: 0.50, 2: 0.55}
     cfg = config(tmp_path, learning_rates=(1e-4,), group_sizes=(4,))
-    summary = run(cfg, FakeRunner(heldout=lambda s: per_seed[s.seed] + (0.1 if s.method == "ebpo" else 0.0)))
+    summary = run(
+        cfg, FakeRunner(heldout=lambda s: per_seed[s.seed] + (0.1 if s.method == "ebpo" else 0.0))
+    )
     row = next(r for r in summary["table_best_lr"] if r["method"] == "ebpo")
     values = [per_seed[s] + 0.1 for s in (0, 1, 2)]
     mean = sum(values) / 3
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
-    assert row["avg"]["mean"] == pytest.approx(mean) and row["avg"]["ci"] == pytest.approx(T_975_DF2 * sd / math.sqrt(3))
-    assert row["add"]["mean"] == pytest.approx(mean + 0.1) and row["tier 2"]["mean"] == pytest.approx(mean - 0.2)
+    assert row["avg"]["mean"] == pytest.approx(mean) and row["avg"]["ci"] == pytest.approx(
+        T_975_DF2 * sd / math.sqrt(3)
+    )
+    assert row["add"]["mean"] == pytest.approx(mean + 0.1) and row["tier 2"][
+        "mean"
+    ] == pytest.approx(mean - 0.2)
     assert summary["columns"] == ["add", "mul", "tier 1", "tier 2", "avg"]
 
 
@@ -169,8 +216,8 @@ def test_finished_cells_are_skipped_and_an_interrupted_cell_reruns(tmp_path):
     cells = cfg.cells()
     with pytest.raises(KeyboardInterrupt):
         run(cfg, FakeRunner(fail_on=cells[5]))
-    assert not (Path(cfg.output_dir) / cells[5].relative_dir() / bench.CELL_FILE).exists()
-    assert len(bench.load_cells(cfg)) == 5
+    assert not (Path(cfg.output_dir) / cells[5].relative_dir() / bench_cells.CELL_FILE).exists()
+    assert len(bench_cells.load_cells(cfg)) == 5
     again = FakeRunner()
     summary = run(cfg, again)
     assert again.calls == cells[5:] and summary["bench"]["ran"] == len(cells) - 5
@@ -183,10 +230,14 @@ def test_a_change_of_settings_or_train_defaults_makes_cells_stale(tmp_path, monk
 
     cfg = config(tmp_path, methods=("grpo",), group_sizes=(4,), seeds=(0,), learning_rates=(1e-4,))
     run(cfg, FakeRunner())
-    longer = config(tmp_path, methods=("grpo",), group_sizes=(4,), seeds=(0,), learning_rates=(1e-4,), steps=20)
-    assert bench.load_cells(longer) == []
+    longer = config(
+        tmp_path, methods=("grpo",), group_sizes=(4,), seeds=(0,), learning_rates=(1e-4,), steps=20
+    )
+    assert bench_cells.load_cells(longer) == []
     identity = TrainJobConfig.identity
-    monkeypatch.setattr(TrainJobConfig, "identity", lambda self: {**identity(self), "warm_start_lr": -1})
+    monkeypatch.setattr(
+        TrainJobConfig, "identity", lambda self: {**identity(self), "warm_start_lr": -1}
+    )
     runner = FakeRunner()
     run(cfg, runner)
     assert len(runner.calls) == 1
@@ -197,7 +248,9 @@ def test_shards_split_the_matrix_and_share_the_report(tmp_path):
     first, second = FakeRunner(), FakeRunner()
     run(cfg, first, shard=(0, 2))
     summary = run(cfg, second, shard=(1, 2))
-    assert set(first.calls).isdisjoint(second.calls) and len(first.calls) + len(second.calls) == len(cfg.cells())
+    assert set(first.calls).isdisjoint(second.calls) and len(first.calls) + len(
+        second.calls
+    ) == len(cfg.cells())
     assert summary["cells_finished"] == len(cfg.cells())
     with pytest.raises(ValueError, match="shard"):
         bench.shard_cells(cfg.cells(), (2, 2))
@@ -207,17 +260,32 @@ def test_shards_split_the_matrix_and_share_the_report(tmp_path):
 # ---------------------------------------------------------------------- report and command line
 def test_report_files(tmp_path):
     cfg = config(tmp_path)
-    run(cfg, FakeRunner(heldout=lambda s: 0.4 + 0.1 * s.seed + (0.05 if s.method == "ebpo" else 0)), plots=True)
+    run(
+        cfg,
+        FakeRunner(heldout=lambda s: 0.4 + 0.1 * s.seed + (0.05 if s.method == "ebpo" else 0)),
+        plots=True,
+    )
     out = Path(cfg.output_dir)
-    for name in ("results.md", "summary.json", "paired.csv", "table_best_lr.csv", "table_equal_lr.csv", "lr_sweep.csv"):
+    for name in (
+        "results.md",
+        "summary.json",
+        "paired.csv",
+        "table_best_lr.csv",
+        "table_equal_lr.csv",
+        "lr_sweep.csv",
+    ):
         assert (out / name).is_file(), name
     for name in ("paired", "heldout_pass1", "reward", "grad_norm", "entropy", "shrinkage"):
         assert (out / f"{name}.png").stat().st_size > 1000, name
     with open(out / "paired.csv") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(bench_report.PAIRED_COLUMNS)
+    assert list(rows[0]) == list(bench_summary.PAIRED_COLUMNS)
     assert {r["checkpoint"] for r in rows} == {"2", "4", "final", "steps_to_target"}
-    final = next(r for r in rows if r["comparison"] == "best_lr" and r["checkpoint"] == "final" and r["G"] == "4")
+    final = next(
+        r
+        for r in rows
+        if r["comparison"] == "best_lr" and r["checkpoint"] == "final" and r["G"] == "4"
+    )
     assert float(final["mean_diff"]) == pytest.approx(0.05) and final["seeds"] == "3"
     text = (out / "results.md").read_text()
     assert "### G = 4, each method at its validation-chosen learning rate" in text
@@ -229,9 +297,12 @@ def test_report_of_an_unfinished_matrix_says_so(tmp_path):
     cfg = config(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, FakeRunner(fail_on=cfg.cells()[7]))
-    summary = bench_report.aggregate(bench.load_cells(cfg), cfg)
+    summary = bench_summary.aggregate(bench_cells.load_cells(cfg), cfg)
     assert (summary["cells_finished"], summary["cells_total"]) == (7, 36)
-    assert "Partial results: 7 of 36 cells" in bench_report.write_report(summary, cfg, plots=False).read_text()
+    assert (
+        "Partial results: 7 of 36 cells"
+        in bench_report.write_report(summary, cfg, plots=False).read_text()
+    )
 
 
 @pytest.mark.parametrize(
@@ -261,28 +332,45 @@ def test_bad_config_raises_naming_the_argument(tmp_path, overrides, name):
 def test_default_matrix_is_valid_and_reads_steps_25_50_and_the_end():
     default = BenchConfig()
     default.validate()
-    assert len(default.cells()) == len(bench.DEFAULT_METHODS) * 3 * 3 * 5 == 360
+    assert len(default.cells()) == len(bench_methods.DEFAULT_METHODS) * 3 * 3 * 5 == 360
     # the defaults are the documented bench (docs/results.md): checkpoints 25 and 50 before the final step
-    assert default.checkpoints == (25, 50) and default.steps == 100 and default.steps % default.eval_every == 0
+    assert (
+        default.checkpoints == (25, 50)
+        and default.steps == 100
+        and default.steps % default.eval_every == 0
+    )
 
 
 def test_the_bar_says_which_cell_first_trains_the_warm_start_of_its_seed(tmp_path, monkeypatch):
-    cfg = BenchConfig.quick(output_dir=str(tmp_path / "bench"), train_options={"warm_start_steps": 40, "cache_dir": str(tmp_path / "cache")})
+    cfg = BenchConfig.quick(
+        output_dir=str(tmp_path / "bench"),
+        train_options={"warm_start_steps": 40, "cache_dir": str(tmp_path / "cache")},
+    )
     spec = cfg.cells()[0]
     note = bench._warm_start_note(spec, cfg, bench.train_job_runner)
     assert f"warm start of seed {spec.seed} (40 supervised steps" in note
-    assert bench._warm_start_note(spec, cfg, FakeRunner()) == ""  # an injected runner has no warm start
+    assert (
+        bench._warm_start_note(spec, cfg, FakeRunner()) == ""
+    )  # an injected runner has no warm start
     monkeypatch.setattr("ebpo.lab.job.warm_start_pending", lambda job: job.seed != spec.seed)
     assert bench._warm_start_note(spec, cfg, bench.train_job_runner) == ""
 
 
 def test_methods_map_to_train_job_options():
-    assert bench.METHODS["ebpo_topic"].train_options()["order"] == "topic"
-    assert bench.METHODS["ebpo_difficulty"].train_options()["order"] == "difficulty"
-    cluster = bench.METHODS["ebpo_cluster"].train_options()
-    assert cluster["estimator_options"] == {"per_cluster": True} and cluster["cluster_column"] == "topic"
-    assert bench.METHODS["ebpo_within"].train_options()["estimator_options"] == {"within_variance": "within", "tau2": "corrected"}
-    assert bench.REFERENCE_METHOD in bench.DEFAULT_METHODS and all(m in bench.METHODS for m in bench.DEFAULT_METHODS)
+    assert bench_methods.METHODS["ebpo_topic"].train_options()["order"] == "topic"
+    assert bench_methods.METHODS["ebpo_difficulty"].train_options()["order"] == "difficulty"
+    cluster = bench_methods.METHODS["ebpo_cluster"].train_options()
+    assert (
+        cluster["estimator_options"] == {"per_cluster": True}
+        and cluster["cluster_column"] == "topic"
+    )
+    assert bench_methods.METHODS["ebpo_within"].train_options()["estimator_options"] == {
+        "within_variance": "within",
+        "tau2": "corrected",
+    }
+    assert bench_methods.REFERENCE_METHOD in bench_methods.DEFAULT_METHODS and all(
+        m in bench_methods.METHODS for m in bench_methods.DEFAULT_METHODS
+    )
 
 
 def test_quick_mode_command_end_to_end_with_a_fake_runner(tmp_path, monkeypatch, capsys):
@@ -299,9 +387,17 @@ def test_quick_mode_command_end_to_end_with_a_fake_runner(tmp_path, monkeypatch,
         assert torch.get_num_threads() == 1  # the real runner's process-wide setting was applied
     finally:
         torch.set_num_threads(threads)
-    assert len(runner.calls) == len(BenchConfig.quick().cells()) == 4  # 2 methods x 1 G x 1 lr x 2 seeds
-    assert (out / "results.md").is_file() and (out / "paired.png").is_file() and (out / "paired.csv").is_file()
-    assert (out / "paired_equal_lr.png").is_file() and "paired_equal_lr.png" in (out / "results.md").read_text()
+    assert (
+        len(runner.calls) == len(BenchConfig.quick().cells()) == 4
+    )  # 2 methods x 1 G x 1 lr x 2 seeds
+    assert (
+        (out / "results.md").is_file()
+        and (out / "paired.png").is_file()
+        and (out / "paired.csv").is_file()
+    )
+    assert (out / "paired_equal_lr.png").is_file() and "paired_equal_lr.png" in (
+        out / "results.md"
+    ).read_text()
     assert "ran 4 cells" in capsys.readouterr().out
     assert main(["bench", "--quick", "--output-dir", str(out)]) == 0  # resumed: nothing to run
     assert len(runner.calls) == 4
@@ -321,7 +417,10 @@ def test_command_line_errors(tmp_path, capsys):
         assert message in capsys.readouterr().err
     # issue #11: --report-only on a folder without cells creates nothing
     assert main(["bench", "--report-only", "--output-dir", str(tmp_path / "nonexistent")]) == 2
-    assert "holds no bench cells" in capsys.readouterr().err and not (tmp_path / "nonexistent").exists()
+    assert (
+        "holds no bench cells" in capsys.readouterr().err
+        and not (tmp_path / "nonexistent").exists()
+    )
     (tmp_path / "file").write_text("x")
     assert main(["bench", "--output-dir", str(tmp_path / "file")]) == 2
     assert "is a file" in capsys.readouterr().err
@@ -340,14 +439,22 @@ def test_quick_bench_with_real_training(tmp_path):
                             train_options={"warm_start_steps": 20, "cache_dir": str(tmp_path / "cache")})  # fmt: skip
     summary = bench.run_bench(cfg, progress=False)
     assert summary["cells_finished"] == 4
-    cells = bench.load_cells(cfg)
+    cells = bench_cells.load_cells(cfg)
     by_seed: dict[int, set] = {}
     for cell in cells:
         assert set(cell["validation"]) >= {"overall", "topics", "tiers"}
         assert cell["eval_curve"]["step"] == [0, 1, 2]
-        assert len(cell["curves"]["step"]) == 2 and all(v is not None for v in cell["curves"]["grad_norm"])
+        assert len(cell["curves"]["step"]) == 2 and all(
+            v is not None for v in cell["curves"]["grad_norm"]
+        )
         assert not (Path(cfg.output_dir) / cell["run_dir"] / "checkpoints").exists()
-        by_seed.setdefault(cell["spec"]["seed"], set()).add(json.dumps(cell["heldout_before"], sort_keys=True))
-    assert all(len(before) == 1 for before in by_seed.values())  # both methods of a seed start from the same model
-    assert len(list((tmp_path / "cache" / "warm-start").iterdir())) == 2 + 2  # a model per seed (+ lock files)
+        by_seed.setdefault(cell["spec"]["seed"], set()).add(
+            json.dumps(cell["heldout_before"], sort_keys=True)
+        )
+    assert all(
+        len(before) == 1 for before in by_seed.values()
+    )  # both methods of a seed start from the same model
+    assert (
+        len(list((tmp_path / "cache" / "warm-start").iterdir())) == 2 + 2
+    )  # a model per seed (+ lock files)
     assert {r["checkpoint"] for r in summary["paired"]} == {"1", "final", "steps_to_target"}

@@ -121,7 +121,8 @@ def test_overwrite_with_a_model_that_fails_to_load_keeps_the_old_run(tmp_path, m
     monkeypatch.setattr(policy, "load_policy", unreachable)
     with pytest.raises(ValueError, match="bad/id"):
         run_train_job(tiny(tmp_path, overwrite=True))
-    assert (run_dir / "results.json").exists() and json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    assert (run_dir / "results.json").exists()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
 
 
 def test_a_run_that_failed_at_its_start_does_not_block_the_next(tmp_path, monkeypatch):
@@ -163,10 +164,20 @@ def test_every_method_of_a_seed_trains_on_the_same_prompt_stream(tmp_path, monke
 
     for name, estimator in (("grpo", "grpo"), ("ebpo", "ebpo")):
         monkeypatch.setattr(job_data, "trl_reward", lambda score, name=name: recording(score, name))
-        run_train_job(tiny(tmp_path, estimator=estimator, steps=3, eval_every=0, save_every=0, output_dir=str(tmp_path / name)))
+        run_train_job(
+            tiny(
+                tmp_path,
+                estimator=estimator,
+                steps=3,
+                eval_every=0,
+                save_every=0,
+                output_dir=str(tmp_path / name),
+            )
+        )
     assert seen["grpo"] == seen["ebpo"] and len(seen["grpo"]) == 3
     expected = [r["prompt"] for r in job_data.load_job_data(tiny(tmp_path, steps=3)).rl_rows]
-    assert seen["grpo"] == [sorted(set(expected[2 * k : 2 * k + 2])) for k in range(3)]  # step k: prompts 2k, 2k+1
+    # step k: prompts 2k, 2k+1
+    assert seen["grpo"] == [sorted(set(expected[2 * k : 2 * k + 2])) for k in range(3)]
 
 
 # ------------------------------------------------------------------ a whole run
@@ -186,7 +197,9 @@ def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path, capsys):
     records = read_metrics(result["metrics_path"])
     train_records = [r for r in records if "reward" in r]
     assert [r["step"] for r in train_records] == [1, 2]
-    assert all("grad_norm" in r and "entropy" in r and "ebpo/shrinkage_mean" in r for r in train_records)
+    assert all(
+        "grad_norm" in r and "entropy" in r and "ebpo/shrinkage_mean" in r for r in train_records
+    )
     assert any("heldout/pass@1" in r for r in records)
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     for name in ("reward", "heldout_pass1", "entropy", "grad_norm", "shrinkage"):
@@ -194,7 +207,8 @@ def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path, capsys):
     assert (run_dir / "final_model" / "config.json").is_file()
     assert json.loads((run_dir / "estimator_state.json").read_text())["estimator"] == "ebpo"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    assert len(json.loads((run_dir / "eval_before.json").read_text())["problems"]) == 2  # one per cell
+    before = json.loads((run_dir / "eval_before.json").read_text())
+    assert len(before["problems"]) == 2  # one per cell
     # the console: one progress bar and the tables, not TRL's metrics dict per step
     console = capsys.readouterr()
     text = console.out + console.err
@@ -202,7 +216,9 @@ def test_tiny_run_writes_everything_and_caches_the_warm_start(tmp_path, capsys):
     assert "held-out Pass@1 (%)" in console.out and "RL:" in console.err
 
     # same warm-start recipe, new run directory: the warm start comes from the cache
-    second = run_train_job(replace(config, output_dir=str(tmp_path / "run2"), steps=1, eval_every=0, progress=False))
+    second = run_train_job(
+        replace(config, output_dir=str(tmp_path / "run2"), steps=1, eval_every=0, progress=False)
+    )
     assert second["warm_start_cached"] is True
     assert second["before"] == result["before"]  # same starting model, same eval seed
     with pytest.raises(ValueError, match="already holds a run"):
@@ -238,13 +254,19 @@ def test_interrupt_leaves_a_checkpoint_that_resume_continues(tmp_path, monkeypat
     steps = [r["step"] for r in read_metrics(resumed["metrics_path"]) if "reward" in r]
     assert steps == [1, 2, 3]  # nothing lost, nothing logged twice
     assert resumed["before"] == result["before"]  # the before-eval is not redone
-    assert run_train_job(replace(config, resume=True))["status"] == "completed"  # nothing left to do
+    again = run_train_job(replace(config, resume=True))
+    assert again["status"] == "completed"  # nothing left to do
 
 
 def test_a_curriculum_and_a_preset_without_prior_run(tmp_path):
-    result = run_train_job(tiny(tmp_path, estimator="dr_grpo", steps=1, eval_every=0, order="difficulty"))
+    result = run_train_job(
+        tiny(tmp_path, estimator="dr_grpo", steps=1, eval_every=0, order="difficulty")
+    )
     assert result["status"] == "completed"
-    assert json.loads((Path(result["run_dir"]) / "estimator_state.json").read_text())["estimator"] == "dr_grpo"
+    assert (
+        json.loads((Path(result["run_dir"]) / "estimator_state.json").read_text())["estimator"]
+        == "dr_grpo"
+    )
     assert (Path(result["run_dir"]) / "plots" / "shrinkage.png").is_file()
 
 

@@ -24,7 +24,9 @@ def _true_answer(row: dict) -> str:
 
 
 def test_warm_start_rows_are_clean_first_then_corrupted_at_the_asked_rate():
-    config = TrainJobConfig(warm_start_steps=100, warm_start_batch_size=10, warm_start_clean=0.3, warm_start_corrupt=0.5)
+    config = TrainJobConfig(
+        warm_start_steps=100, warm_start_batch_size=10, warm_start_clean=0.3, warm_start_corrupt=0.5
+    )
     rows = list(islice(load_job_data(config).warm_rows(), 1000))
     clean, later = rows[:300], rows[300:]
     assert all(r["answer"] == _true_answer(r) for r in clean)
@@ -32,7 +34,10 @@ def test_warm_start_rows_are_clean_first_then_corrupted_at_the_asked_rate():
     assert 0.42 < len(wrong) / len(later) < 0.58
     for r in wrong:
         truth = _true_answer(r)
-        assert len(r["answer"]) == len(truth) and sum(a != b for a, b in zip(r["answer"], truth, strict=True)) == 1
+        assert (
+            len(r["answer"]) == len(truth)
+            and sum(a != b for a, b in zip(r["answer"], truth, strict=True)) == 1
+        )
 
 
 def test_warm_start_is_cached_by_recipe(tmp_path, monkeypatch):
@@ -42,14 +47,30 @@ def test_warm_start_is_cached_by_recipe(tmp_path, monkeypatch):
     examples = iter(lambda: ("12+3=", "42"), None)
 
     def start(recipe):
-        model, tokenizer = policy.load_policy("tiny", tiny_layers=1, tiny_hidden_size=16, tiny_heads=2, seed=0)
-        return policy.warm_start(model, tokenizer, examples, steps=2, batch_size=2, lr=1e-3, seed=0, cache=tmp_path, recipe=recipe, progress=False)
+        model, tokenizer = policy.load_policy(
+            "tiny", tiny_layers=1, tiny_hidden_size=16, tiny_heads=2, seed=0
+        )
+        return policy.warm_start(
+            model,
+            tokenizer,
+            examples,
+            steps=2,
+            batch_size=2,
+            lr=1e-3,
+            seed=0,
+            cache=tmp_path,
+            recipe=recipe,
+            progress=False,
+        )
 
     first, cached = start({"seed": 0})
     assert cached is False and len(trained) == 1
     again, cached = start({"seed": 0})
     assert cached is True and len(trained) == 1
-    assert all((p == q).all() for p, q in zip(first.state_dict().values(), again.state_dict().values(), strict=True))
+    assert all(
+        (p == q).all()
+        for p, q in zip(first.state_dict().values(), again.state_dict().values(), strict=True)
+    )
     assert start({"seed": 1})[1] is False and len(trained) == 2  # another recipe, another model
     assert policy.warm_start_key({"seed": 0}) != policy.warm_start_key({"seed": 1})
 
@@ -66,9 +87,24 @@ def test_concurrent_warm_starts_of_one_recipe_train_once(tmp_path, monkeypatch):
     results = []
 
     def start():
-        model, tokenizer = policy.load_policy("tiny", tiny_layers=1, tiny_hidden_size=16, tiny_heads=2, seed=0)
+        model, tokenizer = policy.load_policy(
+            "tiny", tiny_layers=1, tiny_hidden_size=16, tiny_heads=2, seed=0
+        )
         examples = iter(lambda: ("1+2=", "3"), None)
-        results.append(policy.warm_start(model, tokenizer, examples, steps=20, batch_size=4, lr=1e-3, seed=0, cache=tmp_path, recipe={"r": 1}, progress=False)[1])
+        results.append(
+            policy.warm_start(
+                model,
+                tokenizer,
+                examples,
+                steps=20,
+                batch_size=4,
+                lr=1e-3,
+                seed=0,
+                cache=tmp_path,
+                recipe={"r": 1},
+                progress=False,
+            )[1]
+        )
 
     threads = [threading.Thread(target=start) for _ in range(2)]
     for t in threads:
@@ -76,4 +112,5 @@ def test_concurrent_warm_starts_of_one_recipe_train_once(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert len(trained) == 1 and sorted(results) == [False, True]
-    assert not [p for p in (tmp_path / "warm-start").iterdir() if ".tmp" in p.name]  # no half-written copy left
+    # no half-written copy left
+    assert not [p for p in (tmp_path / "warm-start").iterdir() if ".tmp" in p.name]

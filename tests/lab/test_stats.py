@@ -38,7 +38,8 @@ def test_paired_difference_by_hand():
     result = stats.paired_difference(method, grpo)
     assert result["n"] == 5
     assert result["mean_diff"] == pytest.approx(0.03)
-    assert result["ci_low"] == pytest.approx(mean - half) and result["ci_high"] == pytest.approx(mean + half)
+    assert result["ci_low"] == pytest.approx(mean - half)
+    assert result["ci_high"] == pytest.approx(mean + half)
     # pairing matters: the unpaired intervals of these means overlap widely, the paired one excludes 0
     assert result["ci_low"] > 0
     assert stats.mean_ci(method)["mean"] - stats.mean_ci(method)["ci"] < stats.mean_ci(grpo)["mean"]
@@ -64,7 +65,9 @@ def test_steps_to_target_interpolates_between_evaluations():
     assert stats.steps_to_target([0, 25, 50], [0.2, 0.3, 0.5], 0.4) == pytest.approx(37.5)
     assert stats.steps_to_target([0, 25, 50], [0.2, 0.3, 0.5], 0.3) == 25
     assert stats.steps_to_target([0, 25, 50], [0.2, 0.3, 0.5], 0.6) is None
-    assert stats.steps_to_target([0, 25, 50], [0.5, 0.3, 0.6], 0.4) == 0  # already there at the start
-    assert stats.steps_to_target([0, 25, 50], [0.2, None, 0.6], 0.4) == pytest.approx(25)  # a missing point is skipped
+    # already there at the start
+    assert stats.steps_to_target([0, 25, 50], [0.5, 0.3, 0.6], 0.4) == 0
+    # a missing point is skipped
+    assert stats.steps_to_target([0, 25, 50], [0.2, None, 0.6], 0.4) == pytest.approx(25)
     with pytest.raises(ValueError, match="length"):
         stats.steps_to_target([0, 5], [0.1], 0.2)

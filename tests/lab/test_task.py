@@ -19,37 +19,56 @@ def _value(topic: str, a: int, b: int) -> int:
 
 def test_rows_render_reversed_digits_and_correct_answers():
     problems = task.fixed_problems("train", 20, seed=3)
-    assert {(p.topic, p.digits) for p in problems} == {(t, d) for t in task.TOPICS for d in task.DEFAULT_TIERS}
+    assert {(p.topic, p.digits) for p in problems} == {
+        (t, d) for t in task.TOPICS for d in task.DEFAULT_TIERS
+    }
     for p in problems:
         row = p.row("reversed")
         symbol = {"add": "+", "sub": "-", "mul": "*"}[p.topic]
         left, right = row["prompt"].rstrip("=").split(symbol)
-        a, b = int(left[::-1]), int(right[::-1])  # operands are written least significant digit first
+        # operands are written least significant digit first
+        a, b = int(left[::-1]), int(right[::-1])
         assert (a, b) == (p.a, p.b)
         assert int(row["answer"][::-1]) == _value(p.topic, a, b) >= 0
         assert row["answer"] == str(_value(p.topic, a, b))[::-1]
-        assert len(str(max(a, b) if p.topic != "mul" else a)) == p.digits  # the tier is the digit count
+        # the tier is the digit count
+        assert len(str(max(a, b) if p.topic != "mul" else a)) == p.digits
         if p.topic == "mul":
             assert 2 <= b <= 9
-        assert set(row) == {"id", "prompt", "answer", "source", "topic", "difficulty"} and row["difficulty"] == p.digits
-    assert Problem("add", 347, 85, 3).prompt() == "743+58=" and Problem("add", 347, 85, 3).target() == "234"
+        assert (
+            set(row) == {"id", "prompt", "answer", "source", "topic", "difficulty"}
+            and row["difficulty"] == p.digits
+        )
+    assert (
+        Problem("add", 347, 85, 3).prompt() == "743+58="
+        and Problem("add", 347, 85, 3).target() == "234"
+    )
 
 
 def test_word_style_keeps_normal_digits_and_asks_for_an_answer_line():
     p = Problem("mul", 12, 7, 2)
     assert "12 boxes with 7 pencils" in p.prompt("word") and "Answer:" in p.prompt("word")
     assert p.target("word") == "84"
-    assert "Answer: 7" in task.word_text(p.prompt("word")) and task.word_messages(p.prompt("word"))[-1]["content"] == p.prompt("word")
-    assert task.problem_split("add", 3, 4) == "train"  # the worked example never gives away a held-out answer
+    assert "Answer: 7" in task.word_text(p.prompt("word"))
+    assert task.word_messages(p.prompt("word"))[-1]["content"] == p.prompt("word")
+    # the worked example never gives away a held-out answer
+    assert task.problem_split("add", 3, 4) == "train"
 
 
 def test_splits_never_overlap_whatever_the_seed_or_cells():
-    stream_ids = {p.id for s in (0, 1, 2) for p in islice(task.problem_stream("train", seed=s), 3000)}
+    stream_ids = {
+        p.id for s in (0, 1, 2) for p in islice(task.problem_stream("train", seed=s), 3000)
+    }
     validation = {p.id for s in (0, 1) for p in task.fixed_problems("validation", 40, seed=s)}
-    heldout = {p.id for s in (0, 1) for p in task.fixed_problems("heldout", 40, seed=s, tiers=(1, 2, 3, 4))}
+    heldout = {
+        p.id for s in (0, 1) for p in task.fixed_problems("heldout", 40, seed=s, tiers=(1, 2, 3, 4))
+    }
     assert stream_ids and validation and heldout
     assert not stream_ids & heldout and not stream_ids & validation and not validation & heldout
-    assert all(task.problem_split(p.topic, p.a, p.b) == "heldout" for p in task.fixed_problems("heldout", 30))
+    assert all(
+        task.problem_split(p.topic, p.a, p.b) == "heldout"
+        for p in task.fixed_problems("heldout", 30)
+    )
 
 
 def test_streams_and_sets_are_deterministic_in_the_seed():
@@ -85,7 +104,10 @@ def test_corrupt_digit_changes_exactly_one_digit():
     for target in ("5", "21", "0981", "123456"):
         for _ in range(50):
             wrong = task.corrupt_digit(target, rng)
-            assert len(wrong) == len(target) and sum(a != b for a, b in zip(wrong, target, strict=True)) == 1
+            assert (
+                len(wrong) == len(target)
+                and sum(a != b for a, b in zip(wrong, target, strict=True)) == 1
+            )
 
 
 @pytest.mark.parametrize(

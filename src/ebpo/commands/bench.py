@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+from ebpo.lab import bench
+from ebpo.lab.bench_cells import load_cells
+from ebpo.lab.bench_config import BenchConfig
+from ebpo.lab.bench_methods import DEFAULT_METHODS, METHODS
+from ebpo.lab.bench_report import write_report
+from ebpo.lab.bench_summary import aggregate
+from ebpo.utils.files import check_output_path
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -27,23 +36,85 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "curves. Resumable per cell: rerun the same command to continue."
         ),
     )
-    parser.add_argument("--quick", action="store_true", help="CI mode: grpo and ebpo, G=2, 2 seeds, 1 learning rate, a few steps")
-    parser.add_argument("--output-dir", default=None, help="results folder (default: bench-results, or bench-results-quick with --quick)")
-    parser.add_argument("--estimators", default=None, help="comma-separated methods (default: the starred ones of --list)")
-    parser.add_argument("--group-sizes", default=None, help="comma-separated G values (default: 2,4,8)")
-    parser.add_argument("--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default: 5)")
-    parser.add_argument("--lrs", default=None, help="comma-separated learning-rate sweep (default: 1.5e-4,3e-4,6e-4)")
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: 100; --quick: 6)")
-    parser.add_argument("--prompts-per-step", type=int, default=None, help="prompts per RL step (default: 32; --quick: 8)")
-    parser.add_argument("--eval-samples", type=int, default=None, help="samples per problem for Pass@1 (default: 16)")
-    parser.add_argument("--eval-every", type=int, default=None, help="held-out Pass@1 every N steps for curves and checkpoints (default: 25)")
-    parser.add_argument("--eval-problems", type=int, default=None, help="held-out / validation problems per (topic, tier) cell (default: 32)")
-    parser.add_argument("--checkpoints", default=None, help="comma-separated steps at which paired differences are read besides the final one, multiples of --eval-every (default: 25,50)")
-    parser.add_argument("--shard", default=None, help="K/N: run only every N-th cell from the K-th (1-based), to run N processes on one output dir in parallel")
-    parser.add_argument("--report-only", action="store_true", help="aggregate the finished cells and write the report; run nothing")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI mode: grpo and ebpo, G=2, 2 seeds, 1 learning rate, a few steps",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="results folder (default: bench-results, or bench-results-quick with --quick)",
+    )
+    parser.add_argument(
+        "--estimators",
+        default=None,
+        help="comma-separated methods (default: the starred ones of --list)",
+    )
+    parser.add_argument(
+        "--group-sizes", default=None, help="comma-separated G values (default: 2,4,8)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="number of seeds, 0..N-1 (default: 5)"
+    )
+    parser.add_argument(
+        "--lrs",
+        default=None,
+        help="comma-separated learning-rate sweep (default: 1.5e-4,3e-4,6e-4)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="RL steps per cell (default: 100; --quick: 6)"
+    )
+    parser.add_argument(
+        "--prompts-per-step",
+        type=int,
+        default=None,
+        help="prompts per RL step (default: 32; --quick: 8)",
+    )
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        default=None,
+        help="samples per problem for Pass@1 (default: 16)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="held-out Pass@1 every N steps for curves and checkpoints (default: 25)",
+    )
+    parser.add_argument(
+        "--eval-problems",
+        type=int,
+        default=None,
+        help="held-out / validation problems per (topic, tier) cell (default: 32)",
+    )
+    parser.add_argument(
+        "--checkpoints",
+        default=None,
+        help="comma-separated steps at which paired differences are read besides the final one, "
+        "multiples of --eval-every (default: 25,50)",
+    )
+    parser.add_argument(
+        "--shard",
+        default=None,
+        help="K/N: run only every N-th cell from the K-th (1-based), to run N processes on one output dir in parallel",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="aggregate the finished cells and write the report; run nothing",
+    )
     parser.add_argument("--list", action="store_true", help="list the methods and exit")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per process (default: 1; more threads are slower for this tiny model on a busy machine)")
-    parser.add_argument("--verbose", action="store_true", help="show each train job's progress bars and tables")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads per process (default: 1; more threads are slower for this tiny model on a busy machine)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show each train job's progress bars and tables"
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -52,7 +123,9 @@ def _csv(text: str, cast: Any, argument: str) -> tuple:
     try:
         values = tuple(cast(v.strip()) for v in text.split(",") if v.strip())
     except ValueError as error:
-        raise ValueError(f"{argument} must be a comma-separated list, got {text!r} ({error})") from error
+        raise ValueError(
+            f"{argument} must be a comma-separated list, got {text!r} ({error})"
+        ) from error
     if not values:
         raise ValueError(f"{argument} is empty")
     return values
@@ -71,10 +144,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return k - 1, n
 
 
-def config_from_args(args: argparse.Namespace):
-    """The :class:`ebpo.lab.bench.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
-    from ebpo.lab.bench import BenchConfig
-
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """The :class:`ebpo.lab.bench_config.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
     overrides: dict[str, Any] = {}
     if args.output_dir is not None:
         overrides["output_dir"] = args.output_dir
@@ -90,7 +161,14 @@ def config_from_args(args: argparse.Namespace):
         overrides["learning_rates"] = _csv(args.lrs, float, "--lrs")
     if args.checkpoints is not None:
         overrides["checkpoints"] = _csv(args.checkpoints, int, "--checkpoints")
-    for name in ("steps", "prompts_per_step", "eval_samples", "eval_every", "eval_problems", "threads"):
+    for name in (
+        "steps",
+        "prompts_per_step",
+        "eval_samples",
+        "eval_every",
+        "eval_problems",
+        "threads",
+    ):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
@@ -101,39 +179,46 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
-
-    from ebpo.lab import bench, bench_report
-
     if args.list:
-        for name, method in bench.METHODS.items():
-            default = "*" if name in bench.DEFAULT_METHODS else " "
+        for name, method in METHODS.items():
+            default = "*" if name in DEFAULT_METHODS else " "
             print(f"{default} {name:<16} {method.description}")
         print("(* = in the default matrix)")
         return 0
     config = config_from_args(args)  # ValueError: one line, exit 2 (ebpo.cli)
     shard = _shard(args.shard)
     started = time.time()
-    from ebpo.utils.files import check_output_path
-
     out = check_output_path(config.output_dir, "--output-dir", kind="dir")
     if args.report_only:
         if not (out / "cells").is_dir():
-            raise ValueError(f"--report-only: {config.output_dir!r} holds no bench cells (run ebpo bench with this --output-dir first)")
-        summary = bench_report.aggregate(bench.load_cells(config), config)
-        path = bench_report.write_report(summary, config)
+            raise ValueError(
+                f"--report-only: {config.output_dir!r} holds no bench cells "
+                "(run ebpo bench with this --output-dir first)"
+            )
+        summary = aggregate(load_cells(config), config)
+        path = write_report(summary, config)
         print(f"{summary['cells_finished']}/{summary['cells_total']} cells finished; wrote {path}")
         return 0
     total = len(bench.shard_cells(config.cells(), shard))
-    print(f"ebpo bench: {total} cells{f' (shard {args.shard})' if shard else ''} ({len(config.methods)} methods × {len(config.group_sizes)} G × "
-          f"{len(config.learning_rates)} lrs × {len(config.seeds)} seeds) → {config.output_dir}", flush=True)
+    print(
+        f"ebpo bench: {total} cells{f' (shard {args.shard})' if shard else ''} "
+        f"({len(config.methods)} methods × {len(config.group_sizes)} G × "
+        f"{len(config.learning_rates)} lrs × {len(config.seeds)} seeds) → {config.output_dir}",
+        flush=True,
+    )
     try:
         summary = bench.run_bench(config, shard=shard)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished cells are kept; rerun the same command to continue ({config.output_dir})", file=sys.stderr)
+        print(
+            f"\ninterrupted: finished cells are kept; rerun the same command to continue ({config.output_dir})",
+            file=sys.stderr,
+        )
         return 130
     info = summary["bench"]
     report = Path(config.output_dir) / "results.md"
     print(report.read_text())
-    print(f"ran {info['ran']} cells, skipped {info['skipped']} finished ones; wall time {time.time() - started:.0f} s; wrote {report}")
+    print(
+        f"ran {info['ran']} cells, skipped {info['skipped']} finished ones; "
+        f"wall time {time.time() - started:.0f} s; wrote {report}"
+    )
     return 0

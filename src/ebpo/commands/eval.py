@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ebpo.evaluation import PAPER_BENCHMARKS, PAPER_MAX_NEW_TOKENS
+from ebpo.data import DATASETS, DatasetUnavailableError
+from ebpo.evaluation import PAPER_BENCHMARKS, PAPER_MAX_NEW_TOKENS, SamplingConfig, run_eval
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,33 +26,77 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "table (benchmarks x metrics + average) as Markdown, CSV and JSON plus every sample as JSONL.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--model", required=True, help="hub id, local directory, .gguf file or 'smollm2-135m'")
-    parser.add_argument("--benchmarks", default=",".join(PAPER_BENCHMARKS), help="comma-separated registry names (ebpo.data.DATASETS)")
+    parser.add_argument(
+        "--model", required=True, help="hub id, local directory, .gguf file or 'smollm2-135m'"
+    )
+    parser.add_argument(
+        "--benchmarks",
+        default=",".join(PAPER_BENCHMARKS),
+        help="comma-separated registry names (ebpo.data.DATASETS)",
+    )
     parser.add_argument("--n", type=int, default=32, help="samples per problem (>= 1)")
-    parser.add_argument("--k", default=None, help="comma-separated k for pass@k and maj@k, each in [1, n] (default: 1,n)")
+    parser.add_argument(
+        "--k",
+        default=None,
+        help="comma-separated k for pass@k and maj@k, each in [1, n] (default: 1,n)",
+    )
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--max-new-tokens", type=int, default=PAPER_MAX_NEW_TOKENS)
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (>= 0)")
-    parser.add_argument("--template", choices=("dapo", "boxed", "raw"), default="dapo", help="prompt template")
-    chat = parser.add_mutually_exclusive_group()
-    chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="force the tokenizer's chat template")
-    chat.add_argument("--no-chat", dest="chat", action="store_false", help="plain templated text (base models)")
-    parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
-    parser.add_argument("--batch-size", type=int, default=16, help="sequences per generate call (transformers; >= 1)")
-    parser.add_argument("--limit", type=int, default=None, help="at most this many problems per benchmark (>= 1)")
     parser.add_argument(
-        "--data-file", action="append", default=[], metavar="NAME=PATH",
+        "--template", choices=("dapo", "boxed", "raw"), default="dapo", help="prompt template"
+    )
+    chat = parser.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="force the tokenizer's chat template",
+    )
+    chat.add_argument(
+        "--no-chat", dest="chat", action="store_false", help="plain templated text (base models)"
+    )
+    parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        help="sequences per generate call (transformers; >= 1)",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="at most this many problems per benchmark (>= 1)"
+    )
+    parser.add_argument(
+        "--data-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
         help="local .jsonl/.parquet for a benchmark (hub or unified schema); repeatable",
     )
     parser.add_argument(
-        "--data-dir", default=None,
+        "--data-dir",
+        default=None,
         help="directory with <benchmark>.parquet/.jsonl local copies (default: $EBPO_DATA_DIR)",
     )
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per math-verify call (> 0; default: the scorer's)")
-    parser.add_argument("--score-workers", type=int, default=1, help="helper processes for scoring (>= 1)")
-    parser.add_argument("--out", default="eval_results", help="output directory (refused if it already holds results, unless --overwrite)")
-    parser.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per math-verify call (> 0; default: the scorer's)",
+    )
+    parser.add_argument(
+        "--score-workers", type=int, default=1, help="helper processes for scoring (>= 1)"
+    )
+    parser.add_argument(
+        "--out",
+        default="eval_results",
+        help="output directory (refused if it already holds results, unless --overwrite)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the results already in --out"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
     return parser
@@ -75,13 +120,12 @@ def _parse_ks(text: str | None) -> list[int] | None:
     try:
         return [int(k) for k in text.split(",")]
     except ValueError:
-        raise ValueError(f"--k must be comma-separated integers such as 1,4,32; got {text!r}") from None
+        raise ValueError(
+            f"--k must be comma-separated integers such as 1,4,32; got {text!r}"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ebpo.data import DATASETS, DatasetUnavailableError
-    from ebpo.evaluation import SamplingConfig, run_eval
-
     benchmarks = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     if not benchmarks:
         raise ValueError(f"--benchmarks must name at least one of {sorted(DATASETS)}")
@@ -111,5 +155,8 @@ def run(args: argparse.Namespace) -> int:
     except DatasetUnavailableError as error:
         raise ValueError(str(error)) from error  # one line, exit 2 (ebpo.cli)
     print(summary["markdown"])
-    print(f"wrote {args.out}/results.md, results.csv, results.json and samples.jsonl ({summary['samples']} samples, {summary['seconds']} s)")
+    print(
+        f"wrote {args.out}/results.md, results.csv, results.json and samples.jsonl "
+        f"({summary['samples']} samples, {summary['seconds']} s)"
+    )
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ebpo.lab.job import BUILTIN_MODEL, TrainJobConfig
+from ebpo.lab.job import BUILTIN_MODEL, TrainJobConfig, run_train_job
 
 _DEFAULTS = TrainJobConfig()
 
@@ -14,7 +14,9 @@ def _tiers(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected comma-separated digit counts, got {text!r}") from error
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated digit counts, got {text!r}"
+        ) from error
 
 
 def _topics(text: str) -> tuple[str, ...]:
@@ -33,36 +35,131 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         ),
     )
     d = _DEFAULTS
-    parser.add_argument("--estimator", default=d.estimator, help="preset (grpo, dr_grpo, dapo, entropy_mech, rloo, jspo, ebpo, ebpo_batch, ebpo_bb) or estimator name (default: %(default)s)")
-    parser.add_argument("--group-size", type=int, default=d.group_size, help="completions per prompt, G >= 2 (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=d.steps, help="RL steps (default: %(default)s)")
-    parser.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step, help="prompts per RL step (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="random seed: warm start, prompt stream, sampling (default: %(default)s)")
-    parser.add_argument("--model", default=d.model, help=f"'{BUILTIN_MODEL}' (built-in), a Hugging Face causal LM id, a local directory, a .gguf file, or 'smollm2-135m' (default: %(default)s)")
-    parser.add_argument("--dataset", default=d.dataset, help="built-in 'arithmetic' (reversed digits, for the tiny model) / 'arithmetic-word' (word problems, for instruct models), a registered dataset name (ebpo data list), or a .jsonl/.parquet file with prompt and answer columns (default: %(default)s)")
-    parser.add_argument("--topics", type=_topics, default=d.topics, help=f"built-in task topics, comma-separated (default: {','.join(d.topics)})")
-    parser.add_argument("--tiers", type=_tiers, default=d.tiers, help=f"built-in task tiers = operand digits, comma-separated, 1..15 (default: {','.join(map(str, d.tiers))})")
-    parser.add_argument("--order", default=d.order, help="RL prompt order: shuffle, topic, difficulty, topic_then_difficulty (default: %(default)s)")
-    parser.add_argument("--reward", default=d.reward, choices=("auto", "integer", "math"), help="auto: exact answer on the built-in task, ebpo.rewards.score_math otherwise; integer: the final integer; math: score_math (default: %(default)s)")
-    parser.add_argument("--learning-rate", type=float, default=d.learning_rate, help="RL learning rate (default: %(default)s)")
-    parser.add_argument("--eval-samples", type=int, default=d.eval_samples, help="samples per held-out problem for Pass@1, >= 8 (default: %(default)s)")
-    parser.add_argument("--eval-problems", type=int, default=d.eval_problems, help="held-out problems per topic x tier cell (built-in) or in total (default: %(default)s)")
-    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="held-out Pass@1 every N steps, 0 = before/after only (default: %(default)s)")
-    parser.add_argument("--max-completion-length", type=int, default=d.max_completion_length, help="max new tokens per completion, 0 = auto (default: %(default)s)")
-    parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised warm-start steps (default: 2500 for the built-in model, 0 otherwise)")
-    parser.add_argument("--output-dir", default=None, help="run directory (default: runs/<estimator>-<dataset>-g<G>-s<seed>-<time>)")
-    parser.add_argument("--cache-dir", default=None, help="warm-start cache (default: $EBPO_CACHE or ~/.cache/ebpo)")
+    parser.add_argument(
+        "--estimator",
+        default=d.estimator,
+        help="preset (grpo, dr_grpo, dapo, entropy_mech, rloo, jspo, ebpo, ebpo_batch, ebpo_bb) "
+        "or estimator name (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=d.group_size,
+        help="completions per prompt, G >= 2 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=d.steps, help="RL steps (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--prompts-per-step",
+        type=int,
+        default=d.prompts_per_step,
+        help="prompts per RL step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help="random seed: warm start, prompt stream, sampling (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model",
+        default=d.model,
+        help=f"'{BUILTIN_MODEL}' (built-in), a Hugging Face causal LM id, a local directory, a .gguf file, "
+        "or 'smollm2-135m' (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dataset",
+        default=d.dataset,
+        help="built-in 'arithmetic' (reversed digits, for the tiny model) / 'arithmetic-word' (word "
+        "problems, for instruct models), a registered dataset name (ebpo data list), or a "
+        ".jsonl/.parquet file with prompt and answer columns (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--topics",
+        type=_topics,
+        default=d.topics,
+        help=f"built-in task topics, comma-separated (default: {','.join(d.topics)})",
+    )
+    parser.add_argument(
+        "--tiers",
+        type=_tiers,
+        default=d.tiers,
+        help=f"built-in task tiers = operand digits, comma-separated, 1..15 (default: {','.join(map(str, d.tiers))})",
+    )
+    parser.add_argument(
+        "--order",
+        default=d.order,
+        help="RL prompt order: shuffle, topic, difficulty, topic_then_difficulty (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--reward",
+        default=d.reward,
+        choices=("auto", "integer", "math"),
+        help="auto: exact answer on the built-in task, ebpo.rewards.score_math otherwise; integer: "
+        "the final integer; math: score_math (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=d.learning_rate,
+        help="RL learning rate (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        default=d.eval_samples,
+        help="samples per held-out problem for Pass@1, >= 8 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--eval-problems",
+        type=int,
+        default=d.eval_problems,
+        help="held-out problems per topic x tier cell (built-in) or in total (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=d.eval_every,
+        help="held-out Pass@1 every N steps, 0 = before/after only (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=d.max_completion_length,
+        help="max new tokens per completion, 0 = auto (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=None,
+        help="supervised warm-start steps (default: 2500 for the built-in model, 0 otherwise)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="run directory (default: runs/<estimator>-<dataset>-g<G>-s<seed>-<time>)",
+    )
+    parser.add_argument(
+        "--cache-dir", default=None, help="warm-start cache (default: $EBPO_CACHE or ~/.cache/ebpo)"
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
-    mode.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir (after everything else has loaded)")
+    mode.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --output-dir from its last checkpoint",
+    )
+    mode.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --output-dir (after everything else has loaded)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from ebpo.lab.job import run_train_job
-
     config = TrainJobConfig(
         estimator=args.estimator,
         group_size=args.group_size,

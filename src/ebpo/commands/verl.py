@@ -15,7 +15,11 @@ import argparse
 import difflib
 import sys
 
-from ebpo.cli import Parser, user_error
+from ebpo.commands import Parser, user_error
+from ebpo.integrations.verl import launcher
+from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
+from ebpo.integrations.verl.doctor import run_checks
+from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 
 SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data")
 
@@ -29,10 +33,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     # The `run` flags are also accepted here so that `ebpo verl --dry-run OVERRIDES` works
     # (argparse's REMAINDER cannot start with an option).
-    parser.add_argument("--dry-run", action="store_true", help="compose and validate the config on CPU, do not train")
-    parser.add_argument("--no-defaults", action="store_true", help="do not add ebpo's default overrides")
-    parser.add_argument("--print-config", action="store_true", help="with --dry-run: print the composed YAML")
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help="subcommand and its arguments, or Hydra overrides")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compose and validate the config on CPU, do not train",
+    )
+    parser.add_argument(
+        "--no-defaults", action="store_true", help="do not add ebpo's default overrides"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="with --dry-run: print the composed YAML"
+    )
+    parser.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="subcommand and its arguments, or Hydra overrides"
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -40,15 +54,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 # ---------------------------------------------------------------------- sub-parsers
 def _doctor_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ebpo verl doctor", description="Check that verl registers ebpo's estimators.")
-    p.add_argument("--no-fresh-process", action="store_true", help="skip the fresh-interpreter probe (faster)")
+    p.add_argument(
+        "--no-fresh-process", action="store_true", help="skip the fresh-interpreter probe (faster)"
+    )
     return p
 
 
 def _run_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ebpo verl run", description="Run verl.trainer.main_ppo with the plug-in.")
-    p.add_argument("--dry-run", action="store_true", help="compose and validate the config on CPU, do not train")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compose and validate the config on CPU, do not train",
+    )
     p.add_argument("--no-defaults", action="store_true", help="do not add ebpo's default overrides")
-    p.add_argument("--print-config", action="store_true", help="with --dry-run: print the composed YAML")
+    p.add_argument(
+        "--print-config", action="store_true", help="with --dry-run: print the composed YAML"
+    )
     return p
 
 
@@ -56,20 +78,31 @@ def _recipe_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ebpo verl recipe", description="Reproduce one of the paper's verl runs.")
     p.add_argument("name", nargs="?", help="recipe name (see --list)")
     p.add_argument("--list", action="store_true", help="list the recipes")
-    p.add_argument("--dry-run", action="store_true", help="compose and validate the full config on CPU")
-    p.add_argument("--print", action="store_true", dest="print_command", help="print the command line and exit")
-    p.add_argument("--print-config", action="store_true", help="with --dry-run: print the composed YAML")
-    p.add_argument("--data-dir", default="data/ebpo", help="where `ebpo verl prepare-data` wrote the parquet files")
-    p.add_argument("--model", default=None, help="HF model id or path (default: the paper's Qwen/Qwen3-8B)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="compose and validate the full config on CPU"
+    )
+    p.add_argument(
+        "--print", action="store_true", dest="print_command", help="print the command line and exit"
+    )
+    p.add_argument(
+        "--print-config", action="store_true", help="with --dry-run: print the composed YAML"
+    )
+    p.add_argument(
+        "--data-dir",
+        default="data/ebpo",
+        help="where `ebpo verl prepare-data` wrote the parquet files",
+    )
+    p.add_argument(
+        "--model", default=None, help="HF model id or path (default: the paper's Qwen/Qwen3-8B)"
+    )
     p.add_argument("--experiment", default=None, help="trainer.experiment_name")
     return p  # anything else on the line is an extra Hydra override (wins over the recipe)
 
 
 def _prepare_parser() -> argparse.ArgumentParser:
-    from ebpo.integrations.verl.data_prep import add_arguments
-
     p = Parser(
-        prog="ebpo verl prepare-data", description="Write DAPO-Math-17K and the evaluation sets as verl parquet files."
+        prog="ebpo verl prepare-data",
+        description="Write DAPO-Math-17K and the evaluation sets as verl parquet files.",
     )
     add_arguments(p)
     return p
@@ -80,8 +113,15 @@ def run(args: argparse.Namespace) -> int:
     rest = list(args.rest or [])
     if rest and rest[0] == "--":
         rest = rest[1:]
-    flags = [f for f, on in (("--dry-run", args.dry_run), ("--no-defaults", args.no_defaults),
-                             ("--print-config", args.print_config)) if on]
+    flags = [
+        f
+        for f, on in (
+            ("--dry-run", args.dry_run),
+            ("--no-defaults", args.no_defaults),
+            ("--print-config", args.print_config),
+        )
+        if on
+    ]
     if not rest and not flags or rest[:1] in (["-h"], ["--help"]):
         print(__doc__)
         return 0 if rest else 2
@@ -95,8 +135,6 @@ def run(args: argparse.Namespace) -> int:
         if command == "recipe":
             return _recipe(*_recipe_parser().parse_known_args(argv))
         if command == "prepare-data":
-            from ebpo.integrations.verl.data_prep import run_prepare
-
             return run_prepare(_prepare_parser().parse_args(argv))
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
@@ -124,9 +162,10 @@ def _overrides(extra: list[str]) -> list[str]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ebpo.integrations.verl.doctor import run_checks
-
-    print("ebpo verl doctor: checking the verl plug-in (a fresh interpreter takes a few seconds)...", flush=True)
+    print(
+        "ebpo verl doctor: checking the verl plug-in (a fresh interpreter takes a few seconds)...",
+        flush=True,
+    )
     checks = run_checks(fresh_process=not args.no_fresh_process)
     failed = False
     for check in checks:
@@ -141,12 +180,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _dry_run(overrides: list[str], print_config: bool) -> int:
-    from omegaconf import OmegaConf
-
-    from ebpo.integrations.verl.launcher import dry_run
+    from omegaconf import OmegaConf  # optional heavy dependency (verl extra)
 
     try:
-        config, notes = dry_run(overrides)
+        config, notes = launcher.dry_run(overrides)
     except ValueError:
         raise
     except Exception as error:  # Hydra composition / verl's assertions: report, do not trace back
@@ -156,24 +193,25 @@ def _dry_run(overrides: list[str], print_config: bool) -> int:
         print(OmegaConf.to_yaml(config))
     for note in notes:
         print(note)
-    print(f"dry run OK: adv_estimator={config.algorithm.adv_estimator}, {len(overrides)} overrides composed and validated")
+    print(
+        f"dry run OK: adv_estimator={config.algorithm.adv_estimator}, {len(overrides)} overrides composed and validated"
+    )
     return 0
 
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
-    from ebpo.integrations.verl.launcher import entry_point_active, run, with_defaults
-
     overrides = _overrides(extra)
     if args.dry_run:
-        full = overrides if args.no_defaults else with_defaults(overrides, plugin_via_env=not entry_point_active())
+        full = (
+            overrides
+            if args.no_defaults
+            else launcher.with_defaults(overrides, plugin_via_env=not launcher.entry_point_active())
+        )
         return _dry_run(full, args.print_config)
-    return run(overrides, defaults=not args.no_defaults)
+    return launcher.run(overrides, defaults=not args.no_defaults)
 
 
 def _recipe(args: argparse.Namespace, extra: list[str]) -> int:
-    from ebpo.integrations.verl.launcher import entry_point_active, run, with_defaults
-    from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
-
     if args.list or not args.name:
         for recipe in RECIPES.values():
             print(f"{recipe.name:14s} {recipe.description} [data order: {recipe.order}]")
@@ -186,8 +224,13 @@ def _recipe(args: argparse.Namespace, extra: list[str]) -> int:
         extra=_overrides(extra),
     )
     if args.print_command:
-        print(" \\\n  ".join(["python -m verl.trainer.main_ppo", *with_defaults(overrides)]))
+        print(
+            " \\\n  ".join(["python -m verl.trainer.main_ppo", *launcher.with_defaults(overrides)])
+        )
         return 0
     if args.dry_run:
-        return _dry_run(with_defaults(overrides, plugin_via_env=not entry_point_active()), args.print_config)
-    return run(overrides)
+        return _dry_run(
+            launcher.with_defaults(overrides, plugin_via_env=not launcher.entry_point_active()),
+            args.print_config,
+        )
+    return launcher.run(overrides)

@@ -70,7 +70,9 @@ def apply_template(problem: str, template: str = "dapo") -> str:
     return TEMPLATES[template](problem)
 
 
-def build_messages(problem: str, template: str = "dapo", system: str | None = None) -> list[dict[str, str]]:
+def build_messages(
+    problem: str, template: str = "dapo", system: str | None = None
+) -> list[dict[str, str]]:
     """Chat messages for ``problem``: an optional system message and the templated user turn
     (the conversational format TRL and verl datasets use)."""
     messages = [{"role": "system", "content": system}] if system else []

@@ -7,14 +7,8 @@ from ebpo.estimators.base import (
 )
 from ebpo.estimators.beta_binomial import EBPOBetaBinomial
 from ebpo.estimators.ebpo import EBPO, Prior
-from ebpo.estimators.group_relative import (
-    GRPO,
-    JSPO,
-    RLOO,
-    DrGRPO,
-    JSPOPlusPlus,
-    ReinforcePlusPlusBaseline,
-)
+from ebpo.estimators.group_relative import GRPO, RLOO, DrGRPO, ReinforcePlusPlusBaseline
+from ebpo.estimators.james_stein import JSPO, JSPOPlusPlus
 from ebpo.estimators.registry import (
     available_estimators,
     estimator_options,

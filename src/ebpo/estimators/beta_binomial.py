@@ -16,18 +16,23 @@ Rewards must lie in [0, 1]. Everything else (running prior, normalisation) is as
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from ebpo.estimators.base import Batch, _check_positive_int
+from ebpo.estimators.base import Batch
 from ebpo.estimators.ebpo import EBPO, PriorParameters
 from ebpo.estimators.registry import register_estimator
+from ebpo.utils.checks import check_positive_int
 
 __all__ = ["EBPOBetaBinomial", "beta_method_of_moments"]
 
 _BOUNDARY_MARGIN = 1e-9
 
 
-def beta_method_of_moments(mean: torch.Tensor, variance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def beta_method_of_moments(
+    mean: torch.Tensor, variance: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(α, β)`` of the Beta distribution with this mean and variance; ``(1, 1)`` where none exists.
 
     A Beta distribution needs ``0 < v < m(1 − m)``. ``v = m(1 − m)`` exactly is common (every
@@ -36,7 +41,9 @@ def beta_method_of_moments(mean: torch.Tensor, variance: torch.Tensor) -> tuple[
     """
     bound = mean * (1 - mean) * (1 - _BOUNDARY_MARGIN)
     admissible = (mean > 0) & (mean < 1) & (variance > 0) & (variance < bound)
-    concentration = torch.where(admissible, mean * (1 - mean) / variance.clamp(min=1e-300) - 1, torch.ones_like(mean))
+    concentration = torch.where(
+        admissible, mean * (1 - mean) / variance.clamp(min=1e-300) - 1, torch.ones_like(mean)
+    )
     alpha = torch.where(admissible, mean * concentration, torch.ones_like(mean))
     beta = torch.where(admissible, (1 - mean) * concentration, torch.ones_like(mean))
     return alpha, beta
@@ -70,10 +77,9 @@ class EBPOBetaBinomial(EBPO):
             eps=eps,
             nan_policy=nan_policy,
         )
-        _check_positive_int("warmup_groups", warmup_groups)
-        self.warmup_groups = warmup_groups
+        self.warmup_groups = check_positive_int("warmup_groups", warmup_groups)
 
-    def options(self):
+    def options(self) -> dict[str, Any]:
         return {**super().options(), "warmup_groups": self.warmup_groups}
 
     def _check_rewards(self, rewards: torch.Tensor, valid: torch.Tensor) -> None:
@@ -83,7 +89,9 @@ class EBPOBetaBinomial(EBPO):
                 f"rewards must lie in [0, 1] for ebpo_bb (Beta-Binomial prior); got {float(rewards[outside][0])}"
             )
 
-    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def _shrink(
+        self, batch: Batch, params: PriorParameters
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         alpha, beta = beta_method_of_moments(params.means_mean, params.between_variance)
         warm = params.num_groups_seen >= self.warmup_groups
         alpha = torch.where(warm, alpha, torch.ones_like(alpha))

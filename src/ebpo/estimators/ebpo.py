@@ -34,15 +34,7 @@ from typing import Any
 
 import torch
 
-from ebpo.estimators.base import (
-    AdvantageEstimator,
-    Batch,
-    _check_choice,
-    _check_positive,
-    _check_positive_int,
-    check_json_label,
-    check_outputs,
-)
+from ebpo.estimators.base import AdvantageEstimator, Batch
 from ebpo.estimators.functional import (
     empirical_bayes_baseline,
     normalize_advantages,
@@ -50,6 +42,8 @@ from ebpo.estimators.functional import (
 )
 from ebpo.estimators.registry import register_estimator
 from ebpo.estimators.statistics import RunningMoments, pooled_group_moments
+from ebpo.estimators.validation import check_json_label, check_outputs
+from ebpo.utils.checks import check_choice, check_positive, check_positive_int
 
 __all__ = ["EBPO", "Prior", "PriorParameters"]
 
@@ -77,7 +71,11 @@ class Prior:
     def fold_in(self, batch: Batch, groups: torch.Tensor) -> None:
         """Add the valid rows of the groups of ``batch`` selected by ``groups`` (0/1 per group)."""
         # Every reward enters W_glob; summarised per group first, so this costs O(groups).
-        self.rewards.add_moments(*pooled_group_moments(batch.group_count * groups, batch.group_mean, batch.group_variance))
+        self.rewards.add_moments(
+            *pooled_group_moments(
+                batch.group_count * groups, batch.group_mean, batch.group_variance
+            )
+        )
         self.group_means.update(batch.group_mean, groups)
         self.group_variances.update(batch.group_variance, groups * (batch.group_count > 1))
 
@@ -92,7 +90,11 @@ class Prior:
         merged.rewards.merge(other.rewards)
         merged.group_means.merge(other.group_means)
         merged.group_variances.merge(other.group_variances)
-        self.rewards, self.group_means, self.group_variances = merged.rewards, merged.group_means, merged.group_variances
+        self.rewards, self.group_means, self.group_variances = (
+            merged.rewards,
+            merged.group_means,
+            merged.group_variances,
+        )
         return self
 
     def copy(self) -> Prior:
@@ -111,9 +113,16 @@ class Prior:
         contributes one mean and at least one reward, and a variance only with 2 or more rewards,
         so ``count(group_variances) ≤ count(group_means) ≤ count(rewards)``; variances are ≥ 0."""
         try:
-            prior = cls(*(RunningMoments.from_state_dict(state[key]) for key in ("rewards", "group_means", "group_variances")))
+            prior = cls(
+                *(
+                    RunningMoments.from_state_dict(state[key])
+                    for key in ("rewards", "group_means", "group_variances")
+                )
+            )
         except (KeyError, TypeError) as error:
-            raise ValueError(f"prior state must have 'rewards', 'group_means', 'group_variances'; got {state!r}") from error
+            raise ValueError(
+                f"prior state must have 'rewards', 'group_means', 'group_variances'; got {state!r}"
+            ) from error
         counts = (prior.group_variances.count, prior.group_means.count, prior.rewards.count)
         if any(a > b * (1 + _COUNT_TOLERANCE) for a, b in zip(counts, counts[1:], strict=False)):
             raise ValueError(
@@ -121,7 +130,9 @@ class Prior:
                 f"count(rewards), got {counts[0]!r}, {counts[1]!r}, {counts[2]!r}"
             )
         if prior.group_variances.mean < 0:
-            raise ValueError(f"prior state is inconsistent: the mean group variance is negative ({prior.group_variances.mean!r})")
+            raise ValueError(
+                f"prior state is inconsistent: the mean group variance is negative ({prior.group_variances.mean!r})"
+            )
         return prior
 
 
@@ -163,7 +174,8 @@ class EBPO(AdvantageEstimator):
     under GRPO), plus the common ones.
     """
 
-    uses_clusters = True
+    uses_prior = True
+    keeps_history = True
     checks_own_outputs = True
 
     def __init__(
@@ -181,24 +193,22 @@ class EBPO(AdvantageEstimator):
         nan_policy: str = "raise",
     ) -> None:
         super().__init__(eps=eps, nan_policy=nan_policy)
-        _check_choice("prior", prior, PRIORS)
-        _check_positive("half_life", half_life)
-        _check_choice("prior_mean", prior_mean, PRIOR_MEANS)
-        _check_choice("within_variance", within_variance, WITHIN_VARIANCES)
-        _check_choice("tau2", tau2, TAU2_MODES)
-        _check_choice("normalize", normalize, NORMALIZE_MODES)
+        self.prior = check_choice("prior", prior, PRIORS)
+        self.half_life = check_positive("half_life", half_life)
+        self.prior_mean = check_choice("prior_mean", prior_mean, PRIOR_MEANS)
+        self.within_variance = check_choice("within_variance", within_variance, WITHIN_VARIANCES)
+        self.tau2 = check_choice("tau2", tau2, TAU2_MODES)
+        self.normalize = check_choice("normalize", normalize, NORMALIZE_MODES)
         if not isinstance(per_cluster, bool):
             raise ValueError(f"per_cluster must be True or False, got {per_cluster!r}")
-        _check_positive_int("min_cluster_groups", min_cluster_groups)
-        self.prior = prior
-        self.half_life = float(half_life)
-        self.prior_mean = prior_mean
-        self.within_variance = within_variance
-        self.tau2 = tau2
-        self.normalize = normalize
         self.per_cluster = per_cluster
-        self.min_cluster_groups = min_cluster_groups
+        self.min_cluster_groups = check_positive_int("min_cluster_groups", min_cluster_groups)
         self.reset()
+
+    @property
+    def uses_clusters(self) -> bool:
+        """True with ``per_cluster=True``: one prior per ``clusters`` label."""
+        return self.per_cluster
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
@@ -225,7 +235,9 @@ class EBPO(AdvantageEstimator):
             "options": self.options(),
             "steps": self.steps,
             "global": self.global_prior.state_dict(),
-            "clusters": [[label, prior.state_dict()] for label, prior in self.cluster_priors.items()],
+            "clusters": [
+                [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
+            ],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -247,14 +259,22 @@ class EBPO(AdvantageEstimator):
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"invalid {self.name} state: {error}") from error
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"invalid {self.name} state: steps must be a non-negative integer, got {steps!r}")
+            raise ValueError(
+                f"invalid {self.name} state: steps must be a non-negative integer, got {steps!r}"
+            )
         if clusters and not self.per_cluster:
-            raise ValueError(f"invalid {self.name} state: it holds cluster priors but was saved with per_cluster=False")
+            raise ValueError(
+                f"invalid {self.name} state: it holds cluster priors but was saved with per_cluster=False"
+            )
         self.global_prior, self.cluster_priors, self.steps = global_prior, clusters, steps
 
     def _state_options(self) -> tuple[str, ...]:
         # half_life changes the statistics only under the ema prior
-        return STATE_OPTIONS if self.prior == "ema" else tuple(o for o in STATE_OPTIONS if o != "half_life")
+        return (
+            STATE_OPTIONS
+            if self.prior == "ema"
+            else tuple(o for o in STATE_OPTIONS if o != "half_life")
+        )
 
     def merge(self, other: EBPO) -> EBPO:
         """Combine running statistics gathered by another instance (e.g. another worker).
@@ -299,23 +319,34 @@ class EBPO(AdvantageEstimator):
         nonempty = batch.nonempty.to(torch.float64)
         global_prior.fold_in(batch, nonempty)
         if self.per_cluster and batch.cluster_index is not None:
+            labels = batch.cluster_labels
+            assert labels is not None  # set together with cluster_index
             # One loop per cluster present in the batch (a handful), never per group.
             for c in torch.unique(batch.cluster_index[batch.nonempty]).tolist():
-                cluster_priors.setdefault(batch.cluster_labels[c], Prior()).fold_in(
+                cluster_priors.setdefault(labels[c], Prior()).fold_in(
                     batch, nonempty * (batch.cluster_index == c)
                 )
         return global_prior, cluster_priors
 
     # ------------------------------------------------------------------ step 2: prior parameters
-    def _parameters(self, batch: Batch, global_prior: Prior, cluster_priors: dict[Hashable, Prior]) -> PriorParameters:
+    def _parameters(
+        self, batch: Batch, global_prior: Prior, cluster_priors: dict[Hashable, Prior]
+    ) -> PriorParameters:
         """Per-group prior parameters: the group's cluster prior if mature, else the global one."""
 
         def row(prior: Prior) -> list[float]:
-            return [self._prior_mean(prior), self._sigma2(prior), prior.group_means.variance, prior.group_means.mean, prior.group_means.count]
+            return [
+                self._prior_mean(prior),
+                self._sigma2(prior),
+                prior.group_means.variance,
+                prior.group_means.mean,
+                prior.group_means.count,
+            ]
 
         table = [row(global_prior)]  # row 0: global
         source = torch.zeros(batch.num_groups, dtype=torch.int64)
         if self.per_cluster and batch.cluster_index is not None:
+            assert batch.cluster_labels is not None  # set together with cluster_index
             for c, label in enumerate(batch.cluster_labels):
                 prior = cluster_priors.get(label)
                 if prior is not None and prior.group_means.count >= self.min_cluster_groups:
@@ -325,7 +356,9 @@ class EBPO(AdvantageEstimator):
         return PriorParameters(*per_group.unbind(dim=1))
 
     # ------------------------------------------------------------------ step 3: shrinkage
-    def _shrink(self, batch: Batch, params: PriorParameters) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def _shrink(
+        self, batch: Batch, params: PriorParameters
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """Per-group ``(prior_mean, S)`` — the target of the shrinkage and the weight on it — plus
         metrics specific to how they were obtained."""
         n = batch.group_count
@@ -359,9 +392,15 @@ class EBPO(AdvantageEstimator):
         return prior.rewards.mean if self.prior_mean == "rewards" else prior.group_means.mean
 
     def _sigma2(self, prior: Prior) -> float:
-        return prior.rewards.variance if self.within_variance == "pooled" else prior.group_variances.mean
+        return (
+            prior.rewards.variance
+            if self.within_variance == "pooled"
+            else prior.group_variances.mean
+        )
 
-    def _metrics(self, batch: Batch, global_prior: Prior, shrinkage: torch.Tensor) -> dict[str, float]:
+    def _metrics(
+        self, batch: Batch, global_prior: Prior, shrinkage: torch.Tensor
+    ) -> dict[str, float]:
         group_shrinkage = shrinkage[batch.nonempty]
         metrics = {
             "prior_mean": self._prior_mean(global_prior),
@@ -384,11 +423,15 @@ def _label(label: Any) -> Hashable:
 
 def _cluster_priors_from_state(entries: Any) -> dict[Hashable, Prior]:
     if not isinstance(entries, list):
-        raise ValueError(f"'clusters' must be a list of [label, prior state] pairs, got {type(entries).__name__}")
+        raise ValueError(
+            f"'clusters' must be a list of [label, prior state] pairs, got {type(entries).__name__}"
+        )
     priors: dict[Hashable, Prior] = {}
     for entry in entries:
         if not isinstance(entry, (list, tuple)) or len(entry) != 2:
-            raise ValueError(f"each entry of 'clusters' must be a [label, prior state] pair, got {entry!r}")
+            raise ValueError(
+                f"each entry of 'clusters' must be a [label, prior state] pair, got {entry!r}"
+            )
         check_json_label("cluster", entry[0])
         label = _label(entry[0])
         if label in priors:

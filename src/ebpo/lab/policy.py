@@ -17,6 +17,7 @@ same weights and a second ``ebpo train`` skips it.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +27,21 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILTIN_MODEL", "cache_dir", "load_policy", "warm_start", "warm_start_is_cached", "warm_start_key", "warm_start_path"]
+import torch
+from tqdm.auto import tqdm
+
+from ebpo.evaluation import models
+from ebpo.lab.task import corrupt_digit
+
+__all__ = [
+    "BUILTIN_MODEL",
+    "cache_dir",
+    "load_policy",
+    "warm_start",
+    "warm_start_is_cached",
+    "warm_start_key",
+    "warm_start_path",
+]
 
 #: ``--model`` value of the built-in model (tiny Llama + character tokenizer + cached warm start)
 BUILTIN_MODEL = "tiny"
@@ -39,13 +54,16 @@ def cache_dir(explicit: str | None = None) -> Path:
     return Path(explicit or os.environ.get("EBPO_CACHE") or "~/.cache/ebpo").expanduser()
 
 
-def load_policy(model: str, *, tiny_layers: int = 2, tiny_hidden_size: int = 128, tiny_heads: int = 4, seed: int = 0):
+def load_policy(
+    model: str,
+    *,
+    tiny_layers: int = 2,
+    tiny_hidden_size: int = 128,
+    tiny_heads: int = 4,
+    seed: int = 0,
+):
     """``(model, tokenizer)`` before any training: the built-in tiny model initialised from
     ``seed``, or a pretrained model (hub id, local directory, ``.gguf``, ``smollm2-135m``)."""
-    import torch
-
-    from ebpo.evaluation import models
-
     if model == BUILTIN_MODEL:
         tokenizer = models.build_char_tokenizer()
         policy = models.build_tiny_llama(
@@ -98,10 +116,21 @@ def warm_start(
     at norm 1. With ``cache`` set, the result is saved to ``cache/warm-start/<key of recipe>``
     (written to a temporary directory, then renamed) and loaded from there next time.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # optional heavy dependency (trl extra)
 
+    train = functools.partial(
+        _supervised,
+        model,
+        tokenizer,
+        examples,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        progress=progress,
+    )
     if cache is None:
-        _supervised(model, tokenizer, examples, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
+        train()
         return model, False
     path = warm_start_path(cache, recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +139,7 @@ def warm_start(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if warm_start_is_cached(path):
             return AutoModelForCausalLM.from_pretrained(path), True
-        _supervised(model, tokenizer, examples, steps=steps, batch_size=batch_size, lr=lr, seed=seed, progress=progress)
+        train()
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
@@ -119,14 +148,23 @@ def warm_start(
     return model, False
 
 
-def _supervised(model: Any, tokenizer: Any, examples: Iterator[tuple[str, str]], *, steps: int, batch_size: int, lr: float, seed: int, progress: bool) -> None:
-    import torch
-    from tqdm.auto import tqdm
-
+def _supervised(
+    model: Any,
+    tokenizer: Any,
+    examples: Iterator[tuple[str, str]],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: bool,
+) -> None:
     eos, pad = tokenizer.eos_token or "", tokenizer.pad_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     if steps >= 10:
-        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=lr, total_steps=steps, pct_start=0.1
+        )
     else:  # too short for a warm-up and a decay (tests, smoke runs)
         schedule = torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0)
     model.train()
@@ -142,7 +180,9 @@ def _supervised(model: Any, tokenizer: Any, examples: Iterator[tuple[str, str]],
             width = max(len(ids) for ids, _ in batch)
             input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
             labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-            attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+            attention = torch.tensor(
+                [[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch]
+            )
             loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -152,11 +192,11 @@ def _supervised(model: Any, tokenizer: Any, examples: Iterator[tuple[str, str]],
             bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
 
 
-def corrupted_examples(pairs: Iterator[tuple[str, str]], corrupt_frac: float, seed: int) -> Iterator[tuple[str, str]]:
+def corrupted_examples(
+    pairs: Iterator[tuple[str, str]], corrupt_frac: float, seed: int
+) -> Iterator[tuple[str, str]]:
     """``pairs`` with the completion's digits corrupted (:func:`ebpo.lab.task.corrupt_digit`) in
     a ``corrupt_frac`` share of them, chosen at random (seeded)."""
-    from ebpo.lab.task import corrupt_digit
-
     rng = random.Random(f"corrupt:{seed}")
     for prompt, completion in pairs:
         yield prompt, corrupt_digit(completion, rng) if rng.random() < corrupt_frac else completion

@@ -18,9 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ebpo.utils.files import check_output_path, read_json, write_json
+from ebpo.utils.files import atomic_write, check_output_path, read_json, write_json
 
-__all__ = ["MANIFEST", "RunDir", "check_run_dir", "last_checkpoint", "read_metrics", "truncate_metrics", "write_manifest"]
+__all__ = [
+    "MANIFEST",
+    "RunDir",
+    "check_run_dir",
+    "last_checkpoint",
+    "read_metrics",
+    "truncate_metrics",
+    "write_manifest",
+]
 
 MANIFEST = "run.json"
 _MANIFEST_VERSION = 1
@@ -39,7 +47,9 @@ class RunDir:
     replace: bool
 
 
-def check_run_dir(path: Path, identity: Mapping[str, Any], *, resume: bool, overwrite: bool) -> RunDir:
+def check_run_dir(
+    path: Path, identity: Mapping[str, Any], *, resume: bool, overwrite: bool
+) -> RunDir:
     """Decide what to do with ``path``; raise ValueError (naming ``output_dir``) when it cannot be
     used. Changes nothing on disk. ``identity`` is the JSON form of the options that define the run."""
     check_output_path(path, "output_dir", kind="dir")  # a file, a path below a file, not writable
@@ -48,15 +58,21 @@ def check_run_dir(path: Path, identity: Mapping[str, Any], *, resume: bool, over
     nonempty = path.is_dir() and any(path.iterdir())
     if resume:
         if manifest is None:
-            raise ValueError(f"nothing to resume: {str(path)!r} holds no ebpo run ({MANIFEST} missing)")
+            raise ValueError(
+                f"nothing to resume: {str(path)!r} holds no ebpo run ({MANIFEST} missing)"
+            )
         if manifest.get("config") != identity:
             diff = _differences(manifest.get("config", {}), identity)
-            raise ValueError(f"output_dir {str(path)!r} holds a different run; cannot resume it with other options ({diff})")
+            raise ValueError(
+                f"output_dir {str(path)!r} holds a different run; cannot resume it with other options ({diff})"
+            )
         return RunDir(path, manifest, replace=False)
     if not nonempty:
         return RunDir(path, None, replace=False)
     if manifest is None:
-        raise ValueError(f"output_dir {str(path)!r} is not empty and holds no ebpo run; choose another directory")
+        raise ValueError(
+            f"output_dir {str(path)!r} is not empty and holds no ebpo run; choose another directory"
+        )
     disposable = manifest.get("status") in _DISPOSABLE and not manifest.get("global_step")
     if not (overwrite or disposable):
         raise ValueError(
@@ -72,7 +88,9 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     try:
         manifest = read_json(path)
     except (OSError, ValueError) as error:
-        raise ValueError(f"{str(path)!r} is not a readable run manifest ({error}); remove it or choose another output_dir") from error
+        raise ValueError(
+            f"{str(path)!r} is not a readable run manifest ({error}); remove it or choose another output_dir"
+        ) from error
     return manifest if isinstance(manifest, dict) else None
 
 
@@ -112,14 +130,18 @@ def truncate_metrics(path: Path, step: int) -> None:
     """Drop records logged after ``step``: they belong to steps that a resume will redo."""
     if not path.is_file():
         return
-    keep = [json.dumps(record) + "\n" for record in read_metrics(path) if record.get("step", 0) <= step]
-    from ebpo.utils.files import atomic_write
-
+    keep = [
+        json.dumps(record) + "\n" for record in read_metrics(path) if record.get("step", 0) <= step
+    ]
     with atomic_write(path) as f:
         f.writelines(keep)
 
 
 def last_checkpoint(checkpoints: Path) -> Path | None:
     """The ``checkpoint-N`` directory with the largest N, or None."""
-    found = [p for p in checkpoints.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    found = [
+        p
+        for p in checkpoints.glob("checkpoint-*")
+        if p.is_dir() and p.name.split("-")[-1].isdigit()
+    ]
     return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ebpo.utils.checks import check_int
+
 __all__ = ["mean_ci", "paired_difference", "steps_to_target", "t_quantile_975"]
 
 # t_{0.975, df} for df = 1..30 (scipy.stats.t.ppf(0.975, df)); larger df use the Cornish-Fisher
@@ -28,8 +30,7 @@ _Z975 = 1.959963984540054
 
 def t_quantile_975(df: int) -> float:
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df must be an integer >= 1, got {df!r}")
+    check_int("df", df, low=1)
     if df <= len(_T975):
         return _T975[df - 1]
     z = _Z975
@@ -60,9 +61,16 @@ def paired_difference(values: Sequence[float], reference: Sequence[float]) -> di
     """Mean of ``values[s] − reference[s]`` over seeds with its 95% Student-t interval:
     ``{"mean_diff", "ci_low", "ci_high", "n"}`` (interval NaN for fewer than two pairs)."""
     if len(values) != len(reference):
-        raise ValueError(f"values and reference must pair up seed by seed, got {len(values)} and {len(reference)} values")
+        raise ValueError(
+            f"values and reference must pair up seed by seed, got {len(values)} and {len(reference)} values"
+        )
     stats = mean_ci([v - r for v, r in zip(values, reference, strict=True)])
-    return {"mean_diff": stats["mean"], "ci_low": stats["mean"] - stats["ci"], "ci_high": stats["mean"] + stats["ci"], "n": stats["n"]}
+    return {
+        "mean_diff": stats["mean"],
+        "ci_low": stats["mean"] - stats["ci"],
+        "ci_high": stats["mean"] + stats["ci"],
+        "n": stats["n"],
+    }
 
 
 def steps_to_target(steps: Sequence[float], values: Sequence[float], target: float) -> float | None:

@@ -39,6 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ebpo.utils.checks import check_positive_int, is_integer
+
 __all__ = [
     "BUILTIN_DATASETS",
     "DEFAULT_TIERS",
@@ -111,7 +113,13 @@ class Problem:
 
     @property
     def answer(self) -> int:
-        return self.a + self.b if self.topic == "add" else self.a - self.b if self.topic == "sub" else self.a * self.b
+        return (
+            self.a + self.b
+            if self.topic == "add"
+            else self.a - self.b
+            if self.topic == "sub"
+            else self.a * self.b
+        )
 
     @property
     def split(self) -> str:
@@ -151,7 +159,7 @@ def check_cells(topics: Sequence[str], tiers: Sequence[int], style: str = "rever
         raise ValueError(f"topics must be distinct values of {list(TOPICS)}, got {topics}")
     if (
         not tiers
-        or any(isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_DIGITS for t in tiers)
+        or any(not is_integer(t) or not 1 <= t <= MAX_DIGITS for t in tiers)
         or len(set(tiers)) != len(tiers)
     ):
         raise ValueError(f"tiers must be distinct digit counts in 1..{MAX_DIGITS}, got {tiers}")
@@ -206,8 +214,7 @@ def fixed_problems(
     has). Ordered cell by cell: topic, then tier."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-    if isinstance(per_cell, bool) or not isinstance(per_cell, int) or per_cell < 1:
-        raise ValueError(f"per_cell must be a positive integer, got {per_cell!r}")
+    check_positive_int("per_cell", per_cell)
     check_cells(topics, tiers)
     problems: list[Problem] = []
     for topic in topics:

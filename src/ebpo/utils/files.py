@@ -24,7 +24,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-__all__ = ["atomic_path", "atomic_write", "check_output_path", "read_json", "same_path", "write_json"]
+__all__ = [
+    "atomic_path",
+    "atomic_write",
+    "check_output_path",
+    "read_json",
+    "same_path",
+    "write_json",
+]
 
 
 def check_output_path(
@@ -56,12 +63,17 @@ def check_output_path(
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise ValueError(f"{option} {text!r} lies below {str(existing)!r}, which is not a directory")
+        raise ValueError(
+            f"{option} {text!r} lies below {str(existing)!r}, which is not a directory"
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {text!r}: directory {str(existing)!r} is not writable")
     for source in inputs:
         if same_path(target, source):
-            raise ValueError(f"{option} {text!r} is the input file itself; write to another path (the input would be lost on an error)")
+            raise ValueError(
+                f"{option} {text!r} is the input file itself; write to another path "
+                "(the input would be lost on an error)"
+            )
     return target
 
 
@@ -95,7 +107,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "w", **open_kwargs: Any) -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | os.PathLike[str], mode: str = "w", **open_kwargs: Any
+) -> Iterator[IO[Any]]:
     """``open(path, mode)`` through a temporary file: readers never see a partial file, and on an
     exception the previous content of ``path`` (if any) stays as it was."""
     if mode not in ("w", "wb"):
@@ -108,7 +122,9 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", **open_kwargs: A
         os.fsync(handle.fileno())
 
 
-def write_json(path: str | os.PathLike[str], value: Any, *, indent: int | None = 2, allow_nan: bool = False) -> None:
+def write_json(
+    path: str | os.PathLike[str], value: Any, *, indent: int | None = 2, allow_nan: bool = False
+) -> None:
     """Write ``value`` as JSON atomically. By default NaN and infinities raise ValueError: they are
     not JSON, and a state file holding them would poison whoever loads it."""
     text = json.dumps(value, indent=indent, default=str, allow_nan=allow_nan)

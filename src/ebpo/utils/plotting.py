@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from ebpo.utils.checks import is_integer
 
 __all__ = ["moving_average", "plot_intervals", "plot_lines", "plot_panels"]
 
@@ -12,7 +15,7 @@ Bands = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # optional heavy dependency (plot extra)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -39,7 +42,9 @@ def _draw(ax, series: Series, bands: Bands | None, logy: bool, faint: Sequence[s
         (line,) = ax.plot(list(x), list(y), label=label, **style)
         if bands and label in bands:
             lower, upper = bands[label]
-            ax.fill_between(list(x), list(lower), list(upper), color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(
+                list(x), list(lower), list(upper), color=line.get_color(), alpha=0.2, linewidth=0
+            )
     if logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
@@ -102,7 +107,9 @@ def _grid(plt, n_panels: int, ncols: int, *, panel_size: tuple[float, float], **
     ncols = max(1, min(ncols, n_panels))
     nrows = -(-n_panels // ncols)
     width, height = panel_size
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **subplots_kw)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **subplots_kw
+    )
     flat = list(axes.flat)
     for ax in flat[n_panels:]:
         ax.set_visible(False)
@@ -132,16 +139,16 @@ def plot_intervals(
     series; series side by side within a row); a vertical line marks ``reference`` (e.g. no
     difference). NaN intervals draw the point only. Panels fill a grid ``ncols`` wide (default:
     one row)."""
-    import math
-
     if not panels:
         raise ValueError("panels is empty: expected at least one panel to plot")
-    if ncols is not None and (isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1):
+    if ncols is not None and (not is_integer(ncols) or ncols < 1):
         raise ValueError(f"ncols must be a positive integer or None, got {ncols!r}")
     plt = _pyplot()
     rows_per_panel = max(len({r[0] for s in p.values() for r in s}) for p in panels.values())
     panel_height = 0.9 + 0.42 * max(rows_per_panel, 2)
-    fig, axes = _grid(plt, len(panels), ncols or len(panels), panel_size=(4.4, panel_height), sharey=True)
+    fig, axes = _grid(
+        plt, len(panels), ncols or len(panels), panel_size=(4.4, panel_height), sharey=True
+    )
     for ax, (panel_title, series) in zip(axes, panels.items(), strict=True):
         labels: list[str] = []
         for entries in series.values():
@@ -154,8 +161,14 @@ def plot_intervals(
             offset = -0.35 + width * (k + 0.5)
             ys = [positions[label] + offset for label, *_ in entries]
             xs = [estimate for _, estimate, _, _ in entries]
-            errors = [[0.0 if not math.isfinite(low) else estimate - low for _, estimate, low, _ in entries],
-                      [0.0 if not math.isfinite(high) else high - estimate for _, estimate, _, high in entries]]  # fmt: skip
+            lows = [
+                0.0 if not math.isfinite(low) else estimate - low for _, estimate, low, _ in entries
+            ]
+            highs = [
+                0.0 if not math.isfinite(high) else high - estimate
+                for _, estimate, _, high in entries
+            ]
+            errors = [lows, highs]
             ax.errorbar(xs, ys, xerr=errors, fmt="o", markersize=4, capsize=3, label=name)
         if reference is not None:
             ax.axvline(reference, color="black", linewidth=0.8, alpha=0.6)

@@ -7,18 +7,25 @@ from contextlib import contextmanager
 
 import torch
 
+from ebpo.utils.checks import check_positive_int
+
 __all__ = ["torch_threads"]
 
 
 @contextmanager
 def torch_threads(count: int | None) -> Iterator[None]:
-    """Run the block with ``count`` torch intra-op threads, then restore the previous number.
+    """Run the block with ``count`` torch intra-op threads, then restore the previous number (also
+    when the block raises). ``None`` leaves the setting alone.
 
     Small tensor work (a batch of rewards, a tiny model) gains nothing from parallel regions, and
-    on a busy CPU each region waits for every pool thread to be scheduled: measured on a loaded
-    2-core machine, the estimator on 16k rewards took ~2-8 ms with one thread and ~20-120 ms with
-    two (benchmarks/bench_verl_compute_advantage.py). ``None`` leaves the setting alone.
+    on a busy CPU each region waits for every pool thread to be scheduled, so one thread is faster
+    there (benchmarks/bench_verl_compute_advantage.py compares both).
+
+    Raises:
+        ValueError: ``count`` is neither None nor an integer >= 1 (before anything changes).
     """
+    if count is not None:
+        count = check_positive_int("count", count)
     previous = torch.get_num_threads()
     if count is None or count == previous:
         yield

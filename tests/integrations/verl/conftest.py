@@ -45,7 +45,9 @@ def verl_batch(
     uids, rewards = [], []
     for size in group_sizes:
         rate = rng.uniform()
-        uid = str(uuid.UUID(int=int(rng.integers(1 << 62)) + step))  # verl: fresh uuid4 per prompt per step
+        uid = str(
+            uuid.UUID(int=int(rng.integers(1 << 62)) + step)
+        )  # verl: fresh uuid4 per prompt per step
         for _ in range(size):
             uids.append(uid)
             rewards.append(float(rng.uniform(-1, 2)) if continuous else float(rng.uniform() < rate))
@@ -67,6 +69,7 @@ def verl_batch(
         if lengths[i]:
             token_rewards[i, lengths[i] - 1] = rewards[i]
     data = DataProto.from_dict(
-        tensors={"token_level_rewards": token_rewards, "response_mask": mask}, non_tensors={"uid": uids}
+        tensors={"token_level_rewards": token_rewards, "response_mask": mask},
+        non_tensors={"uid": uids},
     )
     return data, rewards, uids, valid

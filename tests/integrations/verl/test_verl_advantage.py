@@ -70,11 +70,19 @@ def test_padding_rows_do_not_touch_the_prior():
 def test_norm_adv_by_std_false_centres_only_and_explicit_option_wins():
     data, rewards, uids, valid = verl_batch(GROUPS, seed=1)
     mask = data.batch["response_mask"]
-    centred = _compute(data, "ebpo", norm_adv_by_std_in_grpo=False, ebpo={"prior": "batch"})["advantages"]
-    ref = _reference(ebpo.make_estimator("ebpo", prior="batch", normalize="center"), rewards, uids, valid, mask)
+    centred = _compute(data, "ebpo", norm_adv_by_std_in_grpo=False, ebpo={"prior": "batch"})[
+        "advantages"
+    ]
+    ref = _reference(
+        ebpo.make_estimator("ebpo", prior="batch", normalize="center"), rewards, uids, valid, mask
+    )
     torch.testing.assert_close(centred, ref, rtol=1e-6, atol=1e-7)
-    explicit = _compute(data, "ebpo", norm_adv_by_std_in_grpo=False, ebpo={"prior": "batch", "normalize": "batch"})
-    ref = _reference(ebpo.make_estimator("ebpo", prior="batch", normalize="batch"), rewards, uids, valid, mask)
+    explicit = _compute(
+        data, "ebpo", norm_adv_by_std_in_grpo=False, ebpo={"prior": "batch", "normalize": "batch"}
+    )
+    ref = _reference(
+        ebpo.make_estimator("ebpo", prior="batch", normalize="batch"), rewards, uids, valid, mask
+    )
     torch.testing.assert_close(explicit["advantages"], ref, rtol=1e-6, atol=1e-7)
     assert not torch.allclose(explicit["advantages"], centred)
 
@@ -82,7 +90,13 @@ def test_norm_adv_by_std_false_centres_only_and_explicit_option_wins():
 def test_epsilon_read_from_algorithm_config():
     data, rewards, uids, valid = verl_batch([2, 2, 2], padding=1, seed=2)
     out = _compute(data, "ebpo", epsilon=0.5, ebpo={"prior": "batch"})["advantages"]
-    ref = _reference(ebpo.make_estimator("ebpo", prior="batch", eps=0.5), rewards, uids, valid, data.batch["response_mask"])
+    ref = _reference(
+        ebpo.make_estimator("ebpo", prior="batch", eps=0.5),
+        rewards,
+        uids,
+        valid,
+        data.batch["response_mask"],
+    )
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
 
 
@@ -92,7 +106,12 @@ def test_other_estimators_match_core(name):
     for step in range(2):
         data, rewards, uids, valid = verl_batch(GROUPS, seed=10 + step, step=step)
         out = _compute(data, name)["advantages"]
-        torch.testing.assert_close(out, _reference(core, rewards, uids, valid, data.batch["response_mask"]), rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(
+            out,
+            _reference(core, rewards, uids, valid, data.batch["response_mask"]),
+            rtol=1e-6,
+            atol=1e-7,
+        )
 
 
 #: the two ways to ask for JSPO++'s smoothing: our option section, or the JSPO authors' own key.
@@ -113,7 +132,9 @@ def test_jspo_plus_plus_matches_core_over_steps(how, continuous):
     core = ebpo.JSPOPlusPlus(smooth_coef=SMOOTH_COEF)
     unsmoothed = ebpo.JSPOPlusPlus()
     for step in range(4):
-        data, rewards, uids, valid = verl_batch(GROUPS, seed=20 + step, continuous=continuous, step=step)
+        data, rewards, uids, valid = verl_batch(
+            GROUPS, seed=20 + step, continuous=continuous, step=step
+        )
         mask = data.batch["response_mask"]
         out = _compute(data, "jspo_plus_plus", **SMOOTHING_CONFIGS[how])
         expected = _reference(core, rewards, uids, valid, mask)
@@ -155,10 +176,14 @@ def test_running_prior_persists_between_calls_per_configuration():
     first = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"].clone()
     again = _compute(data, "ebpo", ebpo={"prior": "batch"})["advantages"]
     assert torch.equal(first, again)  # batch prior: no memory
-    h1 = _compute(data, "ebpo", ebpo={"prior": "history", "within_variance": "within"})["advantages"].clone()
+    h1 = _compute(data, "ebpo", ebpo={"prior": "history", "within_variance": "within"})[
+        "advantages"
+    ].clone()
     other, *_ = verl_batch([4] * 6, seed=99)
     _compute(other, "ebpo", ebpo={"prior": "history", "within_variance": "within"})
-    h2 = _compute(data, "ebpo", ebpo={"prior": "history", "within_variance": "within"})["advantages"]
+    h2 = _compute(data, "ebpo", ebpo={"prior": "history", "within_variance": "within"})[
+        "advantages"
+    ]
     assert not torch.allclose(h1, h2)  # history prior: the second batch moved it
     from ebpo.integrations.verl.state import STORE
 
@@ -184,7 +209,10 @@ def test_metrics_reach_jsonl_and_the_trainer_metrics_dict(tmp_path):
     path = tmp_path / "m.jsonl"
     config = OmegaConf.create({"adv_estimator": "ebpo", "ebpo": {"metrics_file": str(path)}})
     # Stand-in for verl's trainer: a method of a `verl.trainer.*` module holding `metrics`.
-    namespace = {"__name__": "verl.trainer.ppo.fake_trainer", "compute_advantage": compute_advantage}
+    namespace = {
+        "__name__": "verl.trainer.ppo.fake_trainer",
+        "compute_advantage": compute_advantage,
+    }
     exec(
         "class Trainer:\n"
         "    global_steps = 17\n"
@@ -197,7 +225,9 @@ def test_metrics_reach_jsonl_and_the_trainer_metrics_dict(tmp_path):
     metrics = namespace["Trainer"]()._compute_advantage(data, config)
     assert 0 <= metrics["ebpo/shrinkage_mean"] <= 1 and metrics["ebpo/num_groups"] == len(GROUPS)
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(records) == 1 and records[0]["global_step"] == 17 and records[0]["estimator_step"] == 1
+    assert (
+        len(records) == 1 and records[0]["global_step"] == 17 and records[0]["estimator_step"] == 1
+    )
     assert records[0]["ebpo/shrinkage_mean"] == pytest.approx(metrics["ebpo/shrinkage_mean"])
     # Outside a verl trainer nothing is injected anywhere, but the JSONL still grows.
     compute_advantage(data, adv_estimator="ebpo", config=config)
@@ -216,7 +246,9 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
     names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus")
     assert set(advantage.FUNCTIONS) == set(names)
     assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in names)
-    assert len({id(fn) for fn in advantage.FUNCTIONS.values()}) == len(names)  # one function per name
+    assert len({id(fn) for fn in advantage.FUNCTIONS.values()}) == len(
+        names
+    )  # one function per name
 
     saved = core_algos.ADV_ESTIMATOR_REGISTRY["jspo"]
     core_algos.ADV_ESTIMATOR_REGISTRY["jspo"] = lambda **kw: None  # someone else's estimator
@@ -225,6 +257,23 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
             plugin.register()
     finally:
         core_algos.ADV_ESTIMATOR_REGISTRY["jspo"] = saved
+
+
+def test_each_registered_name_keeps_state_across_steps_or_is_missing_from_verl():
+    """Why each name is registered (advantage.REGISTERED): its estimator keeps history (the reason
+    says so exactly then), or verl has no estimator of that name; verl's own are never shadowed."""
+    from verl.trainer.ppo import core_algos
+
+    import ebpo.integrations.verl.advantage as advantage
+
+    verl_names = {e.value for e in core_algos.AdvantageEstimator}
+    assert list(advantage.REGISTERED) == ["ebpo", "ebpo_bb", "jspo", "jspo_plus_plus"]
+    for name, reason in advantage.REGISTERED.items():
+        assert name not in verl_names
+        keeps_history = ebpo.estimators.make_variant(name).keeps_history
+        assert ("keeps" in reason) == keeps_history, name
+        assert keeps_history or "missing from verl" in reason, name
+        assert advantage.FUNCTIONS[name].__name__ == f"compute_{name}_advantage"
 
 
 def test_nonempty_rows_equals_full_row_sum():
@@ -278,7 +327,9 @@ def test_metrics_side_channel_inside_verls_real_trainer_method(tmp_path, monkeyp
     mask, scores = data.batch["response_mask"], data.batch["token_level_rewards"]
     lengths = mask.sum(-1).long()
     int_uids = torch.tensor(np.unique(uids, return_inverse=True)[1])
-    nested_mask = torch.nested.as_nested_tensor([mask[i, : lengths[i]] for i in range(len(mask))], layout=torch.jagged)
+    nested_mask = torch.nested.as_nested_tensor(
+        [mask[i, : lengths[i]] for i in range(len(mask))], layout=torch.jagged
+    )
     put = {}
 
     class Stored:  # what tq.kv_batch_get returns: nested fields + to_padded_tensor()
@@ -298,8 +349,13 @@ def test_metrics_side_channel_inside_verls_real_trainer_method(tmp_path, monkeyp
     monkeypatch.setattr(trainer_base, "tq", fake_tq)
     config = OmegaConf.create(
         {
-            "algorithm": {"adv_estimator": "ebpo", "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0,
-                          "ebpo": {"metrics_file": str(tmp_path / "m.jsonl")}},
+            "algorithm": {
+                "adv_estimator": "ebpo",
+                "use_kl_in_reward": False,
+                "gamma": 1.0,
+                "lam": 1.0,
+                "ebpo": {"metrics_file": str(tmp_path / "m.jsonl")},
+            },
             "actor_rollout_ref": {"rollout": {"n": 4}},
         }
     )
@@ -355,14 +411,23 @@ def _experimental_trainer(tmp_path, rewards, steps=7):
 
     config = OmegaConf.create(
         {
-            "algorithm": {"adv_estimator": "ebpo", "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0},
+            "algorithm": {
+                "adv_estimator": "ebpo",
+                "use_kl_in_reward": False,
+                "gamma": 1.0,
+                "lam": 1.0,
+            },
             "actor_rollout_ref": {"rollout": {"n": 4}},
             "trainer": {"default_local_dir": str(tmp_path / "run")},
         }
     )
     return SimpleNamespace(
-        config=config, metrics={"training/global_step": steps}, timing_raw={}, reward_tensor=rewards,
-        reward_extra_infos_dict={}, global_steps=steps,
+        config=config,
+        metrics={"training/global_step": steps},
+        timing_raw={},
+        reward_tensor=rewards,
+        reward_extra_infos_dict={},
+        global_steps=steps,
     )
 
 
@@ -380,11 +445,16 @@ def test_metrics_reach_the_experimental_trainers(tmp_path, caplog):
     trainer = _experimental_trainer(tmp_path, data.batch["token_level_rewards"].clone())
     with caplog.at_level(logging.WARNING):
         out = SeparateRayPPOTrainer._fit_compute_advantage(trainer, data)
-    assert trainer.metrics["ebpo/num_groups"] == len(GROUPS) and "ebpo/shrinkage_mean" in trainer.metrics
+    assert (
+        trainer.metrics["ebpo/num_groups"] == len(GROUPS)
+        and "ebpo/shrinkage_mean" in trainer.metrics
+    )
     assert not [r for r in caplog.records if "metrics` dict" in r.getMessage()]
     record = json.loads((tmp_path / "run" / METRICS_FILENAME).read_text())
     assert record["global_step"] == 7 and record["ebpo/num_groups"] == len(GROUPS)
-    expected = _reference(ebpo.make_estimator("ebpo"), rewards, uids, valid, data.batch["response_mask"])
+    expected = _reference(
+        ebpo.make_estimator("ebpo"), rewards, uids, valid, data.batch["response_mask"]
+    )
     torch.testing.assert_close(out.batch["advantages"], expected, rtol=1e-6, atol=1e-7)
 
 
@@ -394,8 +464,12 @@ def test_metrics_reach_an_out_of_tree_trainer_subclass():
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
 
     data, *_ = verl_batch(GROUPS, seed=10)
-    namespace = {"__name__": "recipe.dapo.dapo_ray_trainer", "compute_advantage": compute_advantage,
-                 "RayPPOTrainer": RayPPOTrainer, "OmegaConf": OmegaConf}
+    namespace = {
+        "__name__": "recipe.dapo.dapo_ray_trainer",
+        "compute_advantage": compute_advantage,
+        "RayPPOTrainer": RayPPOTrainer,
+        "OmegaConf": OmegaConf,
+    }
     exec(
         "class RayDAPOTrainer(RayPPOTrainer):\n"
         "    def fit_step(self, data):\n"
@@ -444,12 +518,19 @@ def test_batch_prior_recipes_reproduce_the_authors_formula_on_uneven_groups(seed
     from ebpo.integrations.verl.recipes import recipe_overrides
 
     algorithm = algorithm_overrides(recipe_overrides("ebpo_topic"))
-    data, rewards, uids, valid = verl_batch([4, 2, 1, 4, 3, 4, 2, 4], seed=seed, continuous=seed % 2 == 1)
-    got = _compute(data, algorithm["adv_estimator"], **{k: v for k, v in algorithm.items() if k != "adv_estimator"})
+    data, rewards, uids, valid = verl_batch(
+        [4, 2, 1, 4, 3, 4, 2, 4], seed=seed, continuous=seed % 2 == 1
+    )
+    got = _compute(
+        data,
+        algorithm["adv_estimator"],
+        **{k: v for k, v in algorithm.items() if k != "adv_estimator"},
+    )
     mask = data.batch["response_mask"]
     expected = torch.zeros_like(mask)
     expected[torch.from_numpy(valid)] = (
-        _authors_batch_prior(rewards[valid], list(uids[valid])).to(mask.dtype)[:, None] * mask[torch.from_numpy(valid)]
+        _authors_batch_prior(rewards[valid], list(uids[valid])).to(mask.dtype)[:, None]
+        * mask[torch.from_numpy(valid)]
     )
     torch.testing.assert_close(got["advantages"], expected, rtol=1e-5, atol=1e-6)
     # Not a vacuous check: on these batches the two choices of μ give different advantages.

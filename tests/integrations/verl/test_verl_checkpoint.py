@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from tests.integrations.verl.conftest import verl_batch
 
-from ebpo.integrations.verl.checkpoint import resume_folder
+from ebpo.integrations.verl.resume import resume_folder
 from ebpo.integrations.verl.state import METRICS_FILENAME, STATE_FILENAME, STORE
 
 pytestmark = pytest.mark.verl
@@ -19,7 +19,14 @@ CALLBACK = "ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
 GROUPS = [4, 3, 4, 1, 4, 4, 2]
 
 
-def _config(run_dir, resume_mode="auto", resume_from_path=None, estimator="ebpo", algorithm=None, **ebpo_options):
+def _config(
+    run_dir,
+    resume_mode="auto",
+    resume_from_path=None,
+    estimator="ebpo",
+    algorithm=None,
+    **ebpo_options,
+):
     """A verl config; ``algorithm`` adds keys beside ``algorithm.ebpo`` (e.g. ``js_smooth_coef``)."""
     return OmegaConf.create(
         {
@@ -39,7 +46,11 @@ def _step(config, step):
 
     data, *_ = verl_batch(GROUPS, seed=100 + step, step=step)
     name = config.algorithm.adv_estimator
-    return compute_advantage(data, adv_estimator=name, config=config.algorithm).batch["advantages"].clone()
+    return (
+        compute_advantage(data, adv_estimator=name, config=config.algorithm)
+        .batch["advantages"]
+        .clone()
+    )
 
 
 def _save(callback, run_dir, step):
@@ -58,7 +69,10 @@ STATEFUL = {
     "ebpo": {},
     "ebpo-ema-within": {"prior": "ema", "half_life": 3.0, "within_variance": "within"},
     "jspo_plus_plus": {"estimator": "jspo_plus_plus", "smooth_coef": 0.999},
-    "jspo_plus_plus-js_smooth_coef": {"estimator": "jspo_plus_plus", "algorithm": {"js_smooth_coef": 0.999}},
+    "jspo_plus_plus-js_smooth_coef": {
+        "estimator": "jspo_plus_plus",
+        "algorithm": {"js_smooth_coef": 0.999},
+    },
 }
 
 
@@ -115,7 +129,9 @@ def test_resume_path_and_disable(tmp_path):
 
     STORE.clear()
     build_checkpoint_callback(_config(tmp_path, resume_mode="resume_path", resume_from_path=first))
-    assert STORE.state_dict()["estimators"][0]["state"]["steps"] == 1  # the folder asked for, not the latest
+    assert (
+        STORE.state_dict()["estimators"][0]["state"]["steps"] == 1
+    )  # the folder asked for, not the latest
 
     STORE.clear()
     build_checkpoint_callback(_config(tmp_path, resume_mode="disable"))
@@ -133,7 +149,9 @@ def test_resume_folder_rules(tmp_path):
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("7")
     assert resume_folder(trainer) == str(tmp_path / "global_step_7")
     with pytest.raises(ValueError, match="resume_from_path"):
-        resume_folder(OmegaConf.create({"resume_mode": "resume_path", "resume_from_path": "/x/step3"}))
+        resume_folder(
+            OmegaConf.create({"resume_mode": "resume_path", "resume_from_path": "/x/step3"})
+        )
     with pytest.raises(ValueError, match="resume_mode"):
         resume_folder(OmegaConf.create({"resume_mode": "sometimes"}))
 
@@ -151,7 +169,9 @@ def test_changed_options_start_from_empty_state(tmp_path, caplog):
     _step(changed, 1)
     entry = [e for e in STORE.state_dict()["estimators"] if e["options"].get("prior") == "ema"][0]
     assert entry["state"]["steps"] == 1  # started empty: only the step after the resume
-    assert len(STORE) == 2  # the restored (unused) default-options estimator is kept for the next save
+    assert (
+        len(STORE) == 2
+    )  # the restored (unused) default-options estimator is kept for the next save
     assert "does not match the current options" in caplog.text
 
 

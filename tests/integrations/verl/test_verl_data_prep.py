@@ -30,13 +30,22 @@ def prepared(tmp_path_factory):
     rows = load_dataset("dapo-math-17k", data_files=FIXTURES / "dapo-math-17k.parquet")
     # External labels as the paper's LLM labeller / 16-sample pass-rate run would give them.
     labels = [
-        {"id": row["id"], "topic": ["Geometry", "Algebra"][i % 2], "pass_rate": [0.9, 0.1, 0.5, 0.3][i % 4]}
+        {
+            "id": row["id"],
+            "topic": ["Geometry", "Algebra"][i % 2],
+            "pass_rate": [0.9, 0.1, 0.5, 0.3][i % 4],
+        }
         for i, row in enumerate(rows)
     ]
     labels_file = out / "labels.jsonl"
     labels_file.write_text("\n".join(json.dumps(r) for r in labels))
-    argv = ["verl", "prepare-data", f"--out-dir={out}", f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
-            f"--labels={labels_file}"]
+    argv = [
+        "verl",
+        "prepare-data",
+        f"--out-dir={out}",
+        f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
+        f"--labels={labels_file}",
+    ]
     for name, file in EVAL.items():
         argv.append(f"--eval-file={name}={FIXTURES / file}")
     assert main(argv) == 0
@@ -78,19 +87,34 @@ def test_eval_sets_and_recipe_finds_them(prepared):
 def test_missing_labels_skip_the_curriculum_file_and_say_so(tmp_path, capsys):
     from ebpo.cli import main
 
-    argv = ["verl", "prepare-data", f"--out-dir={tmp_path}", f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
-            "--topic-method=none", "--eval"]
+    argv = [
+        "verl",
+        "prepare-data",
+        f"--out-dir={tmp_path}",
+        f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
+        "--topic-method=none",
+        "--eval",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "skipped dapo_math_17k.topic.parquet" in out and "skipped dapo_math_17k.difficulty.parquet" in out
+    assert (
+        "skipped dapo_math_17k.topic.parquet" in out
+        and "skipped dapo_math_17k.difficulty.parquet" in out
+    )
     assert (tmp_path / "dapo_math_17k.shuffle.parquet").exists()
     assert not (tmp_path / "dapo_math_17k.topic.parquet").exists()
     assert main(["verl", "prepare-data", f"--out-dir={tmp_path}", "--eval-file=gsm8k=x.jsonl"]) == 2
 
 
 def _argv(out, *extra):
-    return ["verl", "prepare-data", f"--out-dir={out}", f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
-            "--topic-method=none", *extra]
+    return [
+        "verl",
+        "prepare-data",
+        f"--out-dir={out}",
+        f"--train-file={FIXTURES / 'dapo-math-17k.parquet'}",
+        "--topic-method=none",
+        *extra,
+    ]
 
 
 def _tree(root):
@@ -117,10 +141,10 @@ def test_a_failure_after_loading_the_training_set_writes_nothing(tmp_path, monke
 
 
 def test_an_error_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
-    import ebpo.data
     from ebpo.cli import main
+    from ebpo.integrations.verl import data_prep
 
-    real_write = ebpo.data.write_rows
+    real_write = data_prep.write_rows
     written = []
 
     def write_then_fail(rows, path):
@@ -129,8 +153,35 @@ def test_an_error_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
         written.append(path)
         return real_write(rows, path)
 
-    monkeypatch.setattr(ebpo.data, "write_rows", write_then_fail)
+    monkeypatch.setattr(data_prep, "write_rows", write_then_fail)
     out = tmp_path / "out"
     with pytest.raises(OSError, match="disk full"):
         main(_argv(out, "--eval"))
     assert len(written) == 1 and _tree(tmp_path) == []  # the first file was written, then removed
+
+
+def test_verl_rows_are_in_the_dapo_hub_layout(tmp_path):
+    from ebpo.data import load_dataset, write_rows
+    from ebpo.data.templates import dapo_prompt
+    from ebpo.integrations.verl.data_prep import to_verl_rows
+
+    rows = load_dataset("math-500", data_files=FIXTURES / "math-500.jsonl")
+    verl = to_verl_rows(rows, split="test")
+    assert verl[0]["reward_model"] == {"ground_truth": rows[0]["answer"], "style": "rule"}
+    assert verl[0]["prompt"] == [{"role": "user", "content": dapo_prompt(rows[0]["prompt"])}]
+    assert verl[1]["data_source"] == "math-500" and verl[1]["ability"] == "MATH"
+    assert verl[1]["extra_info"] == {
+        "index": 1,
+        "split": "test",
+        "id": rows[1]["id"],
+        "topic": rows[1]["topic"],
+        "difficulty": rows[1]["difficulty"],
+    }
+    assert (
+        to_verl_rows(rows, data_source="mine", template="raw")[0]["prompt"][0]["content"]
+        == rows[0]["prompt"]
+    )
+    # verl rows are in the DAPO hub layout, so they load back through the DAPO normaliser
+    path = write_rows(verl, tmp_path / "verl.parquet")
+    back = load_dataset(str(path), schema="dapo-math-17k")
+    assert [(r["prompt"], r["answer"]) for r in back] == [(r["prompt"], r["answer"]) for r in rows]

@@ -12,7 +12,10 @@ pytestmark = pytest.mark.verl
 def test_doctor_passes_on_this_install():
     checks = run_checks(fresh_process=False)
     assert [c.name for c in checks] == [
-        "verl version", "entry point", "compute_advantage(ebpo, ebpo_bb, jspo, jspo_plus_plus)", "checkpoint callback",
+        "verl version",
+        "entry point",
+        "compute_advantage(ebpo, ebpo_bb, jspo, jspo_plus_plus)",
+        "checkpoint callback",
     ]
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
 

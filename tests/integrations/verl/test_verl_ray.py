@@ -33,7 +33,9 @@ def _probe():
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
     names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus")
-    modules = {n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names}
+    modules = {
+        n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names
+    }
     mask = torch.ones(4, 3)
     rewards = torch.zeros(4, 3)
     rewards[0, 2] = 1.0
@@ -46,8 +48,17 @@ def _probe():
         from omegaconf import OmegaConf
 
         config = OmegaConf.create({"ebpo": {"prior": "batch"}})
-        adv = compute_advantage(data, adv_estimator="ebpo", config=config).batch["advantages"][:, 0].tolist()
-    return {"pid": os.getpid(), "modules": modules, "advantages": adv, "env": os.environ.get("VERL_USE_EXTERNAL_MODULES")}
+        adv = (
+            compute_advantage(data, adv_estimator="ebpo", config=config)
+            .batch["advantages"][:, 0]
+            .tolist()
+        )
+    return {
+        "pid": os.getpid(),
+        "modules": modules,
+        "advantages": adv,
+        "env": os.environ.get("VERL_USE_EXTERNAL_MODULES"),
+    }
 
 
 def _reference_advantages():

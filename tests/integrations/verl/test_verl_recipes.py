@@ -44,7 +44,11 @@ AUTHORS_COMMON = {
 AUTHORS = {
     "ebpo": {"algorithm.adv_estimator": "ebpo", "data.shuffle": False},  # "naive": file order
     "ebpo_topic": {"algorithm.adv_estimator": "ebpo", "data.shuffle": False},
-    "ebpo_diff": {"algorithm.adv_estimator": "ebpo", "data.shuffle": False, "trainer.total_epochs": 1},
+    "ebpo_diff": {
+        "algorithm.adv_estimator": "ebpo",
+        "data.shuffle": False,
+        "trainer.total_epochs": 1,
+    },
     "grpo": {"algorithm.adv_estimator": "grpo"},
     "dr_grpo": {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False},
     "dapo": {
@@ -107,7 +111,13 @@ def test_recipe_dry_run_validates_and_matches_the_authors(name, tmp_path):
 def test_dry_run_rejects_broken_configs(tmp_path):
     base = recipe_overrides("ebpo", data_dir=str(tmp_path))
     with pytest.raises(ValueError, match="prior"):
-        dry_run(with_defaults(recipe_overrides("ebpo", data_dir=str(tmp_path), extra=["+algorithm.ebpo.prior=forever"])))
+        dry_run(
+            with_defaults(
+                recipe_overrides(
+                    "ebpo", data_dir=str(tmp_path), extra=["+algorithm.ebpo.prior=forever"]
+                )
+            )
+        )
     with pytest.raises(ValueError, match="half_lif"):
         dry_run(with_defaults([*base, "+algorithm.ebpo.half_lif=3"]))
     with pytest.raises(ValueError, match="ppo_mini_batch_size"):
@@ -117,7 +127,9 @@ def test_dry_run_rejects_broken_configs(tmp_path):
     with pytest.raises(Exception, match="FSDPActorConfig"):  # verl's own validation runs too
         dry_run(with_defaults([*base, "actor_rollout_ref.actor.loss_agg_mode=bogus"]))
     extra = ["+algorithm.ebpo.prior=ema", "+algorithm.ebpo.half_life=20"]
-    config, _ = dry_run(with_defaults(recipe_overrides("ebpo", data_dir=str(tmp_path), extra=extra)))
+    config, _ = dry_run(
+        with_defaults(recipe_overrides("ebpo", data_dir=str(tmp_path), extra=extra))
+    )
     assert config.algorithm.ebpo.half_life == 20
 
 
@@ -134,7 +146,9 @@ def test_with_defaults_respects_user_choices():
 
 
 def test_recipe_extra_overrides_replace_recipe_keys(tmp_path):
-    overrides = recipe_overrides("ebpo_topic", extra=["+algorithm.ebpo.prior=history", "data.shuffle=True"])
+    overrides = recipe_overrides(
+        "ebpo_topic", extra=["+algorithm.ebpo.prior=history", "data.shuffle=True"]
+    )
     assert override_value(overrides, "algorithm.ebpo.prior") == "history"
     assert sum(o.startswith("data.shuffle=") for o in overrides) == 1
     config, _ = dry_run(with_defaults(overrides))
@@ -151,7 +165,19 @@ def test_cli_recipe_dry_run_and_list(capsys, tmp_path):
 
     assert main(["verl", "recipe", "--list"]) == 0
     assert "ebpo_topic" in capsys.readouterr().out
-    assert main(["verl", "recipe", "ebpo_topic", "--dry-run", f"--data-dir={tmp_path}", "+algorithm.ebpo.prior=ema"]) == 0
+    assert (
+        main(
+            [
+                "verl",
+                "recipe",
+                "ebpo_topic",
+                "--dry-run",
+                f"--data-dir={tmp_path}",
+                "+algorithm.ebpo.prior=ema",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "dry run OK: adv_estimator=ebpo" in out and "'prior': 'ema'" in out
     assert main(["verl", "--dry-run", *recipe_overrides("grpo", data_dir=str(tmp_path))]) == 0
@@ -177,11 +203,13 @@ def test_launcher_command_and_plugin_fallback(monkeypatch, entry_point):
     import ebpo.integrations.verl.launcher as launcher
 
     calls = []
-    monkeypatch.setattr(launcher.subprocess, "call", lambda command, env=None: calls.append((command, env)) or 0)
+    monkeypatch.setattr(
+        launcher.subprocess, "call", lambda command, env=None: calls.append((command, env)) or 0
+    )
     monkeypatch.setattr(launcher, "entry_point_active", lambda: entry_point)
     monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
     assert launcher.run(["data.train_batch_size=64"]) == 0
-    (command, env), = calls
+    ((command, env),) = calls
     assert command[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
     assert "data.train_batch_size=64" in command and "algorithm.adv_estimator=ebpo" in command
     if entry_point:  # verl >= 0.9 loads the plug-in by itself
@@ -211,15 +239,17 @@ def test_every_recipe_passes_the_launch_check(name):
 def test_algorithm_overrides_follow_hydra_order():
     from ebpo.integrations.verl.launcher import algorithm_overrides
 
-    got = algorithm_overrides([
-        "data.x=1",
-        "algorithm.adv_estimator=ebpo",
-        "algorithm.ebpo={prior: batch, eps: 1e-3}",
-        "+algorithm.ebpo.prior=ema",
-        "++algorithm.ebpo.half_life=20",
-        "~algorithm.ebpo.eps",
-        "algorithm.norm_adv_by_std_in_grpo=False",
-    ])
+    got = algorithm_overrides(
+        [
+            "data.x=1",
+            "algorithm.adv_estimator=ebpo",
+            "algorithm.ebpo={prior: batch, eps: 1e-3}",
+            "+algorithm.ebpo.prior=ema",
+            "++algorithm.ebpo.half_life=20",
+            "~algorithm.ebpo.eps",
+            "algorithm.norm_adv_by_std_in_grpo=False",
+        ]
+    )
     assert got == {
         "adv_estimator": "ebpo",
         "ebpo": {"prior": "ema", "half_life": 20},
@@ -232,14 +262,18 @@ def test_bad_estimator_overrides_never_launch(monkeypatch):
     from ebpo.estimators import estimator_options
 
     calls = []
-    monkeypatch.setattr(launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0)
+    monkeypatch.setattr(
+        launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0
+    )
     monkeypatch.setattr(launcher, "entry_point_active", lambda: True)
     with pytest.raises(ValueError, match=r"'prir' .*did you mean 'prior'\?") as error:
         launcher.run(["+algorithm.ebpo.prir=ema"])
     # The valid keys are the estimator's constructor options (+ the plug-in's), not a copied list.
     listed = str(error.value).split("valid keys: ")[1].split(", ")
     assert set(listed) == set(estimator_options("ebpo")) | {"metrics_file", "log_to_trainer"}
-    with pytest.raises(ValueError, match=r"prior must be one of \['history', 'batch', 'ema'\], got 'forever'"):
+    with pytest.raises(
+        ValueError, match=r"prior must be one of \['history', 'batch', 'ema'\], got 'forever'"
+    ):
         launcher.run(["+algorithm.ebpo.prior=forever"])
     with pytest.raises(ValueError, match="warmup_groups must be a positive integer"):
         launcher.run(["algorithm.adv_estimator=ebpo_bb", "+algorithm.ebpo.warmup_groups=0"])
@@ -258,32 +292,48 @@ def test_jspo_plus_plus_options_are_checked_before_launch(monkeypatch):
     from ebpo.estimators import estimator_options
 
     calls = []
-    monkeypatch.setattr(launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0)
+    monkeypatch.setattr(
+        launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0
+    )
     monkeypatch.setattr(launcher, "entry_point_active", lambda: True)
     jspo_pp = "algorithm.adv_estimator=jspo_plus_plus"
     with pytest.raises(ValueError, match=r"'smoth_coef' .*did you mean 'smooth_coef'\?") as error:
         launcher.run([jspo_pp, "+algorithm.ebpo.smoth_coef=0.99"])
     listed = str(error.value).split("valid keys: ")[1].split(", ")
-    assert set(listed) == set(estimator_options("jspo_plus_plus")) | {"metrics_file", "log_to_trainer"}
-    with pytest.raises(ValueError, match=r"adv_estimator=jspo_plus_plus: smooth_coef must be a number in \[0, 1\]"):
+    assert set(listed) == set(estimator_options("jspo_plus_plus")) | {
+        "metrics_file",
+        "log_to_trainer",
+    }
+    with pytest.raises(
+        ValueError, match=r"adv_estimator=jspo_plus_plus: smooth_coef must be a number in \[0, 1\]"
+    ):
         launcher.run([jspo_pp, "+algorithm.ebpo.smooth_coef=1.5"])
     # The authors' key is checked too, and the error says where the value came from.
-    with pytest.raises(ValueError, match=r"\(smooth_coef from algorithm.js_smooth_coef\): smooth_coef must be"):
+    with pytest.raises(
+        ValueError, match=r"\(smooth_coef from algorithm.js_smooth_coef\): smooth_coef must be"
+    ):
         launcher.run([jspo_pp, "+algorithm.js_smooth_coef=2"])
     assert calls == []
     assert launcher.run([jspo_pp, "+algorithm.ebpo.smooth_coef=0.99"]) == 0
     assert launcher.run([jspo_pp, "+algorithm.js_smooth_coef=0.99"]) == 0
-    assert launcher.run(["algorithm.adv_estimator=jspo", "+algorithm.js_smooth_coef=2"]) == 0  # not jspo's key
+    assert (
+        launcher.run(["algorithm.adv_estimator=jspo", "+algorithm.js_smooth_coef=2"]) == 0
+    )  # not jspo's key
     # Our estimator, so the launcher persists its state with the checkpoints.
     assert all(f"trainer.checkpoint_callback_class={CALLBACK_FQN}" in command for command in calls)
 
 
 def test_jspo_plus_plus_dry_run_with_the_authors_key(tmp_path):
     extra = ["algorithm.adv_estimator=jspo_plus_plus", "+algorithm.js_smooth_coef=0.99"]
-    config, notes = dry_run(with_defaults(recipe_overrides("grpo", data_dir=str(tmp_path), extra=extra)))
+    config, notes = dry_run(
+        with_defaults(recipe_overrides("grpo", data_dir=str(tmp_path), extra=extra))
+    )
     assert config.algorithm.adv_estimator == "jspo_plus_plus"
     assert config.trainer.checkpoint_callback_class == CALLBACK_FQN
-    assert any("estimator jspo_plus_plus with options" in note and "'smooth_coef': 0.99" in note for note in notes)
+    assert any(
+        "estimator jspo_plus_plus with options" in note and "'smooth_coef': 0.99" in note
+        for note in notes
+    )
 
 
 def test_cli_subcommand_typo_does_not_launch(monkeypatch, capsys):
@@ -291,7 +341,9 @@ def test_cli_subcommand_typo_does_not_launch(monkeypatch, capsys):
     from ebpo.cli import main
 
     calls = []
-    monkeypatch.setattr(launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0)
+    monkeypatch.setattr(
+        launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0
+    )
     assert main(["verl", "docter"]) == 2
     assert "did you mean 'doctor'?" in capsys.readouterr().err
     assert calls == []

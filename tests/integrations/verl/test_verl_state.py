@@ -37,7 +37,10 @@ def test_save_refuses_non_finite_state_and_writes_nothing(tmp_path, monkeypatch,
     folder = tmp_path / "global_step_3"
     folder.mkdir()
     monkeypatch.setattr(STORE, "state_dict", lambda: _poisoned(state, value))
-    with pytest.raises(ValueError, match=r"refusing to save .*estimators\[0\]\.state\.global\.rewards\.mean = (nan|inf|-inf) is not finite"):
+    with pytest.raises(
+        ValueError,
+        match=r"refusing to save .*estimators\[0\]\.state\.global\.rewards\.mean = (nan|inf|-inf) is not finite",
+    ):
         STORE.save(folder)
     assert list(folder.iterdir()) == []  # no state file, no temporary file
 
@@ -68,13 +71,20 @@ def test_load_refuses_a_non_finite_state_file(tmp_path, value):
     state = _store_with_one_step()
     (tmp_path / STATE_FILENAME).write_text(json.dumps(_poisoned(state, value), allow_nan=True))
     STORE.clear()
-    with pytest.raises(ValueError, match=rf"cannot restore EBPO estimator state from {tmp_path}/{STATE_FILENAME}: .*rewards\.mean = (nan|inf) is not finite"):
+    with pytest.raises(
+        ValueError,
+        match=rf"cannot restore EBPO estimator state from {tmp_path}/{STATE_FILENAME}: "
+        r".*rewards\.mean = (nan|inf) is not finite",
+    ):
         STORE.load(tmp_path)
     assert len(STORE) == 0 and STORE.restored_from is None  # untouched
 
 
 def test_load_refuses_a_truncated_state_file(tmp_path):
     (tmp_path / STATE_FILENAME).write_text('{"format": 1, "estimators": [')
-    with pytest.raises(ValueError, match=rf"cannot restore EBPO estimator state from {tmp_path}/{STATE_FILENAME}: Expecting"):
+    with pytest.raises(
+        ValueError,
+        match=rf"cannot restore EBPO estimator state from {tmp_path}/{STATE_FILENAME}: Expecting",
+    ):
         STORE.load(tmp_path)
     assert STORE.restored_from is None

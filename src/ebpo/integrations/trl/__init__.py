@@ -1,5 +1,6 @@
 """TRL integration: `EBPOTrainer` (a `trl.GRPOTrainer` whose advantages come from an ebpo estimator),
-its `EBPOConfig`, and presets reproducing the paper's methods on TRL.
+its `EBPOConfig`, and presets reproducing the paper's methods (or any variant of
+``ebpo.estimators.VARIANTS``) on TRL.
 
     from ebpo.integrations.trl import EBPOTrainer, make_config
     args = make_config("ebpo", output_dir="runs/ebpo", num_generations=4)
@@ -15,7 +16,14 @@ from ebpo.integrations.trl.aggregation import combine_rewards, zero_variance_gro
 from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE, GENERATION_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import DATA_ORDERS, FILTER_GROUPS_METRICS, EBPOConfig
-from ebpo.integrations.trl.presets import PAPER_COMMON, PRESETS, available_presets, make_config
+from ebpo.integrations.trl.presets import (
+    PAPER_COMMON,
+    PAPER_METHODS,
+    PRESETS,
+    available_presets,
+    make_config,
+)
+from ebpo.integrations.trl.reward import make_trl_reward, math_reward
 from ebpo.integrations.trl.trainer import METRIC_PREFIX, EBPOTrainer, has_lone_response_baseline
 
 __all__ = [
@@ -25,6 +33,7 @@ __all__ = [
     "GENERATION_STATE_FILE",
     "METRIC_PREFIX",
     "PAPER_COMMON",
+    "PAPER_METHODS",
     "PRESETS",
     "EBPOConfig",
     "EBPOTrainer",
@@ -33,5 +42,7 @@ __all__ = [
     "combine_rewards",
     "has_lone_response_baseline",
     "make_config",
+    "make_trl_reward",
+    "math_reward",
     "zero_variance_groups",
 ]

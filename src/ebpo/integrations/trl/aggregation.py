@@ -56,8 +56,9 @@ def combine_rewards(
         r = Σ_k w_k (r_k − mean_g r_k) / (std_g r_k + 1e-4),
 
     with NaN-aware group mean and unbiased std (TRL's ``nanstd``; a function that scored fewer than
-    two completions of the group has std NaN there and adds nothing). TRL then normalises ``r`` over the batch; EBPOTrainer
-    hands ``r`` to the estimator instead. Computed in ``rewards_per_func``'s dtype, as TRL does.
+    two completions of the group has std NaN there and adds nothing). TRL then normalises ``r`` over
+    the batch; EBPOTrainer hands ``r`` to the estimator instead. Computed in ``rewards_per_func``'s
+    dtype, as TRL does.
     """
     weights = weights.to(device=rewards_per_func.device, dtype=rewards_per_func.dtype).unsqueeze(0)
     unscorable = unscorable_rows(rewards_per_func)
@@ -70,10 +71,14 @@ def combine_rewards(
         grouped = rewards_per_func.view(-1, num_generations, num_funcs)
         mean = torch.nanmean(grouped, dim=1, keepdim=True)
         # TRL's own nanstd, so that the result is TRL's to the last bit
-        std = nanstd(grouped, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean)
+        std = (
+            nanstd(grouped, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean)
+        )
         per_func = ((grouped - mean) / (std + TRL_NORMALIZE_EPS)).view(-1, num_funcs)
     else:
-        raise ValueError(f"multi_objective_aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
+        raise ValueError(
+            f"multi_objective_aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}"
+        )
     rewards = (per_func * weights).nansum(dim=1)
     return rewards.masked_fill(unscorable, torch.nan)
 

@@ -92,11 +92,16 @@ def write_state(
 ) -> None:
     """Write the estimator state and the generation-cycle file (main process only)."""
     write_json(os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE), estimator_state, indent=None)
-    record = {**asdict(cycle), "estimator_state_before_batch": state_before_batch if cycle.inside_batch else None}
+    record = {
+        **asdict(cycle),
+        "estimator_state_before_batch": state_before_batch if cycle.inside_batch else None,
+    }
     write_json(os.path.join(checkpoint_dir, GENERATION_STATE_FILE), record, indent=None)
 
 
-def read_state(checkpoint_dir: str) -> tuple[dict[str, Any] | None, GenerationCycle | None, dict[str, Any] | None]:
+def read_state(
+    checkpoint_dir: str,
+) -> tuple[dict[str, Any] | None, GenerationCycle | None, dict[str, Any] | None]:
     """``(estimator_state, cycle, state_before_batch)``; None for what the checkpoint lacks
     (checkpoints written before the cycle file existed have only the estimator state)."""
     estimator_path = os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE)
@@ -106,19 +111,30 @@ def read_state(checkpoint_dir: str) -> tuple[dict[str, Any] | None, GenerationCy
         return estimator_state, None, None
     record = read_json(cycle_path)
     try:
-        cycle = GenerationCycle(*(int(record[key]) for key in ("micro_step", "generate_every", "steps_per_generation", "num_processes")))
+        cycle = GenerationCycle(
+            *(
+                int(record[key])
+                for key in ("micro_step", "generate_every", "steps_per_generation", "num_processes")
+            )
+        )
     except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{cycle_path} is not a generation-cycle record written by EBPOTrainer: {error}") from error
+        raise ValueError(
+            f"{cycle_path} is not a generation-cycle record written by EBPOTrainer: {error}"
+        ) from error
     return estimator_state, cycle, record.get("estimator_state_before_batch")
 
 
-def write_buffer(checkpoint_dir: str, process_index: int, buffered_inputs: list[dict[str, Any]]) -> None:
+def write_buffer(
+    checkpoint_dir: str, process_index: int, buffered_inputs: list[dict[str, Any]]
+) -> None:
     """Save this process's buffered generation batch (TRL's ``_buffered_inputs``)."""
     with atomic_path(os.path.join(checkpoint_dir, generation_buffer_file(process_index))) as tmp:
         torch.save(buffered_inputs, tmp)
 
 
-def read_buffer(checkpoint_dir: str, process_index: int, device: torch.device | str) -> list[dict[str, Any]]:
+def read_buffer(
+    checkpoint_dir: str, process_index: int, device: torch.device | str
+) -> list[dict[str, Any]]:
     """Load this process's buffered generation batch onto ``device`` (tensors, lists and None only)."""
     path = os.path.join(checkpoint_dir, generation_buffer_file(process_index))
     # Loaded on the CPU first: torch cannot restore onto an indexed CPU device ("cpu:0"), which is

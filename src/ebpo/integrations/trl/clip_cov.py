@@ -75,7 +75,9 @@ def clip_cov_select(
     if len(index) == 0:
         return selected
     num_clip = max(int(clip_cov_ratio * int(valid.sum())), 1)
-    perm = torch.randperm(len(index), generator=generator)[: min(num_clip, len(index))].to(index.device)
+    perm = torch.randperm(len(index), generator=generator)[: min(num_clip, len(index))].to(
+        index.device
+    )
     chosen = index[perm]
     selected[chosen[:, 0], chosen[:, 1]] = True
     return selected

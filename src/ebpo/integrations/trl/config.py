@@ -42,7 +42,8 @@ class EBPOConfig(GRPOConfig):
 
     Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
     paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
-    ``ebpo_bb``, ``ebpo_batch``). docs/trl.md describes how TRL's options carry over.
+    ``ebpo_bb``, ``ebpo_batch``) or trains any variant of ``ebpo.estimators.VARIANTS``.
+    docs/trl.md describes how TRL's options carry over.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
@@ -64,19 +65,19 @@ class EBPOConfig(GRPOConfig):
     scale_rewards: str | None = field(
         default=None,
         metadata={
-            "help": "TRL's reward scaling ('group', 'batch', 'none'; True / False mean 'group' / 'none'). Default None: "
-            "the estimator decides. With an estimator that has a `scale` option ('grpo', 'dr_grpo') a value set here "
-            "becomes that option, so a TRL GRPO config keeps TRL's scaling (an `estimator_options['scale']` that "
-            "disagrees is an error). Every other estimator sets the scale of its advantages itself ('ebpo' "
-            "normalises over the batch, 'rloo' and 'jspo' do not scale): a value set here is then ignored, with a "
-            "warning naming the estimator."
+            "help": "TRL's reward scaling ('group', 'batch', 'none'; True / False mean 'group' / "
+            "'none'). Default None: the estimator decides. With an estimator that has a `scale` option "
+            "('grpo', 'dr_grpo') a value set here becomes that option, so a TRL GRPO config keeps TRL's "
+            "scaling (an `estimator_options['scale']` that disagrees is an error). Every other estimator "
+            "sets the scale of its advantages itself ('ebpo' normalises over the batch, 'rloo' and 'jspo' "
+            "do not scale): a value set here is then ignored, with a warning naming the estimator."
         },
     )
     estimator_options: dict[str, Any] | str | None = field(
         default=None,
         metadata={
             "help": "Keyword arguments for `ebpo.make_estimator(advantage_estimator, ...)`, as a dict or a JSON "
-            "string (e.g. '{\"prior\": \"ema\", \"half_life\": 20}'). `nan_policy` defaults to 'mask' so that "
+            'string (e.g. \'{"prior": "ema", "half_life": 20}\'). `nan_policy` defaults to \'mask\' so that '
             "completions no reward function scored (TRL marks them NaN) are left out of the statistics."
         },
     )
@@ -129,11 +130,15 @@ class EBPOConfig(GRPOConfig):
     )
     clip_cov_lb: float = field(
         default=1.0,
-        metadata={"help": "Clip-Cov: lower bound of the covariance window (exclusive; Cui et al.: 1)."},
+        metadata={
+            "help": "Clip-Cov: lower bound of the covariance window (exclusive; Cui et al.: 1)."
+        },
     )
     clip_cov_ub: float = field(
         default=5.0,
-        metadata={"help": "Clip-Cov: upper bound of the covariance window (exclusive; Cui et al.: 5)."},
+        metadata={
+            "help": "Clip-Cov: upper bound of the covariance window (exclusive; Cui et al.: 5)."
+        },
     )
 
     # ------------------------------------------------------------------ data order and clusters
@@ -150,7 +155,8 @@ class EBPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Dataset column whose value (e.g. a topic) is passed to the estimator as each completion's "
-            "cluster, for per-cluster priors (`estimator_options={'per_cluster': True}` with 'ebpo'/'ebpo_bb')."
+            "cluster, for per-cluster priors (`estimator_options={'per_cluster': True}` with 'ebpo'/'ebpo_bb', "
+            "or the 'ebpo_cluster' preset): required when the estimator's `uses_clusters` is True."
         },
     )
 
@@ -158,47 +164,70 @@ class EBPOConfig(GRPOConfig):
         # Our fields first, so that a bad value fails before TRL / transformers set anything up.
         self.estimator_options = parse_estimator_options(self.estimator_options)
         # make_estimator raises ValueError naming the unknown estimator / option / bad value.
-        ebpo.make_estimator(self.advantage_estimator, **{"nan_policy": "mask", **self.estimator_options})
+        estimator = ebpo.make_estimator(
+            self.advantage_estimator, **{"nan_policy": "mask", **self.estimator_options}
+        )
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
-                f"num_generations must be at least 2 (a group needs two completions to compare), got {self.num_generations}"
+                "num_generations must be at least 2 (a group needs two completions to compare), "
+                f"got {self.num_generations}"
             )
         if not isinstance(self.filter_zero_variance_groups, bool):
-            raise ValueError(f"filter_zero_variance_groups must be True or False, got {self.filter_zero_variance_groups!r}")
-        _check_number("overlong_buffer_ratio", self.overlong_buffer_ratio, low=0.0, high=1.0, high_open=True)
+            raise ValueError(
+                f"filter_zero_variance_groups must be True or False, got {self.filter_zero_variance_groups!r}"
+            )
+        _check_number(
+            "overlong_buffer_ratio", self.overlong_buffer_ratio, low=0.0, high=1.0, high_open=True
+        )
         _check_number("overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
         if self.overlong_buffer_ratio > 0 and not self.max_completion_length:
-            raise ValueError("overlong_buffer_ratio > 0 needs max_completion_length (the buffer is a fraction of it)")
+            raise ValueError(
+                "overlong_buffer_ratio > 0 needs max_completion_length (the buffer is a fraction of it)"
+            )
         _check_number("clip_cov_ratio", self.clip_cov_ratio, low=0.0, high=1.0)
         _check_number("clip_cov_lb", self.clip_cov_lb)
         _check_number("clip_cov_ub", self.clip_cov_ub)
         if self.clip_cov_lb >= self.clip_cov_ub:
-            raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub ({self.clip_cov_ub})")
+            raise ValueError(
+                f"clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub ({self.clip_cov_ub})"
+            )
         if self.clip_cov_ratio > 0 and self.importance_sampling_level != "token":
             raise ValueError(
                 "clip_cov_ratio > 0 needs importance_sampling_level='token' (Clip-Cov acts on single tokens), "
                 f"got {self.importance_sampling_level!r}"
             )
         if self.clip_cov_ratio > 0 and getattr(self, "use_liger_kernel", False):
-            raise ValueError("clip_cov_ratio > 0 is not supported with use_liger_kernel=True (Liger fuses the loss)")
-        if self.data_order not in DATA_ORDERS:
-            raise ValueError(f"data_order must be one of {list(DATA_ORDERS)}, got {self.data_order!r}")
-        if self.cluster_column is not None and (not isinstance(self.cluster_column, str) or not self.cluster_column):
-            raise ValueError(f"cluster_column must be a column name or None, got {self.cluster_column!r}")
-        if self.estimator_options.get("per_cluster") and self.cluster_column is None:
             raise ValueError(
-                "estimator_options has per_cluster=True but cluster_column is None: name the dataset column "
-                "holding each prompt's cluster (e.g. cluster_column='topic')"
+                "clip_cov_ratio > 0 is not supported with use_liger_kernel=True (Liger fuses the loss)"
+            )
+        if self.data_order not in DATA_ORDERS:
+            raise ValueError(
+                f"data_order must be one of {list(DATA_ORDERS)}, got {self.data_order!r}"
+            )
+        if self.cluster_column is not None and (
+            not isinstance(self.cluster_column, str) or not self.cluster_column
+        ):
+            raise ValueError(
+                f"cluster_column must be a column name or None, got {self.cluster_column!r}"
+            )
+        if estimator.uses_clusters and self.cluster_column is None:
+            raise ValueError(
+                f"advantage_estimator={self.advantage_estimator!r} with estimator_options="
+                f"{self.estimator_options} reads clusters (per-cluster priors) but cluster_column is "
+                "None: name the dataset column holding each prompt's cluster (e.g. cluster_column='topic')"
             )
         if self.multi_objective_aggregation not in AGGREGATIONS:
             raise ValueError(
-                f"multi_objective_aggregation must be one of {list(AGGREGATIONS)}, got {self.multi_objective_aggregation!r}"
+                f"multi_objective_aggregation must be one of {list(AGGREGATIONS)}, "
+                f"got {self.multi_objective_aggregation!r}"
             )
         if self.filter_groups_metric not in FILTER_GROUPS_METRICS:
             raise ValueError(
                 f"filter_groups_metric must be one of {list(FILTER_GROUPS_METRICS)}, got {self.filter_groups_metric!r}"
             )
-        self.scale_rewards = _check_scale_rewards(self.scale_rewards, self.advantage_estimator, self.estimator_options)
+        self.scale_rewards = _check_scale_rewards(
+            self.scale_rewards, self.advantage_estimator, self.estimator_options
+        )
         if self.data_order != "shuffle":
             # A curriculum is an order; TRL's sampler would shuffle it away.
             self.shuffle_dataset = False
@@ -209,7 +238,9 @@ class EBPOConfig(GRPOConfig):
         """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator``: ``estimator_options``, with
         ``nan_policy='mask'`` by default and ``scale=scale_rewards`` when the estimator has a ``scale``."""
         kwargs: dict[str, Any] = {"nan_policy": "mask"}
-        if self.scale_rewards is not None and "scale" in ebpo.estimator_options(self.advantage_estimator):
+        if self.scale_rewards is not None and "scale" in ebpo.estimator_options(
+            self.advantage_estimator
+        ):
             kwargs["scale"] = self.scale_rewards
         return {**kwargs, **(self.estimator_options or {})}
 
@@ -224,7 +255,9 @@ def _check_scale_rewards(value: Any, estimator: str, options: dict[str, Any]) ->
     if value is None:
         return None
     if value not in SCALE_REWARDS:
-        raise ValueError(f"scale_rewards must be one of {list(SCALE_REWARDS)} (or True / False, or None), got {value!r}")
+        raise ValueError(
+            f"scale_rewards must be one of {list(SCALE_REWARDS)} (or True / False, or None), got {value!r}"
+        )
     if "scale" in ebpo.estimator_options(estimator):
         if "scale" in options and options["scale"] != value:
             raise ValueError(
@@ -251,7 +284,9 @@ def parse_estimator_options(value: Any) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as error:
-            raise ValueError(f"estimator_options must be a dict or a JSON object string; {error}") from error
+            raise ValueError(
+                f"estimator_options must be a dict or a JSON object string; {error}"
+            ) from error
     if not isinstance(value, dict):
         raise ValueError(f"estimator_options must be a dict, got {type(value).__name__}")
     return dict(value)
@@ -269,5 +304,9 @@ def _check_number(
     ok = ok and (low is None or value >= low)
     ok = ok and (high is None or (value < high if high_open else value <= high))
     if not ok:
-        bounds = f" in [{low}, {high}{')' if high_open else ']'}" if high is not None else (f" >= {low}" if low is not None else "")
+        bounds = (
+            f" in [{low}, {high}{')' if high_open else ']'}"
+            if high is not None
+            else (f" >= {low}" if low is not None else "")
+        )
         raise ValueError(f"{argument} must be a finite number{bounds}, got {value!r}")

@@ -1,116 +1,151 @@
 """Presets: the paper's methods (EBPO and its baselines) as `EBPOConfig` keyword overrides.
 
-The paper (arXiv 2602.05165) trained every method in verl with token-mean loss aggregation, PPO clip
-0.2 and a low-variance (k3) KL loss with coefficient 0.001. On TRL that is ``loss_type="dapo"``
-(normalised by the number of completion tokens of the global batch, i.e. verl's ``token-mean``) and
-``beta=0.001`` (TRL's KL term is the same k3 estimator). Differences per method:
+A preset is a trainer setup plus a named variant of the estimator table
+(:data:`ebpo.estimators.VARIANTS`): the variant gives the estimator and its options, the preset
+adds the trainer settings. The paper (arXiv 2602.05165) trained every method in verl with
+token-mean loss aggregation, PPO clip 0.2 and a low-variance (k3) KL loss with coefficient 0.001.
+On TRL that is ``loss_type="dapo"`` (normalised by the number of completion tokens of the global
+batch, i.e. verl's ``token-mean``) and ``beta=0.001`` (TRL's KL term is the same k3 estimator):
+:data:`PAPER_COMMON`. Differences per method (:data:`PAPER_METHODS`):
 
 ========================  =====================================================================
-preset                    what changes
+preset                    variant, and what changes in the trainer
 ========================  =====================================================================
-``grpo``                  estimator ``grpo`` (group mean, divided by the group std)
-``dr_grpo``               estimator ``dr_grpo`` (no std division), ``loss_type="dr_grpo"``
+``grpo``                  variant ``grpo`` (group mean, divided by the group std)
+``dr_grpo``               variant ``dr_grpo`` (no std division), ``loss_type="dr_grpo"``
                           (token sum / max_completion_length = verl's seq-mean-token-sum-norm)
-``dapo``                  estimator ``grpo``; clip-higher ``epsilon_high=0.28``; token-level loss;
+``dapo``                  variant ``grpo``; clip-higher ``epsilon_high=0.28``; token-level loss;
                           soft overlong punishment (buffer = half of max_completion_length,
                           penalty 1.0: the paper's 4096 of 8192); zero-variance group filtering
                           (without resampling); no KL (``beta=0``, as in the DAPO paper)
-``entropy_mech``          estimator ``grpo``; Clip-Cov with ratio 2e-4 and bounds [1, 5]; no KL
-``rloo`` ``jspo``         the estimator of that name, otherwise as ``grpo``
-``ebpo`` ``ebpo_bb``      the estimator of that name with its defaults (paper's Algorithm 1:
-                          history prior, pooled σ², raw τ², batch normalisation)
-``ebpo_batch``            ``ebpo`` with the prior of the authors' released verl code:
-                          ``prior="batch"`` (μ, σ², τ² from the current generation batch only),
-                          ``prior_mean="group_means"`` (μ = mean of the group means)
+``entropy_mech``          variant ``grpo``; Clip-Cov with ratio 2e-4 and bounds [1, 5]; no KL
+``rloo`` ``jspo``         the variant of that name, otherwise as ``grpo``
+``ebpo`` ``ebpo_bb``      the variant of that name: the estimator with its defaults (paper's
+                          Algorithm 1: history prior, pooled σ², raw τ², batch normalisation)
+``ebpo_batch``            variant ``ebpo_batch``: ``ebpo`` with the prior of the authors'
+                          released verl code: ``prior="batch"`` (μ, σ², τ² from the current
+                          generation batch only), ``prior_mean="group_means"`` (μ = mean of the
+                          group means)
 ========================  =====================================================================
 
 **Which prior.** The ``ebpo`` preset keeps the paper's Algorithm 1 — a prior accumulated over the
 whole run (``prior="history"``, the library default) — and not the per-batch prior the authors'
 released code uses (and the verl recipes reproduce, ``recipes/verl/README.md``): a TRL generation
-batch holds a few to a few dozen prompts (8-64 typically), and a prior estimated from that few group
-means (τ² from 8-64 numbers) is noisy, while the history prior keeps sharpening over the run. The
-authors ran verl with 512-prompt batches, where the batch prior is well estimated. ``ebpo_batch``
-offers their convention on TRL for comparison; give it large generation batches
+batch holds a few to a few dozen prompts (8-64 typically), and a prior estimated from that few
+group means (τ² from 8-64 numbers) is noisy, while the history prior keeps sharpening over the
+run. The authors ran verl with 512-prompt batches, where the batch prior is well estimated.
+``ebpo_batch`` offers their convention on TRL for comparison; give it large generation batches
 (``generation_batch_size`` / ``steps_per_generation``).
 
-Any bare estimator name (e.g. ``reinforce_pp_baseline``) is also accepted by :func:`make_config`:
-the common settings plus that estimator. Per-topic EBPO is ``make_config("ebpo",
-estimator_options={"per_cluster": True}, cluster_column="topic", data_order="topic")``.
+Every other variant name (``ebpo_ema``, ``ebpo_within``, ``ebpo_cluster``, ...,
+:func:`ebpo.estimators.available_variants`, which includes every bare estimator name such as
+``reinforce_pp_baseline``) is accepted by :func:`make_config` too: :data:`PAPER_COMMON` plus that
+variant's estimator and options. Per-topic EBPO is ``make_config("ebpo_cluster",
+cluster_column="topic")`` (add ``data_order="topic"`` for a topic-ordered stream).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import ebpo
+from ebpo.estimators import available_variants, variant_spec
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 
-__all__ = ["PAPER_COMMON", "PRESETS", "available_presets", "make_config"]
+__all__ = [
+    "PAPER_COMMON",
+    "PAPER_METHODS",
+    "PRESETS",
+    "available_presets",
+    "make_config",
+    "variant_preset",
+]
 
 #: settings every method shares in the paper's setup (verl token-mean loss, k3 KL 0.001, clip 0.2)
 PAPER_COMMON: dict[str, Any] = {"loss_type": "dapo", "beta": 0.001, "epsilon": 0.2}
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "grpo": {**PAPER_COMMON, "advantage_estimator": "grpo"},
-    "dr_grpo": {**PAPER_COMMON, "advantage_estimator": "dr_grpo", "loss_type": "dr_grpo", "scale_rewards": "none"},
-    "dapo": {
-        **PAPER_COMMON,
-        "advantage_estimator": "grpo",
-        "beta": 0.0,
-        "epsilon_high": 0.28,
-        "overlong_buffer_ratio": 0.5,
-        "overlong_penalty_factor": 1.0,
-        "filter_zero_variance_groups": True,
-    },
-    "entropy_mech": {
-        **PAPER_COMMON,
-        "advantage_estimator": "grpo",
-        "beta": 0.0,
-        "clip_cov_ratio": 2e-4,
-        "clip_cov_lb": 1.0,
-        "clip_cov_ub": 5.0,
-    },
-    "rloo": {**PAPER_COMMON, "advantage_estimator": "rloo"},
-    "jspo": {**PAPER_COMMON, "advantage_estimator": "jspo"},
+#: the paper's methods: preset name → (variant of ``ebpo.estimators.VARIANTS``, trainer settings
+#: beyond :data:`PAPER_COMMON`)
+PAPER_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": ("grpo", {}),
+    "dr_grpo": ("dr_grpo", {"loss_type": "dr_grpo", "scale_rewards": "none"}),
+    "dapo": (
+        "grpo",
+        {
+            "beta": 0.0,
+            "epsilon_high": 0.28,
+            "overlong_buffer_ratio": 0.5,
+            "overlong_penalty_factor": 1.0,
+            "filter_zero_variance_groups": True,
+        },
+    ),
+    "entropy_mech": (
+        "grpo",
+        {"beta": 0.0, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    ),
+    "rloo": ("rloo", {}),
+    "jspo": ("jspo", {}),
     # the paper's Algorithm 1 (history prior): see "Which prior" in the module docstring
-    "ebpo": {**PAPER_COMMON, "advantage_estimator": "ebpo"},
-    "ebpo_bb": {**PAPER_COMMON, "advantage_estimator": "ebpo_bb"},
+    "ebpo": ("ebpo", {}),
+    "ebpo_bb": ("ebpo_bb", {}),
     # the authors' released code: prior from the current batch, μ = mean of the group means
-    "ebpo_batch": {
-        **PAPER_COMMON,
-        "advantage_estimator": "ebpo",
-        "estimator_options": {"prior": "batch", "prior_mean": "group_means"},
-    },
+    "ebpo_batch": ("ebpo_batch", {}),
+}
+
+
+def variant_preset(variant: str, **settings: Any) -> dict[str, Any]:
+    """EBPOConfig fields that train variant ``variant``: :data:`PAPER_COMMON`, then ``settings``,
+    then the variant's ``advantage_estimator`` and (if it has any) ``estimator_options``.
+
+    Raises:
+        ValueError: ``variant`` is neither a variant nor a registered estimator.
+    """
+    estimator, options = variant_spec(variant)
+    preset = {**PAPER_COMMON, **settings, "advantage_estimator": estimator}
+    if options:
+        preset["estimator_options"] = options
+    return preset
+
+
+#: the paper's methods as EBPOConfig keyword overrides (see :data:`PAPER_METHODS`)
+PRESETS: dict[str, dict[str, Any]] = {
+    name: variant_preset(variant, **settings) for name, (variant, settings) in PAPER_METHODS.items()
 }
 
 
 def available_presets() -> list[str]:
-    """Names accepted by :func:`make_config`: the presets, then the other estimator names."""
-    return list(PRESETS) + [name for name in ebpo.available_estimators() if name not in PRESETS]
+    """Names accepted by :func:`make_config`: the presets, then the other variant and estimator
+    names (:func:`ebpo.estimators.available_variants`)."""
+    return list(PRESETS) + [name for name in available_variants() if name not in PRESETS]
 
 
 def make_config(preset: str, **overrides: Any) -> EBPOConfig:
-    """An :class:`EBPOConfig` for ``preset`` (a key of :data:`PRESETS` or any estimator name).
+    """An :class:`EBPOConfig` for ``preset`` (a key of :data:`PRESETS`, or any variant or
+    estimator name of :func:`ebpo.estimators.available_variants`).
 
     ``overrides`` are EBPOConfig fields and win over the preset's values; ``estimator_options``
-    (dict or JSON string) is merged into the preset's, key by key, so that
-    ``make_config("ebpo_batch", estimator_options={"normalize": "center"})`` keeps the batch prior.
+    (dict, JSON string or None) is merged into the preset's, key by key, so that
+    ``make_config("ebpo_batch", estimator_options={"normalize": "center"})`` keeps the batch prior
+    (and so does ``estimator_options=None``).
 
     Raises:
-        ValueError: unknown preset (the message lists presets and estimators), or any invalid field.
+        ValueError: unknown preset (the message lists presets, variants and estimators), or any
+            invalid field.
     """
     if not isinstance(preset, str):
         raise ValueError(f"preset must be a string, got {type(preset).__name__}")
     if preset in PRESETS:
         base = PRESETS[preset]
-    elif preset in ebpo.available_estimators():
-        base = {**PAPER_COMMON, "advantage_estimator": preset}
+    elif preset in available_variants():
+        base = variant_preset(preset)
     else:
+        others = [name for name in available_variants() if name not in PRESETS]
         raise ValueError(
-            f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or an estimator name "
-            f"{ebpo.available_estimators()}"
+            f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or a variant or "
+            f"estimator name {others}"
         )
-    options = overrides.get("estimator_options")
-    if "estimator_options" in base and options is not None:
-        overrides = {**overrides, "estimator_options": {**base["estimator_options"], **parse_estimator_options(options)}}
+    if "estimator_options" in overrides:
+        # None adds nothing: it must not erase the preset's own options (ebpo_batch's prior)
+        given = parse_estimator_options(overrides["estimator_options"])
+        merged = {**base.get("estimator_options", {}), **given}
+        overrides = {**overrides, "estimator_options": merged}
     return EBPOConfig(**{**base, **overrides})

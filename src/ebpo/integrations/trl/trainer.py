@@ -32,11 +32,8 @@ price of not copying the method, and it is negligible next to generation.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 import os
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -57,8 +54,16 @@ from ebpo.integrations.trl.aggregation import (
 from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE, GenerationCycle
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.reference_model import reference_from_policy
+from ebpo.integrations.trl.train_data import check_columns, eval_splits, reorder
 
-__all__ = ["ESTIMATOR_STATE_FILE", "METRIC_PREFIX", "EBPOTrainer", "has_lone_response_baseline", "zero_variance_groups"]
+__all__ = [
+    "ESTIMATOR_STATE_FILE",
+    "METRIC_PREFIX",
+    "EBPOTrainer",
+    "has_lone_response_baseline",
+    "zero_variance_groups",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,18 +73,19 @@ OVERLONG_REWARD_NAME = "soft_overlong_punishment"
 
 
 def has_lone_response_baseline(estimator_name: str) -> bool:
-    """Whether ``estimator_name`` gives the only scored completion of a group a baseline of its own.
+    """Whether ``estimator_name`` gives the only scored completion of a group a baseline of its own:
+    the estimator's ``uses_prior`` trait (see :class:`ebpo.AdvantageEstimator`).
 
-    True for the estimators with a prior (a ``prior`` option: ``ebpo``, ``ebpo_bb``): the prior
-    estimated from other prompts (and, with ``prior="history"``, other steps) is a baseline even for
-    a lone completion, whose advantage is then ``S·(r − μ)`` before normalisation. False for the
-    group-relative estimators (``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp_baseline``, ``jspo``):
-    their baseline is built from the other completions of the same group, and a lone completion has
-    none (JSPO's baseline mixes the other prompts' mean with the group's leave-one-out mean, which
-    does not exist for a lone completion). EBPOTrainer leaves such completions out of the
-    estimator, so they get advantage 0, as in TRL.
+    True for the estimators with a prior (``ebpo``, ``ebpo_bb``): the prior estimated from other
+    prompts (and, with ``prior="history"``, other steps) is a baseline even for a lone completion,
+    whose advantage is then ``S·(r − μ)`` before normalisation. False for the group-relative
+    estimators (``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp_baseline``, ``jspo``,
+    ``jspo_plus_plus``): their baseline is built from the other completions of the same group, and
+    a lone completion has none (JSPO's baseline mixes the other prompts' mean with the group's
+    leave-one-out mean, which does not exist for a lone completion). EBPOTrainer leaves such
+    completions out of the estimator, so they get advantage 0, as in TRL.
     """
-    return "prior" in ebpo.estimator_options(estimator_name)
+    return ebpo.make_estimator(estimator_name).uses_prior
 
 
 class EBPOTrainer(GRPOTrainer):
@@ -126,13 +132,13 @@ class EBPOTrainer(GRPOTrainer):
         # Everything that can fail on the user's input fails here, before the model is touched.
         estimator = ebpo.make_estimator(args.advantage_estimator, **args.estimator_kwargs)
         if args.cluster_column is not None:
-            _check_columns("train_dataset", train_dataset, [args.cluster_column], "cluster_column")
-            for split_name, split in _eval_splits(eval_dataset):
-                _check_columns(split_name, split, [args.cluster_column], "cluster_column")
+            check_columns("train_dataset", train_dataset, [args.cluster_column], "cluster_column")
+            for split_name, split in eval_splits(eval_dataset):
+                check_columns(split_name, split, [args.cluster_column], "cluster_column")
         if args.data_order != "shuffle":
-            train_dataset = _reorder(train_dataset, args.data_order, args.seed)
+            train_dataset = reorder(train_dataset, args.data_order, args.seed)
 
-        with _reference_from_policy(model, args):
+        with reference_from_policy(model, args):
             super().__init__(
                 model=model,
                 reward_funcs=reward_funcs,
@@ -155,7 +161,8 @@ class EBPOTrainer(GRPOTrainer):
         self._ebpo_user_columns = slice(0, len(self.reward_funcs))
         if args.overlong_buffer_ratio > 0:
             self._add_overlong_reward(args)
-        self._ebpo_lone_response_baseline = has_lone_response_baseline(args.advantage_estimator)
+        # See has_lone_response_baseline.
+        self._ebpo_lone_response_baseline = estimator.uses_prior
         # The estimator state before the current generation batch was scored (for mid-batch checkpoints).
         self._ebpo_state_before_batch: dict[str, Any] = estimator.state_dict()
         # Hand-off from the _calculate_rewards wrapper to _generate_and_score_completions.
@@ -178,11 +185,15 @@ class EBPOTrainer(GRPOTrainer):
         self.reward_funcs.append(punish)
         self.reward_func_names.append(OVERLONG_REWARD_NAME)
         self.reward_processing_classes.append(None)
-        self.reward_weights = torch.cat([self.reward_weights, torch.tensor([float(args.overlong_penalty_factor)])])
+        self.reward_weights = torch.cat(
+            [self.reward_weights, torch.tensor([float(args.overlong_penalty_factor)])]
+        )
 
     # ------------------------------------------------------------------ rewards → advantages
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
         user = self._ebpo_user_columns
         if user.stop < rewards_per_func.size(1):
             # In place, so that TRL's own unscorable mask and reward metrics see it too.
@@ -190,7 +201,9 @@ class EBPOTrainer(GRPOTrainer):
         self._ebpo_gathered_rewards = rewards_per_func
         if self.args.cluster_column is not None:
             # Same process order as `gather` in TRL, so row i of the rewards is row i of the clusters.
-            self._ebpo_gathered_clusters = gather_object([example[self.args.cluster_column] for example in inputs])
+            self._ebpo_gathered_clusters = gather_object(
+                [example[self.args.cluster_column] for example in inputs]
+            )
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -199,22 +212,33 @@ class EBPOTrainer(GRPOTrainer):
         rewards_per_func, clusters = self._ebpo_gathered_rewards, self._ebpo_gathered_clusters
         self._ebpo_gathered_rewards = self._ebpo_gathered_clusters = None
         if rewards_per_func is None:  # a TRL path that did not score (should not happen)
-            raise RuntimeError("EBPOTrainer: TRL produced completions without calling _calculate_rewards")
+            raise RuntimeError(
+                "EBPOTrainer: TRL produced completions without calling _calculate_rewards"
+            )
 
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = combine_rewards(
-            rewards_per_func, self.reward_weights, aggregation=self.args.multi_objective_aggregation, num_generations=num_generations
+            rewards_per_func,
+            self.reward_weights,
+            aggregation=self.args.multi_objective_aggregation,
+            num_generations=num_generations,
         ).cpu()
         estimator_rewards = rewards
         if not self._ebpo_lone_response_baseline:
             # A lone scored completion has no group baseline: leave it out (advantage 0), as TRL does.
-            estimator_rewards = rewards.masked_fill(lone_response_rows(rewards, num_generations), torch.nan)
+            estimator_rewards = rewards.masked_fill(
+                lone_response_rows(rewards, num_generations), torch.nan
+            )
         num_total = rewards.numel()
         group_ids = torch.arange(num_total) // num_generations
         if mode == "train":
             self._ebpo_state_before_batch = self.estimator.state_dict()
-        result = self.estimator(estimator_rewards, group_ids, clusters=clusters, update=(mode == "train"))
-        advantages = result.advantages.to(device=output["advantages"].device, dtype=output["advantages"].dtype)
+        result = self.estimator(
+            estimator_rewards, group_ids, clusters=clusters, update=(mode == "train")
+        )
+        advantages = result.advantages.to(
+            device=output["advantages"].device, dtype=output["advantages"].dtype
+        )
 
         num_local = output["completion_ids"].size(0)
         start = self.accelerator.process_index * num_local
@@ -223,10 +247,14 @@ class EBPOTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         for key, value in result.metrics.items():
             metrics[METRIC_PREFIX + key].append(float(value))
-        metrics[METRIC_PREFIX + "grpo_zero_signal_group_frac"].append(float(result.metrics["zero_variance_group_frac"]))
+        metrics[METRIC_PREFIX + "grpo_zero_signal_group_frac"].append(
+            float(result.metrics["zero_variance_group_frac"])
+        )
 
         if self.args.filter_zero_variance_groups and mode == "train":
-            dropped = zero_variance_groups(self._filter_metric(rewards_per_func, rewards), num_generations)
+            dropped = zero_variance_groups(
+                self._filter_metric(rewards_per_func, rewards), num_generations
+            )
             metrics[METRIC_PREFIX + "filtered_group_frac"].append(float(dropped.float().mean()))
             keep_rows = (~dropped).repeat_interleave(num_generations)[start : start + num_local]
             self._drop_rows(output, keep_rows.to(output["completion_mask"].device))
@@ -253,7 +281,11 @@ class EBPOTrainer(GRPOTrainer):
         output["completion_mask"] = output["completion_mask"] * keep
         if "tool_mask" in output:
             output["tool_mask"] = output["tool_mask"] * keep.to(output["tool_mask"].dtype)
-        loss_mask = output["completion_mask"] if "tool_mask" not in output else output["completion_mask"] * output["tool_mask"]
+        loss_mask = (
+            output["completion_mask"]
+            if "tool_mask" not in output
+            else output["completion_mask"] * output["tool_mask"]
+        )
         # TRL clamps the normaliser at 1, so a fully filtered batch gives a zero loss, not NaN.
         output["num_items_in_batch"] = gather(loss_mask.sum()).sum()
 
@@ -267,7 +299,9 @@ class EBPOTrainer(GRPOTrainer):
         finally:
             self._ebpo_loss_inputs = None
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+    ):
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
@@ -277,9 +311,15 @@ class EBPOTrainer(GRPOTrainer):
         if inputs is None or not torch.is_grad_enabled() or not logps.requires_grad:
             return logps, entropies, aux_loss
         self._ebpo_loss_inputs = None  # once per loss computation
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = (
+            inputs["completion_mask"]
+            if "tool_mask" not in inputs
+            else inputs["completion_mask"] * inputs["tool_mask"]
+        )
         old = inputs.get("old_per_token_logps")
-        generator = torch.Generator().manual_seed(_mix(self.args.seed, self._step, self.accelerator.process_index))
+        generator = torch.Generator().manual_seed(
+            _mix(self.args.seed, self._step, self.accelerator.process_index)
+        )
         selected = clip_cov_select(
             logps,
             logps.detach() if old is None else old,
@@ -293,7 +333,9 @@ class EBPOTrainer(GRPOTrainer):
             generator=generator,
         )
         fraction = selected.sum() / mask.sum().clamp(min=1)
-        self._metrics["train"][METRIC_PREFIX + "clip_cov_frac"].append(self.accelerator.gather(fraction).mean().item())
+        self._metrics["train"][METRIC_PREFIX + "clip_cov_frac"].append(
+            self.accelerator.gather(fraction).mean().item()
+        )
         return torch.where(selected, logps.detach(), logps), entropies, aux_loss
 
     # ------------------------------------------------------------------ checkpoints
@@ -309,10 +351,14 @@ class EBPOTrainer(GRPOTrainer):
         """TRL's checkpoint, plus the estimator state and TRL's position in its generation cycle
         (and, inside a generation batch, each process's buffered completions): see :mod:`.checkpoint`."""
         super()._save_checkpoint(model, trial)
-        checkpoint_dir = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        checkpoint_dir = os.path.join(
+            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
         cycle = self._generation_cycle()
         if self.args.should_save:
-            ckpt.write_state(checkpoint_dir, self.estimator.state_dict(), cycle, self._ebpo_state_before_batch)
+            ckpt.write_state(
+                checkpoint_dir, self.estimator.state_dict(), cycle, self._ebpo_state_before_batch
+            )
         if cycle.inside_batch and self._buffered_inputs is not None:
             ckpt.write_buffer(checkpoint_dir, self.accelerator.process_index, self._buffered_inputs)
 
@@ -325,7 +371,11 @@ class EBPOTrainer(GRPOTrainer):
         """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""
         estimator_state, saved, state_before_batch = ckpt.read_state(checkpoint)
         if estimator_state is None:
-            logger.warning("checkpoint %s has no %s: the estimator starts from empty statistics", checkpoint, ESTIMATOR_STATE_FILE)
+            logger.warning(
+                "checkpoint %s has no %s: the estimator starts from empty statistics",
+                checkpoint,
+                ESTIMATOR_STATE_FILE,
+            )
             return
         current = self._generation_cycle()
         if saved is None or not saved.inside_batch:
@@ -335,7 +385,9 @@ class EBPOTrainer(GRPOTrainer):
                 self._step = saved.micro_step
             return
         if state_before_batch is None:
-            raise ValueError(f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch")
+            raise ValueError(
+                f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch"
+            )
         process = self.accelerator.process_index
         same_layout = saved.same_layout(current)
         have_buffer = os.path.exists(os.path.join(checkpoint, ckpt.generation_buffer_file(process)))
@@ -345,7 +397,9 @@ class EBPOTrainer(GRPOTrainer):
             self._buffered_inputs = ckpt.read_buffer(checkpoint, process, self.accelerator.device)
             self._step = saved.micro_step
             self.estimator.load_state_dict(estimator_state)
-            self._ebpo_state_before_batch = state_before_batch  # for checkpoints later in this batch
+            self._ebpo_state_before_batch = (
+                state_before_batch  # for checkpoints later in this batch
+            )
             return
         self.estimator.load_state_dict(state_before_batch)
         if same_layout:
@@ -357,85 +411,21 @@ class EBPOTrainer(GRPOTrainer):
             else f"the generation layout changed (saved {saved}, now {current})"
         )
         logger.warning(
-            "checkpoint %s was saved inside a generation batch (micro-step %d of a %d-step cycle) and %s: TRL generates "
-            "that batch again with the restored policy, so this run is no longer identical to an uninterrupted one. "
-            "The estimator resumes from its state before that batch, so the batch is still counted once.",
-            checkpoint, saved.micro_step % saved.generate_every, saved.generate_every, reason,
+            "checkpoint %s was saved inside a generation batch (micro-step %d of a %d-step cycle) and "
+            "%s: TRL generates that batch again with the restored policy, so this run is no longer "
+            "identical to an uninterrupted one. The estimator resumes from its state before that "
+            "batch, so the batch is still counted once.",
+            checkpoint,
+            saved.micro_step % saved.generate_every,
+            saved.generate_every,
+            reason,
         )
 
 
 # ---------------------------------------------------------------------- helpers
-@contextlib.contextmanager
-def _reference_from_policy(model: Any, args: EBPOConfig) -> Iterator[None]:
-    """With ``beta > 0``, let TRL's reference model be a deep copy of a policy passed as an object.
-
-    TRL 1.16 rebuilds the reference model with ``create_model_from_path(model.config._name_or_path)``,
-    which fails for models that exist only in memory (``ebpo.evaluation.models.build_tiny_llama``) or came from
-    a GGUF file (the path is a directory without the ``gguf_file`` argument). The initial policy is
-    exactly the reference wanted, so TRL's loader is swapped for a deep copy while the parent
-    constructor runs; every other step of TRL's reference handling is unchanged.
-    """
-    import trl.trainer.grpo_trainer as grpo_module
-
-    if args.beta == 0.0 or isinstance(model, str) or not isinstance(model, torch.nn.Module):
-        yield
-        return
-    original = grpo_module.create_model_from_path
-
-    def copy_policy(model_id: str, *loader_args: Any, **loader_kwargs: Any) -> torch.nn.Module:
-        reference = copy.deepcopy(model)
-        dtype = loader_kwargs.get("dtype")
-        return reference.to(dtype) if isinstance(dtype, torch.dtype) else reference
-
-    grpo_module.create_model_from_path = copy_policy
-    try:
-        yield
-    finally:
-        grpo_module.create_model_from_path = original
-
-
 def _mix(*values: int) -> int:
     """A deterministic 63-bit seed from a few integers (Python's hash of ints is not salted)."""
     seed = 0x9E3779B97F4A7C15
     for value in values:
         seed = (seed ^ (int(value) + 0x9E3779B97F4A7C15 + (seed << 6) + (seed >> 2))) & (2**63 - 1)
     return seed
-
-
-def _column_names(dataset: Any) -> list[str] | None:
-    names = getattr(dataset, "column_names", None)
-    return list(names) if isinstance(names, Sequence) else None
-
-
-def _check_columns(argument: str, dataset: Any, columns: list[str], option: str) -> None:
-    if dataset is None:
-        return
-    names = _column_names(dataset)
-    if names is None:
-        return  # iterable datasets may not know their columns; TRL will fail on the first batch
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise ValueError(f"{argument} has no column {missing} (needed by {option}); its columns are {names}")
-
-
-def _eval_splits(eval_dataset: Any) -> list[tuple[str, Any]]:
-    if eval_dataset is None:
-        return []
-    if isinstance(eval_dataset, dict):
-        return [(f"eval_dataset[{key!r}]", value) for key, value in eval_dataset.items()]
-    return [("eval_dataset", eval_dataset)]
-
-
-def _reorder(train_dataset: Any, order: str, seed: int) -> Any:
-    """``train_dataset`` in the order given by ``ebpo.curriculum.order_indices``."""
-    if train_dataset is None or not hasattr(train_dataset, "select"):
-        raise ValueError(f"data_order={order!r} needs a map-style train_dataset (a datasets.Dataset)")
-    needed = {"topic": ["topic"], "difficulty": ["difficulty"], "topic_then_difficulty": ["topic", "difficulty"]}[order]
-    _check_columns("train_dataset", train_dataset, needed, f"data_order={order!r}")
-    from ebpo.curriculum import (
-        order_indices,  # lazy: the curriculum module is optional for plain runs
-    )
-
-    columns = {name: train_dataset[name] for name in needed}
-    indices = order_indices(len(train_dataset), order, seed=seed, **columns)
-    return train_dataset.select(list(indices))

@@ -10,7 +10,12 @@ Modules (importing this package imports nothing from verl):
   stateful estimators: EBPO's running prior, JSPO++'s smoothing), its persistence and the metrics
   JSONL;
 * :mod:`~ebpo.integrations.verl.checkpoint` — ``EBPOCheckpointCallback`` (save with each
-  checkpoint, restore on resume);
+  checkpoint, restore on resume); :mod:`~ebpo.integrations.verl.resume` — which checkpoint folder
+  a resume reads (no verl import);
+* :mod:`~ebpo.integrations.verl.reward` — ``compute_score`` for
+  ``reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward``;
+* :mod:`~ebpo.integrations.verl.curriculum_sampler` — the sampler and dataset class that keep a
+  curriculum order in verl's dataloader (``pkg://ebpo.integrations.verl.curriculum_sampler``);
 * :mod:`~ebpo.integrations.verl.launcher`, :mod:`~ebpo.integrations.verl.recipes`,
   :mod:`~ebpo.integrations.verl.data_prep`, :mod:`~ebpo.integrations.verl.doctor` — what
   ``ebpo verl`` runs.

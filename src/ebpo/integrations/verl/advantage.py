@@ -18,9 +18,11 @@ and expects ``(advantages, returns)``, both ``[bs, T]``. For each row ``i`` this
    ``A[i, t] = Â_i · response_mask[i, t]``; returns are the same tensor (outcome supervision, as
    verl's GRPO).
 
-Options come from the ``algorithm`` config, ``algorithm.ebpo.<option>`` (``+algorithm.ebpo.prior=ema``
-on the Hydra command line), for every registered name (:data:`REGISTERED_NAMES`). See
-:func:`resolve_options`.
+Which estimators are registered, and why, is :data:`REGISTERED`: each is the variant of the same
+name in :data:`ebpo.estimators.VARIANTS`, and one function per name is made by
+:func:`advantage_function` (:data:`FUNCTIONS`). Options come from the ``algorithm`` config,
+``algorithm.ebpo.<option>`` (``+algorithm.ebpo.prior=ema`` on the Hydra command line), for every
+registered name. See :func:`resolve_options`.
 """
 
 from __future__ import annotations
@@ -29,31 +31,42 @@ import difflib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from ebpo.estimators import estimator_options
+from ebpo.estimators import estimator_options, make_estimator, variant_spec
 from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
 from ebpo.utils.runtime import torch_threads
 
 __all__ = [
     "ALGORITHM_KEYS",
+    "FUNCTIONS",
     "PLUGIN_KEYS",
+    "REGISTERED",
     "REGISTERED_NAMES",
-    "compute_ebpo_advantage",
-    "compute_ebpo_bb_advantage",
-    "compute_jspo_advantage",
-    "compute_jspo_plus_plus_advantage",
+    "advantage_function",
     "outcome_advantage",
     "resolve_options",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: verl registry name → core estimator name
-REGISTERED_NAMES = {"ebpo": "ebpo", "ebpo_bb": "ebpo_bb", "jspo": "jspo", "jspo_plus_plus": "jspo_plus_plus"}
+#: The names the plug-in registers in verl, each the variant of that name in
+#: ``ebpo.estimators.VARIANTS``, and why. verl computes GRPO, Dr. GRPO (``grpo`` with
+#: ``norm_adv_by_std_in_grpo=False``), RLOO and REINFORCE++ itself; the plug-in adds the estimators
+#: that keep state across steps (``keeps_history``: the state must live in the process that
+#: computes advantages and be checkpointed with the run, see :mod:`ebpo.integrations.verl.state`)
+#: and those verl lacks.
+REGISTERED = {
+    "ebpo": "keeps its running prior across steps",
+    "ebpo_bb": "keeps its running prior across steps",
+    "jspo": "is missing from verl",
+    "jspo_plus_plus": "keeps its smoothing across steps (and is missing from verl)",
+}
+#: verl registry name → core estimator name (the variant's estimator)
+REGISTERED_NAMES = {name: variant_spec(name)[0] for name in REGISTERED}
 #: keys of ``algorithm.ebpo`` that configure the plug-in rather than the estimator
 PLUGIN_KEYS = ("metrics_file", "log_to_trainer")
 OPTIONS_SECTION = "ebpo"
@@ -87,7 +100,9 @@ def _plain(section: Any) -> dict[str, Any]:
 
         section = OmegaConf.to_container(section, resolve=True)
     if not isinstance(section, Mapping):
-        raise ValueError(f"algorithm.{OPTIONS_SECTION} must be a mapping of options, got {section!r}")
+        raise ValueError(
+            f"algorithm.{OPTIONS_SECTION} must be a mapping of options, got {section!r}"
+        )
     return dict(section)
 
 
@@ -103,15 +118,18 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     * ``normalize`` (ebpo, ebpo_bb): ``algorithm.ebpo.normalize``, else ``"batch"`` when
       ``algorithm.norm_adv_by_std_in_grpo`` is True (default) and ``"center"`` when False — the
       authors' code skips the std division in that case. JSPO never divides by a std.
-    * ``per_cluster`` is rejected: verl hands estimators no per-row column but ``uid``, so a
-      topic cannot reach them; use a topic-ordered stream instead (the EBPO-topic recipe).
+    * an estimator that reads clusters (``per_cluster=True``: its ``uses_clusters`` trait) is
+      rejected: verl hands estimators no per-row column but ``uid``, so a topic cannot reach
+      them; use a topic-ordered stream instead (the EBPO-topic recipe).
+    * a registered name's variant options (:data:`ebpo.estimators.VARIANTS`) come first; the
+      ``algorithm`` keys override them.
     * ``nan_policy`` defaults to ``"mask"``: a NaN score is a failed verifier call, not a reason
       to kill a multi-node job.
 
     Raises:
         ValueError: an unknown key under ``algorithm.ebpo`` (naming it and the allowed keys).
     """
-    core = REGISTERED_NAMES[name]
+    core, variant_options = variant_spec(name)
     section = _plain(_get(config, OPTIONS_SECTION))
     allowed = set(estimator_options(core))
     valid = sorted(allowed | set(PLUGIN_KEYS))
@@ -124,12 +142,7 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
             f"adv_estimator={name!r}{hint}; valid keys: {', '.join(valid)}"
         )
     plugin = {key: section.pop(key) for key in PLUGIN_KEYS if key in section}
-    if section.get("per_cluster"):
-        raise ValueError(
-            f"algorithm.{OPTIONS_SECTION}.per_cluster=True is not supported in verl: estimators only "
-            "receive the group uid, not a topic; order the training data by topic instead"
-        )
-    options = dict(section)
+    options = {**variant_options, **section}
     for option, key in ALGORITHM_KEYS.items():
         value = _get(config, key)
         if option in allowed and option not in options and value is not None:
@@ -139,7 +152,23 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     if "normalize" in allowed and "normalize" not in options:
         by_std = _get(config, "norm_adv_by_std_in_grpo", True)
         options["normalize"] = "batch" if bool(by_std) else "center"
+    _refuse_clusters(core, options)
     return options, plugin
+
+
+def _refuse_clusters(core: str, options: Mapping[str, Any]) -> None:
+    """Refuse an estimator that reads clusters (its ``uses_clusters`` trait): verl hands
+    estimators no per-row column but ``uid``. Options the estimator refuses (or Hydra
+    interpolations not resolved yet) are left to where the estimator is built."""
+    try:
+        estimator = make_estimator(core, **options)
+    except ValueError:
+        return
+    if estimator.uses_clusters:
+        raise ValueError(
+            f"algorithm.{OPTIONS_SECTION}.per_cluster=True is not supported in verl: estimators only "
+            "receive the group uid, not a topic; order the training data by topic instead"
+        )
 
 
 # ---------------------------------------------------------------------- threads and padding
@@ -170,7 +199,8 @@ def _is_trainer_frame(frame: Any) -> bool:
         return True
     owner = frame.f_locals.get("self")
     return owner is not None and any(
-        getattr(cls, "__module__", "").startswith(VERL_TRAINER_MODULES) for cls in type(owner).__mro__[:-1]
+        getattr(cls, "__module__", "").startswith(VERL_TRAINER_MODULES)
+        for cls in type(owner).__mro__[:-1]
     )
 
 
@@ -224,7 +254,8 @@ def _report(name: str, metrics: Mapping[str, float], steps: int, plugin: Mapping
             "verl.trainer / verl.experimental?): the estimator statistics do not reach the "
             "trainer's loggers; they go to %s",
             name,
-            path or f"no file either — set +algorithm.{OPTIONS_SECTION}.metrics_file=PATH/{METRICS_FILENAME}",
+            path
+            or f"no file either — set +algorithm.{OPTIONS_SECTION}.metrics_file=PATH/{METRICS_FILENAME}",
         )
     step = getattr(trainer, "global_steps", None)
     record = {
@@ -269,55 +300,29 @@ def outcome_advantage(
     return advantages, advantages
 
 
-def compute_ebpo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """EBPO (Han et al., arXiv 2602.05165): ``Â = norm(r − [(1−S)·r̄ + S·μ])``, see :class:`ebpo.EBPO`."""
-    return outcome_advantage("ebpo", token_level_rewards, response_mask, index, config)
+def advantage_function(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The function registered in verl under ``name``: verl's keyword-only call signature, run by
+    :func:`outcome_advantage` (verl's other keyword arguments, e.g. ``reward_baselines``, are
+    ignored)."""
 
+    def compute_advantage(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: Any = None,
+        config: Any = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return outcome_advantage(name, token_level_rewards, response_mask, index, config)
 
-def compute_ebpo_bb_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """EBPO-BB: Beta-Binomial posterior-mean baseline, see :class:`ebpo.EBPOBetaBinomial`."""
-    return outcome_advantage("ebpo_bb", token_level_rewards, response_mask, index, config)
-
-
-def compute_jspo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """JSPO: James–Stein leave-one-out baseline (Zeng et al., 2025), see :class:`ebpo.JSPO`."""
-    return outcome_advantage("jspo", token_level_rewards, response_mask, index, config)
-
-
-def compute_jspo_plus_plus_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """JSPO++: one batch-wide James–Stein λ and mean, smoothed across steps (Zeng et al., 2025),
-    see :class:`ebpo.JSPOPlusPlus`. The smoothing state persists in the store like EBPO's prior."""
-    return outcome_advantage("jspo_plus_plus", token_level_rewards, response_mask, index, config)
+    estimator = REGISTERED_NAMES[name]
+    compute_advantage.__name__ = compute_advantage.__qualname__ = f"compute_{name}_advantage"
+    compute_advantage.__doc__ = (
+        f"verl advantage estimator {name!r}: the core estimator {estimator!r} (see "
+        f"ebpo.make_estimator({estimator!r})) on the outcome rewards, broadcast over the tokens. "
+        f"Registered because it {REGISTERED[name]}."
+    )
+    return compute_advantage
 
 
 #: registry name → function registered by :mod:`ebpo.integrations.verl.plugin`
-FUNCTIONS = {
-    "ebpo": compute_ebpo_advantage,
-    "ebpo_bb": compute_ebpo_bb_advantage,
-    "jspo": compute_jspo_advantage,
-    "jspo_plus_plus": compute_jspo_plus_plus_advantage,
-}
+FUNCTIONS = {name: advantage_function(name) for name in REGISTERED}

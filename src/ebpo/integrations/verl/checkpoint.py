@@ -30,48 +30,17 @@ trainer's ``trainer.default_local_dir`` (see :mod:`~ebpo.integrations.verl.advan
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
+# verl is this module's base (verl loads the callback by name): it needs the verl extra
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
+from ebpo.integrations.verl.resume import absolute_path, resume_folder
 from ebpo.integrations.verl.state import STATE_FILENAME, STORE, EstimatorStore
 
-__all__ = ["EBPOCheckpointCallback", "resume_folder"]
+__all__ = ["EBPOCheckpointCallback"]
 
 logger = logging.getLogger(__name__)
-TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
-
-
-def _absolute(path: str) -> str:
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-
-
-def resume_folder(trainer_config: Any) -> str | None:
-    """The ``global_step_N`` folder verl will resume from, or None (mirrors verl's ``_load_checkpoint``)."""
-    mode = trainer_config.get("resume_mode", "auto")
-    if mode == "disable":
-        return None
-    if mode == "resume_path":
-        path = trainer_config.get("resume_from_path")
-        if not isinstance(path, str) or "global_step_" not in path:
-            raise ValueError(
-                f"trainer.resume_from_path must be a path containing 'global_step_' when "
-                f"trainer.resume_mode=resume_path, got {path!r}"
-            )
-        return _absolute(path)
-    if mode != "auto":
-        raise ValueError(f"trainer.resume_mode must be one of ['auto', 'resume_path', 'disable'], got {mode!r}")
-    base = trainer_config.get("default_local_dir")
-    if not base:
-        return None
-    tracker = os.path.join(_absolute(base), TRACKER_FILENAME)
-    if not os.path.exists(tracker):
-        return None
-    with open(tracker) as handle:
-        step = int(handle.read().strip())
-    folder = os.path.join(_absolute(base), f"global_step_{step}")
-    return folder if os.path.isdir(folder) else None
 
 
 class EBPOCheckpointCallback(CheckpointCallback):
@@ -85,18 +54,29 @@ class EBPOCheckpointCallback(CheckpointCallback):
             return
         base = trainer_config.get("default_local_dir")
         if base:
-            self.store.run_dir = _absolute(str(base))
+            self.store.run_dir = absolute_path(str(base))
         folder = resume_folder(trainer_config)
         if folder is None:
             return
         if self.store.load(folder):
-            logger.warning("ebpo: restored estimator state from %s (%d estimators)", folder, len(self.store))
+            logger.warning(
+                "ebpo: restored estimator state from %s (%d estimators)", folder, len(self.store)
+            )
         else:
             logger.warning(
-                "ebpo: resuming from %s, which has no %s; the EBPO prior starts empty", folder, STATE_FILENAME
+                "ebpo: resuming from %s, which has no %s; the EBPO prior starts empty",
+                folder,
+                STATE_FILENAME,
             )
 
-    def on_save(self, trainer: Any, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs: Any) -> None:
+    def on_save(
+        self,
+        trainer: Any,
+        global_step: int,
+        checkpoint_dir: str,
+        async_save: bool = False,
+        **kwargs: Any,
+    ) -> None:
         """Write the estimator state into ``checkpoint_dir`` (synchronously: it is a few kB)."""
         path = self.store.save(checkpoint_dir)
         logger.info("ebpo: saved estimator state for step %s to %s", global_step, path)

@@ -19,22 +19,25 @@ to train verl on a curriculum order, from the least to the most code:
    ``DataLoader`` (TRL, plain torch).
 
 Importing this module imports torch but not verl: ``CurriculumRLHFDataset`` subclasses verl's
-``RLHFDataset`` and is built on first access.
+``RLHFDataset`` and is built on first access. The orders and the column lookup (a top-level
+``topic`` / ``difficulty`` column, then ``extra_info``) are :mod:`ebpo.curriculum.dataset_order`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
 from torch.utils.data import Sampler
 
-from ebpo.curriculum import ORDERS, order_indices
+from ebpo.curriculum import ORDERS, curriculum_order
+from ebpo.utils.checks import check_int
 
-#: Where the labels are looked for when no key is given: a top-level column, then verl's
-#: ``extra_info`` dict.
-TOPIC_KEYS = ("topic", "extra_info.topic")
-DIFFICULTY_KEYS = ("difficulty", "extra_info.difficulty")
+__all__ = [
+    "CurriculumSampler",
+    "curriculum_settings",
+    "verl_overrides",
+]  # + CurriculumRLHFDataset, built lazily
 
 
 def curriculum_settings(data_config: Mapping | None) -> dict[str, Any]:
@@ -58,42 +61,6 @@ def curriculum_settings(data_config: Mapping | None) -> dict[str, Any]:
         "topic_key": section.get("topic_key", None),
         "difficulty_key": section.get("difficulty_key", None),
     }
-
-
-def dataset_column(data_source: Any, key: str) -> list | None:
-    """Column ``key`` of a dataset, or None if it has none. ``key`` may be dotted
-    (``extra_info.topic``). Reads the table behind verl's ``RLHFDataset`` (``.dataframe``), a
-    Hugging Face ``Dataset``, a pandas ``DataFrame`` or a list of dicts, without calling the
-    dataset's ``__getitem__`` (which tokenises in verl)."""
-    head, _, rest = key.partition(".")
-    column = _top_level_column(data_source, head)
-    if column is None:
-        return None
-    for part in rest.split(".") if rest else ():
-        if not all(isinstance(cell, Mapping) and part in cell for cell in column):
-            return None
-        column = [cell[part] for cell in column]
-    return column
-
-
-def curriculum_order(
-    data_source: Any,
-    order: str,
-    *,
-    seed: int = 0,
-    topic_key: str | None = None,
-    difficulty_key: str | None = None,
-) -> list[int]:
-    """:func:`ebpo.curriculum.order_indices` over a dataset's own topic / difficulty columns."""
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
-    n = len(data_source)
-    topic = difficulty = None
-    if order in ("topic", "topic_then_difficulty"):
-        topic = _find_column(data_source, topic_key, TOPIC_KEYS, "topic", order)
-    if order in ("difficulty", "topic_then_difficulty"):
-        difficulty = _find_column(data_source, difficulty_key, DIFFICULTY_KEYS, "difficulty", order)
-    return order_indices(n, order, topic=topic, difficulty=difficulty, seed=seed)
 
 
 class CurriculumSampler(Sampler[int]):
@@ -123,9 +90,10 @@ class CurriculumSampler(Sampler[int]):
         self.order = order if order is not None else settings["order"]
         self.seed = int(seed if seed is not None else settings["seed"])
         self.topic_key = topic_key if topic_key is not None else settings["topic_key"]
-        self.difficulty_key = difficulty_key if difficulty_key is not None else settings["difficulty_key"]
-        if self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed}")
+        self.difficulty_key = (
+            difficulty_key if difficulty_key is not None else settings["difficulty_key"]
+        )
+        check_int("seed", self.seed, low=0)
         # Build epoch 0 now so a bad order or a missing column fails when the trainer starts.
         self._cache: tuple[int, list[int]] = (0, self._compute(0))
         self.epoch = 0
@@ -163,7 +131,9 @@ class CurriculumSampler(Sampler[int]):
         if "epoch" not in state or "yielded" not in state:
             raise ValueError(f"state must hold 'epoch' and 'yielded'; got keys {sorted(state)}")
         if int(state.get("seed", self.seed)) != self.seed:
-            raise ValueError(f"state was saved with seed {state['seed']}, this sampler has seed {self.seed}")
+            raise ValueError(
+                f"state was saved with seed {state['seed']}, this sampler has seed {self.seed}"
+            )
         self.epoch = int(state["epoch"])
         self._resume_at = int(state["yielded"])
 
@@ -203,7 +173,7 @@ def verl_overrides(
 
 
 def _build_curriculum_rlhf_dataset() -> type:
-    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.dataset.rl_dataset import RLHFDataset  # optional heavy dependency (ebpo[verl])
 
     class CurriculumRLHFDataset(RLHFDataset):
         """verl's ``RLHFDataset`` with its rows sorted into a curriculum order once read
@@ -247,33 +217,3 @@ def __getattr__(name: str) -> Any:
             _LAZY[name] = _build_curriculum_rlhf_dataset()
         return _LAZY[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _top_level_column(data_source: Any, name: str) -> list | None:
-    table = getattr(data_source, "dataframe", None)  # verl RLHFDataset
-    if table is None:
-        table = data_source
-    names = getattr(table, "column_names", None)  # datasets.Dataset
-    if names is None and hasattr(table, "columns"):  # pandas.DataFrame
-        names = list(table.columns)
-    if names is not None:
-        return list(table[name]) if name in names else None
-    if isinstance(table, Sequence) and all(isinstance(row, Mapping) for row in table):
-        if not all(name in row for row in table):
-            return None
-        return [row[name] for row in table]
-    return None
-
-
-def _find_column(
-    data_source: Any, key: str | None, defaults: Sequence[str], what: str, order: str
-) -> list:
-    keys = (key,) if key else defaults
-    for candidate in keys:
-        column = dataset_column(data_source, candidate)
-        if column is not None:
-            return column
-    raise ValueError(
-        f"order={order!r} needs a {what} column; the dataset has none of {', '.join(map(repr, keys))} "
-        f"(write one with `ebpo data label`, or name it: --{what}-column, data.curriculum.{what}_key)"
-    )

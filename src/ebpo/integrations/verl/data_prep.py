@@ -45,10 +45,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ebpo.utils.files import check_output_path
-from ebpo.integrations.verl.recipes import TRAIN_STEM
+from tqdm.auto import tqdm
 
-__all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare"]
+from ebpo import curriculum
+from ebpo.data import load_dataset, write_rows
+from ebpo.data.templates import TEMPLATES, build_messages
+from ebpo.integrations.verl.recipes import TRAIN_STEM
+from ebpo.utils.checks import check_positive_int
+from ebpo.utils.files import check_output_path
+
+__all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare", "to_verl_rows"]
 
 TRAIN_NAME = "dapo-math-17k"
 #: registry name → file stem used by the recipes (see ebpo.integrations.verl.recipes.EVAL_SETS)
@@ -64,36 +70,42 @@ ORDER_FILES = ("file", "shuffle", "topic", "difficulty")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", default="data/ebpo", help="where to write the parquet files")
-    parser.add_argument("--train-file", default=None, help="local copy of DAPO-Math-17K (default: the hub)")
     parser.add_argument(
-        "--eval", nargs="*", default=list(EVAL_STEMS), metavar="NAME", help=f"evaluation sets (default: all of {list(EVAL_STEMS)})"
+        "--train-file", default=None, help="local copy of DAPO-Math-17K (default: the hub)"
     )
-    parser.add_argument("--eval-file", action="append", default=[], metavar="NAME=PATH", help="local copy of an evaluation set")
-    parser.add_argument("--labels", default=None, help="JSONL with id and topic / pass_rate / difficulty per training problem")
     parser.add_argument(
-        "--topic-method", default="auto", choices=("auto", "metadata", "tfidf", "embed", "none"),
+        "--eval",
+        nargs="*",
+        default=list(EVAL_STEMS),
+        metavar="NAME",
+        help=f"evaluation sets (default: all of {list(EVAL_STEMS)})",
+    )
+    parser.add_argument(
+        "--eval-file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="local copy of an evaluation set",
+    )
+    parser.add_argument(
+        "--labels",
+        default=None,
+        help="JSONL with id and topic / pass_rate / difficulty per training problem",
+    )
+    parser.add_argument(
+        "--topic-method",
+        default="auto",
+        choices=("auto", "metadata", "tfidf", "embed", "none"),
         help="how to label topics when --labels has none (auto: metadata column, else TF-IDF clusters)",
     )
-    parser.add_argument("--num-topics", type=int, default=10, help="clusters for tfidf/embed topics (paper: 10)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N training problems (smoke tests)")
+    parser.add_argument(
+        "--num-topics", type=int, default=10, help="clusters for tfidf/embed topics (paper: 10)"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="only the first N training problems (smoke tests)"
+    )
     parser.add_argument("--template", default="dapo", help="prompt template (ebpo.data.templates)")
     parser.add_argument("--seed", type=int, default=0)
-
-
-def _check_data_modules() -> tuple[Any, Any]:
-    """``(ebpo.data, ebpo.curriculum)`` or a clear error if this checkout lacks them."""
-    try:
-        import ebpo.curriculum as curriculum
-        import ebpo.data as data
-    except ImportError as error:
-        raise ValueError(
-            f"prepare-data needs ebpo.data and ebpo.curriculum ({error}); install ebpo[data] or update ebpo"
-        ) from error
-    for module, names in ((data, ("load_dataset", "to_verl_rows", "write_rows")), (curriculum, ("order_indices",))):
-        missing = [n for n in names if not hasattr(module, n)]
-        if missing:
-            raise ValueError(f"{module.__name__} lacks {missing}: this ebpo version cannot prepare verl data")
-    return data, curriculum
 
 
 def _read_labels(path: str) -> dict[str, dict[str, Any]]:
@@ -105,9 +117,13 @@ def _read_labels(path: str) -> dict[str, dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(f"--labels {path}: line {number} is not JSON ({error.msg})") from error
+                raise ValueError(
+                    f"--labels {path}: line {number} is not JSON ({error.msg})"
+                ) from error
             if not isinstance(record, dict) or "id" not in record:
-                raise ValueError(f"--labels {path}: line {number} is not a JSON object with an 'id'")
+                raise ValueError(
+                    f"--labels {path}: line {number} is not a JSON object with an 'id'"
+                )
             labels[str(record["id"])] = record
     return labels
 
@@ -117,13 +133,16 @@ def _check_input_file(path: str | None, option: str) -> None:
         raise ValueError(f"{option} {path!r} is not a file")
 
 
-def _load(data: Any, name: str, local_file: str | None, option: str, limit: int | None = None) -> list[dict[str, Any]]:
+def _load(
+    name: str, local_file: str | None, option: str, limit: int | None = None
+) -> list[dict[str, Any]]:
     """Rows of dataset ``name`` (from ``local_file`` if given); a load failure is a one-line ValueError."""
-    import datasets  # noqa: F401  (configures its logger on import: before we quieten it)
+    # datasets configures its logger on import: import it before quietening that logger.
+    import datasets  # noqa: F401  (optional heavy dependency, ebpo[data])
 
     try:
         with _quiet_logger("datasets"):  # it logs the error we report below: one line, not two
-            return data.load_dataset(name, data_files=local_file, limit=limit)
+            return load_dataset(name, data_files=local_file, limit=limit)
     except ValueError as error:  # pyarrow's ArrowInvalid is one too: name the file it came from
         if local_file is None:
             raise
@@ -180,8 +199,6 @@ def label_rows(
     seed: int = 0,
 ) -> tuple[list[str] | None, list[float] | None, list[str]]:
     """``(topics, difficulty, notes)`` for the rows; a list is None when it cannot be had for every row."""
-    import ebpo.curriculum as curriculum
-
     notes: list[str] = []
     labels = labels or {}
     matched = [labels.get(str(row["id"]), {}) for row in rows]
@@ -202,9 +219,14 @@ def label_rows(
         if method == "metadata":
             topics = curriculum.topics_from_metadata([r[column] for r in rows], column=column)
         elif method == "tfidf":
-            topics = [f"cluster-{c}" for c in curriculum.tfidf_kmeans_topics(texts, num_topics, seed=seed)]
+            topics = [
+                f"cluster-{c}" for c in curriculum.tfidf_kmeans_topics(texts, num_topics, seed=seed)
+            ]
         elif method == "embed":
-            topics = [f"cluster-{c}" for c in curriculum.embedding_umap_kmeans_topics(texts, num_topics, seed=seed)]
+            topics = [
+                f"cluster-{c}"
+                for c in curriculum.embedding_umap_kmeans_topics(texts, num_topics, seed=seed)
+            ]
         if topics is not None:
             notes.append(f"topics: {method}" + (f" ({column})" if column else f" (K={num_topics})"))
 
@@ -227,13 +249,54 @@ def label_rows(
     return topics, difficulty, notes
 
 
-def _verl_rows(data: Any, rows: list[dict[str, Any]], template: str, split: str, topics, difficulty) -> list[dict[str, Any]]:
-    out = data.to_verl_rows(rows, template=template, split=split)
+def to_verl_rows(
+    rows: list[dict[str, str]],
+    *,
+    template: str = "dapo",
+    data_source: str | None = None,
+    split: str = "train",
+) -> list[dict[str, Any]]:
+    """Rows in verl's RL parquet layout (the DAPO-Math-17K layout): ``data_source``, ``prompt``
+    (chat messages), ``ability``, ``reward_model`` = ``{"ground_truth", "style": "rule"}``,
+    ``extra_info`` (index, split, id, topic, difficulty: what curricula and logging need)."""
+    return [
+        {
+            "data_source": data_source or row["source"],
+            "prompt": build_messages(row["prompt"], template),
+            "ability": "MATH",
+            "reward_model": {"ground_truth": row["answer"], "style": "rule"},
+            "extra_info": {
+                "index": i,
+                "split": split,
+                "id": row["id"],
+                "topic": row.get("topic", ""),
+                "difficulty": row.get("difficulty", ""),
+            },
+        }
+        for i, row in enumerate(rows)
+    ]
+
+
+def _verl_rows(
+    rows: list[dict[str, Any]],
+    template: str,
+    split: str,
+    topics: list[str] | None,
+    difficulty: list[float] | None,
+) -> list[dict[str, Any]]:
+    """:func:`to_verl_rows` plus top-level ``topic`` / ``difficulty`` columns (also in ``extra_info``)."""
+    out = to_verl_rows(rows, template=template, split=split)
     for i, row in enumerate(out):
         row["topic"] = topics[i] if topics is not None else str(rows[i].get("topic", ""))
-        row["difficulty"] = difficulty[i] if difficulty is not None else _float_or_nan(rows[i].get("difficulty"))
+        row["difficulty"] = (
+            difficulty[i] if difficulty is not None else _float_or_nan(rows[i].get("difficulty"))
+        )
         # Same labels inside extra_info, which verl hands to reward functions and rollout dumps.
-        row["extra_info"] = {**row["extra_info"], "topic": row["topic"], "difficulty": row["difficulty"]}
+        row["extra_info"] = {
+            **row["extra_info"],
+            "topic": row["topic"],
+            "difficulty": row["difficulty"],
+        }
     return out
 
 
@@ -256,25 +319,21 @@ def prepare(
     order, write into a staging directory, move the finished files into ``out_dir``.
 
     Raises:
-        ValueError: a bad argument, a dataset that cannot be loaded, or ebpo's data modules are
-            missing — always before anything is written.
+        ValueError: a bad argument or a dataset that cannot be loaded — always before anything
+            is written.
     """
-    from tqdm.auto import tqdm
-
-    from ebpo.data.templates import TEMPLATES
-
-    data, curriculum = _check_data_modules()
     out = check_output_path(out_dir, "--out-dir", kind="dir")
     unknown = sorted(set(eval_sets) - set(EVAL_STEMS))
     if unknown:
-        raise ValueError(f"unknown evaluation set(s) {unknown}; expected some of {list(EVAL_STEMS)}")
+        raise ValueError(
+            f"unknown evaluation set(s) {unknown}; expected some of {list(EVAL_STEMS)}"
+        )
     eval_files = dict(eval_files or {})
     if template not in TEMPLATES:
         raise ValueError(f"--template must be one of {sorted(TEMPLATES)}, got {template!r}")
-    if isinstance(num_topics, bool) or not isinstance(num_topics, int) or num_topics < 1:
-        raise ValueError(f"--num-topics must be a positive integer, got {num_topics!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"--limit must be a positive integer, got {limit!r}")
+    check_positive_int("--num-topics", num_topics)
+    if limit is not None:
+        check_positive_int("--limit", limit)
     _check_input_file(train_file, "--train-file")
     _check_input_file(labels_file, "--labels")
     for name, path in eval_files.items():
@@ -282,38 +341,57 @@ def prepare(
 
     # Everything that can fail on the network or on a bad file, before any output exists.
     labels = _read_labels(labels_file) if labels_file else None
-    rows = _load(data, TRAIN_NAME, train_file, "--train-file", limit)
+    rows = _load(TRAIN_NAME, train_file, "--train-file", limit)
     if not rows:
         raise ValueError(f"the training set is empty ({train_file or TRAIN_NAME})")
-    eval_rows = {name: _load(data, name, eval_files.get(name), f"--eval-file {name}=PATH") for name in eval_sets}
+    eval_rows = {
+        name: _load(name, eval_files.get(name), f"--eval-file {name}=PATH") for name in eval_sets
+    }
 
-    topics, difficulty, notes = label_rows(rows, labels=labels, topic_method=topic_method, num_topics=num_topics, seed=seed)
-    verl_rows = _verl_rows(data, rows, template, "train", topics, difficulty)
+    topics, difficulty, notes = label_rows(
+        rows, labels=labels, topic_method=topic_method, num_topics=num_topics, seed=seed
+    )
+    verl_rows = _verl_rows(rows, template, "train", topics, difficulty)
     outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # what -> (file name, rows)
     for order in ORDER_FILES:
         if order == "topic" and topics is None:
-            notes.append("skipped dapo_math_17k.topic.parquet: no topic labels (pass --labels or --topic-method)")
+            notes.append(
+                "skipped dapo_math_17k.topic.parquet: no topic labels (pass --labels or --topic-method)"
+            )
             continue
         if order == "difficulty" and difficulty is None:
-            notes.append("skipped dapo_math_17k.difficulty.parquet: no difficulty (pass --labels with pass_rate)")
+            notes.append(
+                "skipped dapo_math_17k.difficulty.parquet: no difficulty (pass --labels with pass_rate)"
+            )
             continue
         perm = (
             range(len(verl_rows))
             if order == "file"
-            else curriculum.order_indices(len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed)
+            else curriculum.order_indices(
+                len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed
+            )
         )
         outputs[f"train.{order}"] = (f"{TRAIN_STEM}.{order}.parquet", [verl_rows[i] for i in perm])
     for name, rows_of_set in eval_rows.items():
-        levels = curriculum.difficulty_from_levels([r.get("difficulty") or None for r in rows_of_set])
-        outputs[name] = (f"{EVAL_STEMS[name]}.parquet", _verl_rows(data, rows_of_set, template, "test", None, levels))
+        levels = curriculum.difficulty_from_levels(
+            [r.get("difficulty") or None for r in rows_of_set]
+        )
+        outputs[name] = (
+            f"{EVAL_STEMS[name]}.parquet",
+            _verl_rows(rows_of_set, template, "test", None, levels),
+        )
 
     written: dict[str, str] = {}
     with _staging_dir(out) as staging:
-        for file_name, file_rows in tqdm(list(outputs.values()), desc="writing parquet files", unit="file"):
-            data.write_rows(file_rows, staging / file_name)
+        for file_name, file_rows in tqdm(
+            list(outputs.values()), desc="writing parquet files", unit="file"
+        ):
+            write_rows(file_rows, staging / file_name)
         out.mkdir(parents=True, exist_ok=True)
         for what, (file_name, _) in outputs.items():
-            shutil.move(str(staging / file_name), str(out / file_name))  # a rename: same file system
+            shutil.move(
+                str(staging / file_name), str(out / file_name)
+            )  # a rename: same file system
             written[what] = str(out / file_name)
     return written, notes
 
@@ -323,7 +401,9 @@ def run_prepare(args: argparse.Namespace) -> int:
     for item in args.eval_file:
         name, sep, path = item.partition("=")
         if not sep or name not in EVAL_STEMS or not path:
-            raise ValueError(f"--eval-file must be NAME=PATH with NAME in {list(EVAL_STEMS)}, got {item!r}")
+            raise ValueError(
+                f"--eval-file must be NAME=PATH with NAME in {list(EVAL_STEMS)}, got {item!r}"
+            )
         eval_files[name] = path
     written, notes = prepare(
         args.out_dir,

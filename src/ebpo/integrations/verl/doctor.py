@@ -24,7 +24,13 @@ import textwrap
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+import numpy as np
+import torch
+
+from ebpo.integrations.verl import advantage
 from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+from ebpo.integrations.verl.launcher import CALLBACK_FQN, PLUGIN_MODULE, entry_point_active
+from ebpo.integrations.verl.state import EstimatorStore
 
 __all__ = ["Check", "run_checks"]
 
@@ -59,10 +65,10 @@ class Check:
 
 def _verl_version() -> Check:
     try:
-        import verl
+        import verl  # optional heavy dependency (verl extra); its failure is what this check reports
     except Exception as error:  # ImportError, or verl's own import-time failures
         return Check("import verl", False, f"{type(error).__name__}: {error} (install ebpo[verl])")
-    from packaging.version import Version
+    from packaging.version import Version  # comes with verl
 
     version = Version(verl.__version__)
     if version < Version("0.9.0"):
@@ -77,13 +83,19 @@ def _verl_version() -> Check:
 
 
 def _entry_point() -> Check:
-    from ebpo.integrations.verl.launcher import PLUGIN_MODULE, entry_point_active
-
     ours = [ep for ep in entry_points(group="verl.plugins") if ep.name == "ebpo"]
     if not ours:
-        return Check("entry point", False, "no 'ebpo' entry point in group verl.plugins: reinstall ebpo[verl]")
+        return Check(
+            "entry point",
+            False,
+            "no 'ebpo' entry point in group verl.plugins: reinstall ebpo[verl]",
+        )
     if ours[0].value != PLUGIN_MODULE:
-        return Check("entry point", False, f"entry point 'ebpo' points at {ours[0].value!r}, expected {PLUGIN_MODULE!r}")
+        return Check(
+            "entry point",
+            False,
+            f"entry point 'ebpo' points at {ours[0].value!r}, expected {PLUGIN_MODULE!r}",
+        )
     if not entry_point_active():
         return Check(
             "entry point",
@@ -95,12 +107,20 @@ def _entry_point() -> Check:
 
 def _fresh_process(timeout: float) -> Check:
     try:
-        proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
-        return Check("fresh `import verl` registers", False, f"probe timed out after {timeout:.0f} s")
+        return Check(
+            "fresh `import verl` registers", False, f"probe timed out after {timeout:.0f} s"
+        )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("EBPO_PROBE ")]
     if proc.returncode != 0 or not lines:
-        return Check("fresh `import verl` registers", False, f"probe failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        return Check(
+            "fresh `import verl` registers",
+            False,
+            f"probe failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
+        )
     report = json.loads(lines[-1].removeprefix("EBPO_PROBE "))
     registered = report["registered"]
     if all(module == "ebpo.integrations.verl.advantage" for module in registered.values()):
@@ -118,17 +138,16 @@ DOCTOR_OPTIONS = {"ebpo": {"prior": "batch"}}
 def _compute_advantage() -> Check:
     name = f"compute_advantage({', '.join(REGISTERED_NAMES)})"
     try:
-        import numpy as np
-        import torch
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # optional heavy dependencies (verl extra)
         from verl import DataProto
         from verl.trainer.ppo.ray_trainer import compute_advantage
 
-        import ebpo.integrations.verl.advantage as advantage
+        # imports verl and registers the estimators: a failure here is what this check reports
         import ebpo.integrations.verl.plugin  # noqa: F401
-        from ebpo.integrations.verl.state import EstimatorStore
 
-        mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.float32)
+        mask = torch.tensor(
+            [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=torch.float32
+        )
         rewards = torch.zeros_like(mask)
         rewards[[0, 2], [1, 2]] = 1.0
         uid = np.array(["a", "b", "a", "b", "pad"], dtype=object)
@@ -137,12 +156,19 @@ def _compute_advantage() -> Check:
         try:
             for estimator in REGISTERED_NAMES:
                 data = DataProto.from_dict(
-                    tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid}
+                    tensors={"token_level_rewards": rewards, "response_mask": mask},
+                    non_tensors={"uid": uid},
                 )
                 options = {**DOCTOR_OPTIONS.get(estimator, {}), "log_to_trainer": False}
                 config = OmegaConf.create({"adv_estimator": estimator, "ebpo": options})
-                adv = compute_advantage(data, adv_estimator=estimator, config=config).batch["advantages"]
-                if not torch.isfinite(adv).all() or (adv[4] != 0).any() or (adv * (1 - mask) != 0).any():
+                adv = compute_advantage(data, adv_estimator=estimator, config=config).batch[
+                    "advantages"
+                ]
+                if (
+                    not torch.isfinite(adv).all()
+                    or (adv[4] != 0).any()
+                    or (adv * (1 - mask) != 0).any()
+                ):
                     return Check(name, False, f"{estimator}: unexpected advantages {adv.tolist()}")
         finally:
             advantage.STORE = saved
@@ -153,9 +179,7 @@ def _compute_advantage() -> Check:
 
 def _callback() -> Check:
     try:
-        from verl.utils.import_utils import load_class_from_fqn
-
-        from ebpo.integrations.verl.launcher import CALLBACK_FQN
+        from verl.utils.import_utils import load_class_from_fqn  # optional heavy dependency
 
         load_class_from_fqn(CALLBACK_FQN, "CheckpointCallback")
     except Exception as error:

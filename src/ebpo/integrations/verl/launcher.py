@@ -30,7 +30,14 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+from ebpo.estimators import make_estimator
+from ebpo.integrations.verl.advantage import (
+    ALGORITHM_KEYS,
+    OPTIONS_SECTION,
+    REGISTERED_NAMES,
+    resolve_options,
+)
+from ebpo.integrations.verl.resume import resume_folder
 
 __all__ = [
     "CALLBACK_FQN",
@@ -67,8 +74,8 @@ def override_value(overrides: Sequence[str], key: str) -> str | None:
 
 def entry_point_active() -> bool:
     """Whether ``import verl`` will load our ``verl.plugins`` entry point in every process."""
-    import verl
-    from packaging.version import Version
+    import verl  # optional heavy dependency (verl extra)
+    from packaging.version import Version  # comes with verl
 
     if Version(verl.__version__) < Version("0.9.0"):
         return False
@@ -88,7 +95,10 @@ def with_defaults(overrides: Sequence[str], *, plugin_via_env: bool = False) -> 
     if estimator is None:
         out.insert(0, "algorithm.adv_estimator=ebpo")
         estimator = "ebpo"
-    if estimator in OUR_ESTIMATORS and override_value(out, "trainer.checkpoint_callback_class") is None:
+    if (
+        estimator in OUR_ESTIMATORS
+        and override_value(out, "trainer.checkpoint_callback_class") is None
+    ):
         out.append(f"trainer.checkpoint_callback_class={CALLBACK_FQN}")
     if plugin_via_env and override_value(out, _key(ENV_FORWARD)) is None:
         out.append(ENV_FORWARD)
@@ -105,7 +115,7 @@ def _external_modules_env() -> dict[str, str]:
 
 def compose(overrides: Sequence[str]) -> Any:
     """The DictConfig ``verl.trainer.main_ppo`` would build from ``overrides`` (interpolations resolved)."""
-    import verl.trainer.main_ppo as main_ppo
+    import verl.trainer.main_ppo as main_ppo  # optional heavy dependencies (verl extra)
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
@@ -124,17 +134,21 @@ def validate(config: Any) -> list[str]:
         ValueError: the estimator is unknown to verl, ``algorithm.ebpo`` options are invalid, or
             the checkpoint callback / reward function cannot be loaded.
     """
-    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo import core_algos  # optional heavy dependency (verl extra)
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    import ebpo.integrations.verl.plugin  # noqa: F401  (registers in this process)
-    from ebpo.integrations.verl.advantage import resolve_options
+    # imports verl and registers the estimators in this process (verl extra)
+    import ebpo.integrations.verl.plugin  # noqa: F401
 
     notes: list[str] = []
     auto_set_device(config)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config=config,
+        use_reference_policy=need_reference_policy(config),
+        use_critic=need_critic(config),
+    )
 
     # Checks verl leaves to run time (minutes into a job, inside an actor).
     mini = config.actor_rollout_ref.actor.ppo_mini_batch_size
@@ -143,8 +157,6 @@ def validate(config: Any) -> list[str]:
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size "
             f"({config.data.train_batch_size})"
         )
-    from ebpo.integrations.verl.checkpoint import resume_folder
-
     folder = resume_folder(config.trainer)  # raises on an unknown resume_mode
     if folder:
         notes.append(f"will resume from {folder}")
@@ -153,28 +165,32 @@ def validate(config: Any) -> list[str]:
     if estimator not in ("gae", "grpo") and estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
         raise ValueError(f"algorithm.adv_estimator={estimator!r} is not registered in verl")
     if estimator in OUR_ESTIMATORS:
-        import ebpo
-
         options, plugin = resolve_options(estimator, config.algorithm)
-        ebpo.make_estimator(estimator, **options)  # validates option values
+        make_estimator(estimator, **options)  # validates option values
         notes.append(f"estimator {estimator} with options {options}")
         if not config.trainer.get("checkpoint_callback_class"):
-            notes.append("WARNING: no trainer.checkpoint_callback_class: the EBPO prior is not saved with checkpoints")
+            notes.append(
+                "WARNING: no trainer.checkpoint_callback_class: the EBPO prior is not saved with checkpoints"
+            )
         if not config.trainer.get("use_v1", True):
-            notes.append("WARNING: trainer.use_v1=False: the legacy trainer never calls checkpoint callbacks")
+            notes.append(
+                "WARNING: trainer.use_v1=False: the legacy trainer never calls checkpoint callbacks"
+            )
 
     fqn = config.trainer.get("checkpoint_callback_class")
     if fqn:
-        from verl.utils.import_utils import load_class_from_fqn
+        from verl.utils.import_utils import load_class_from_fqn  # optional heavy dependency
 
         load_class_from_fqn(fqn, "CheckpointCallback")
     reward_fn = config.reward.get("custom_reward_function") or {}
     if reward_fn.get("path"):
-        from verl.utils.import_utils import load_extern_object
+        from verl.utils.import_utils import load_extern_object  # optional heavy dependency
 
         path = reward_fn["path"]
         if path.startswith("pkg://") or os.path.exists(path.removeprefix("file://")):
-            load_extern_object(module_path=path, object_name=reward_fn.get("name") or "compute_score")
+            load_extern_object(
+                module_path=path, object_name=reward_fn.get("name") or "compute_score"
+            )
         else:
             notes.append(f"WARNING: reward function file {path} does not exist here")
     for key in ("train_files", "val_files"):
@@ -182,7 +198,9 @@ def validate(config: Any) -> list[str]:
         files = [files] if isinstance(files, str) else list(files or [])
         missing = [f for f in files if "://" not in f and not os.path.exists(f)]
         if missing:
-            notes.append(f"WARNING: data.{key} not found here: {missing} (run `ebpo verl prepare-data`)")
+            notes.append(
+                f"WARNING: data.{key} not found here: {missing} (run `ebpo verl prepare-data`)"
+            )
     return notes
 
 
@@ -194,12 +212,15 @@ def dry_run(overrides: Sequence[str]) -> tuple[Any, list[str]]:
 
 def _parse_overrides(overrides: Sequence[str]) -> list[Any]:
     """Hydra's parsed overrides; a word that is not an override is a one-line ValueError."""
+    # optional heavy dependencies (verl extra)
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     for text in overrides:
         if "=" not in text and not text.startswith("~"):
-            raise ValueError(f"{text!r} is not a Hydra override (expected key=value, +key=value or ~key)")
+            raise ValueError(
+                f"{text!r} is not a Hydra override (expected key=value, +key=value or ~key)"
+            )
     try:
         return OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as error:
@@ -238,9 +259,6 @@ def check_overrides(overrides: Sequence[str]) -> None:
     Raises:
         ValueError: naming the bad override, key or value.
     """
-    import ebpo
-    from ebpo.integrations.verl.advantage import ALGORITHM_KEYS, OPTIONS_SECTION, resolve_options
-
     algorithm = algorithm_overrides(overrides)
     estimator = algorithm.get("adv_estimator", "gae")  # verl's default when none is given
     if estimator not in OUR_ESTIMATORS:
@@ -249,7 +267,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
     if any(isinstance(v, str) and "${" in v for v in options.values()):
         return
     try:
-        ebpo.make_estimator(estimator, **options)
+        make_estimator(estimator, **options)
     except ValueError as error:
         section = algorithm.get(OPTIONS_SECTION)
         explicit = section if isinstance(section, dict) else {}
@@ -270,7 +288,9 @@ def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
     Raises:
         ValueError: the overrides fail :func:`check_overrides` (nothing is launched).
     """
-    check_overrides(with_defaults(overrides) if defaults else overrides)  # before importing verl: fast
+    check_overrides(
+        with_defaults(overrides) if defaults else overrides
+    )  # before importing verl: fast
     via_env = not entry_point_active()
     args = with_defaults(overrides, plugin_via_env=via_env) if defaults else list(overrides)
     env = _external_modules_env() if via_env else None

@@ -1,5 +1,6 @@
 """verl plug-in: importing this module registers ``ebpo``, ``ebpo_bb``, ``jspo`` and ``jspo_plus_plus``
-in verl (one function per name, :data:`ebpo.integrations.verl.advantage.FUNCTIONS`).
+in verl (:data:`ebpo.integrations.verl.advantage.REGISTERED` says why these; one function per name,
+:data:`ebpo.integrations.verl.advantage.FUNCTIONS`).
 
 How it gets imported in every process, including the Ray actor that computes advantages:
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ebpo.integrations.verl.advantage import FUNCTIONS
+
 __all__ = ["PLUGIN_MARKER", "register", "registered_functions"]
 
 #: attribute set on every function we register, so a re-import recognises its own entries
@@ -39,9 +42,7 @@ def register() -> dict[str, Callable[..., Any]]:
     Raises:
         ValueError: a name is already taken by a function that does not come from ebpo.
     """
-    from verl.trainer.ppo import core_algos
-
-    from ebpo.integrations.verl.advantage import FUNCTIONS
+    from verl.trainer.ppo import core_algos  # optional heavy dependency (verl extra)
 
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
     for name, fn in FUNCTIONS.items():
@@ -63,11 +64,13 @@ def register() -> dict[str, Callable[..., Any]]:
 
 def registered_functions() -> dict[str, Callable[..., Any]]:
     """The ebpo functions currently in verl's registry, by name."""
-    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo import core_algos  # optional heavy dependency (verl extra)
 
-    from ebpo.integrations.verl.advantage import FUNCTIONS
-
-    return {name: core_algos.ADV_ESTIMATOR_REGISTRY[name] for name in FUNCTIONS if name in core_algos.ADV_ESTIMATOR_REGISTRY}
+    return {
+        name: core_algos.ADV_ESTIMATOR_REGISTRY[name]
+        for name in FUNCTIONS
+        if name in core_algos.ADV_ESTIMATOR_REGISTRY
+    }
 
 
 register()

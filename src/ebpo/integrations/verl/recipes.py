@@ -13,7 +13,7 @@ every 10 steps.
 | ``ebpo_diff`` | ``ebpo``, one epoch easy → hard, no shuffling |
 | ``grpo`` | ``adv_estimator=grpo``, shuffled |
 | ``dr_grpo`` | ``grpo`` without std division (token-mean loss, as the authors ran it) |
-| ``dapo`` | clip-high 0.28, group filtering on ``acc``, overlong buffer 4096 (penalty 1.0), no std division, KL loss kept |
+| ``dapo`` | clip-high 0.28, group filtering on ``acc``, overlong buffer 4096 (penalty 1.0), no std division, KL kept |
 | ``entropy_mech`` | Clip-Cov (ratio 2e-4, bounds [1, 5]) with PPO clipping opened to [0, 2], no KL loss |
 
 The EBPO recipes use ``algorithm.ebpo.prior=batch`` and ``algorithm.ebpo.prior_mean=group_means``:
@@ -134,7 +134,7 @@ def _common(model: str, data_dir: str, order: str, project: str, experiment: str
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "actor_rollout_ref.rollout.val_kwargs.top_p=1.0",
         "algorithm.use_kl_in_reward=False",
-        "reward.custom_reward_function.path=pkg://ebpo.rewards",
+        "reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward",
         "reward.custom_reward_function.name=compute_score",
         f"trainer.nnodes={p['nnodes']}",
         f"trainer.n_gpus_per_node={p['n_gpus_per_node']}",
@@ -151,12 +151,21 @@ def _common(model: str, data_dir: str, order: str, project: str, experiment: str
 
 #: the prior of the authors' released code (see module docstring): the current batch, with μ the
 #: mean of the group means (their code; the mean of all rewards differs when group sizes do)
-EBPO_OVERRIDES = ("algorithm.adv_estimator=ebpo", "+algorithm.ebpo.prior=batch", "+algorithm.ebpo.prior_mean=group_means")
+EBPO_OVERRIDES = (
+    "algorithm.adv_estimator=ebpo",
+    "+algorithm.ebpo.prior=batch",
+    "+algorithm.ebpo.prior_mean=group_means",
+)
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
-        Recipe("ebpo", "EBPO, the dataset's own order, no shuffling (paper's 'naive' EBPO)", "file", EBPO_OVERRIDES),
+        Recipe(
+            "ebpo",
+            "EBPO, the dataset's own order, no shuffling (paper's 'naive' EBPO)",
+            "file",
+            EBPO_OVERRIDES,
+        ),
         Recipe(
             "ebpo_topic",
             "EBPO on a topic-sorted stream (the paper's headline EBPO-topic)",

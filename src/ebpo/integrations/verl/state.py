@@ -124,7 +124,9 @@ class EstimatorStore:
             try:
                 name, options = entry["name"], dict(entry["options"])
             except (KeyError, TypeError) as error:
-                raise ValueError(f"each saved estimator needs 'name', 'options' and 'state'; got {entry!r}") from error
+                raise ValueError(
+                    f"each saved estimator needs 'name', 'options' and 'state'; got {entry!r}"
+                ) from error
             est = make_estimator(name, **options)
             est.load_state_dict(entry["state"])
             rebuilt[estimator_key(name, options)] = (name, options, est)
@@ -180,7 +182,9 @@ class EstimatorStore:
             return os.path.join(self.run_dir, METRICS_FILENAME)
         return None
 
-    def log_metrics(self, record: Mapping[str, Any], explicit_path: str | None = None) -> str | None:
+    def log_metrics(
+        self, record: Mapping[str, Any], explicit_path: str | None = None
+    ) -> str | None:
         """Append ``record`` as one JSON line; returns the path written, or None without a sink."""
         path = self.metrics_path(explicit_path)
         if path is None:

@@ -1,0 +1,297 @@
+"""The paper's LLM topic labeller: each problem is put in one of nine math domains
+(:data:`MATH_DOMAINS`) by a model behind an OpenAI-compatible chat-completions endpoint
+(:func:`llm_topics` with :func:`openai_compatible_completer`). Off by default: it costs one request
+per problem.
+
+The HTTP client uses only the standard library and guards the API key: it goes over plain http
+only to a loopback host, redirects are never followed, user info in the URL is refused, and no
+error message shows the key (:func:`llm_api_key` picks it from an environment variable the user
+names).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+__all__ = [
+    "LLM_TOPIC_PROMPT",
+    "MATH_DOMAINS",
+    "OPENAI_HOST",
+    "UNCLASSIFIED",
+    "llm_api_key",
+    "llm_topic_prompt",
+    "llm_topics",
+    "openai_compatible_completer",
+    "parse_llm_topic",
+]
+
+#: The nine domains the paper's LLM labeller chose from (EBPO spec, "Curriculum / clustered sampling").
+MATH_DOMAINS = (
+    "Algebra & Number Theory",
+    "Calculus & Analysis",
+    "Geometry & Trigonometry",
+    "Discrete Mathematics",
+    "Probability & Statistics",
+    "Linear Algebra",
+    "Applied Mathematics & Word Problems",
+    "Physics & Chemistry",
+    "Advanced Mathematics",
+)
+
+#: Label given to a problem whose LLM answer names none of :data:`MATH_DOMAINS`.
+UNCLASSIFIED = "Unclassified"
+
+LLM_TOPIC_PROMPT = (
+    "You are classifying math problems by domain for a training curriculum.\n"
+    "Choose exactly one domain from this list:\n"
+    "{domains}\n\n"
+    "Problem:\n{problem}\n\n"
+    "Answer with the domain name only, copied exactly from the list."
+)
+
+
+def llm_topic_prompt(problem: str, domains: Sequence[str] = MATH_DOMAINS) -> str:
+    """The labelling prompt for one problem (the paper's nine-domain LLM labeller)."""
+    return LLM_TOPIC_PROMPT.format(
+        domains="\n".join(f"- {d}" for d in domains), problem=problem.strip()
+    )
+
+
+def parse_llm_topic(answer: str, domains: Sequence[str] = MATH_DOMAINS) -> str:
+    """The domain an LLM answer names (exact, then case-insensitive containment, then the domain
+    sharing the most words); :data:`UNCLASSIFIED` if none."""
+    text = answer.strip().strip("*`\"'. ").lower()
+    by_lower = {d.lower(): d for d in domains}
+    if text in by_lower:
+        return by_lower[text]
+    # The longest contained name wins, so "Discrete Mathematics" beats "Advanced Mathematics"'s
+    # shared word when the answer is wordier than asked.
+    contained = [d for d in domains if d.lower() in text]
+    if contained:
+        return max(contained, key=len)
+    words = set(re.findall(r"[a-z]+", text)) - {"and", "mathematics"}
+    scored = [(len(words & set(re.findall(r"[a-z]+", d.lower()))), d) for d in domains]
+    best = max(scored, key=lambda pair: pair[0])
+    return best[1] if best[0] > 0 else UNCLASSIFIED
+
+
+def llm_topics(
+    texts: Sequence[str],
+    complete: Callable[[str], str],
+    *,
+    domains: Sequence[str] = MATH_DOMAINS,
+    progress: bool = True,
+) -> list[str]:
+    """Label each problem with one of ``domains`` by asking an LLM (``complete(prompt) -> answer``;
+    see :func:`openai_compatible_completer`). Off by default: it costs one request per problem.
+
+    The first problem is asked before the progress bar starts, so that a misconfigured endpoint
+    (unreachable, wrong model, refused key) fails at once with its error alone."""
+    if not callable(complete):
+        raise ValueError(f"complete must be callable (prompt -> answer); got {complete!r}")
+    texts = list(texts)
+    if not texts:
+        return []
+
+    def label(text: Any) -> str:
+        return parse_llm_topic(complete(llm_topic_prompt(str(text), domains)), domains)
+
+    labels = [label(texts[0])]
+    bar = tqdm(
+        texts[1:],
+        desc="llm topics",
+        unit="problem",
+        initial=1,
+        total=len(texts),
+        disable=not progress,
+    )
+    labels.extend(label(text) for text in bar)
+    return labels
+
+
+#: The one host whose key is picked up from ``OPENAI_API_KEY`` without being named.
+OPENAI_HOST = "api.openai.com"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME_SHOWN = re.compile(
+    r"[A-Z_][A-Z0-9_]*"
+)  # shown in errors; mixed case might be a pasted key
+
+
+def llm_api_key(
+    base_url: str, env_var: str | None, *, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The API key to send to ``base_url``: the value of the environment variable ``env_var``
+    (``ebpo data label --llm-api-key-env``), which must then be set. Without ``env_var``, only
+    ``https://api.openai.com`` gets ``OPENAI_API_KEY``; any other endpoint gets no key, so a key
+    meant for OpenAI is never sent to a server the user did not name it for.
+
+    Errors name the variable, never its value; a value that does not look like a variable name
+    (perhaps the key itself, pasted by mistake) is not repeated either."""
+    environ = os.environ if environ is None else environ
+    if env_var is None:
+        parts = urllib.parse.urlsplit(base_url or "")
+        if parts.scheme == "https" and (parts.hostname or "") == OPENAI_HOST:
+            key = environ.get("OPENAI_API_KEY")
+            if not key:
+                raise ValueError(
+                    f"{OPENAI_HOST} needs a key: set OPENAI_API_KEY or name a variable with --llm-api-key-env"
+                )
+            return key
+        return None
+    if not isinstance(env_var, str) or not _ENV_NAME.fullmatch(env_var):
+        raise ValueError(
+            "--llm-api-key-env must be the NAME of an environment variable that holds the key "
+            "(letters, digits and _), not the key itself"
+        )
+    key = environ.get(env_var)
+    if not key:
+        shown = env_var if _ENV_NAME_SHOWN.fullmatch(env_var) else "named by --llm-api-key-env"
+        raise ValueError(
+            f"the environment variable {shown} is not set or empty; export the API key in it"
+        )
+    return key
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _shown_url(parts: Any) -> str:
+    """scheme://host[:port]/path of a urlsplit result: no user info, query or fragment, which
+    may hold secrets, in any message."""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{parts.path}"
+
+
+def openai_compatible_completer(
+    base_url: str,
+    model: str,
+    *,
+    api_key: str | None = None,
+    temperature: float = 0.0,
+    max_tokens: int = 32,
+    timeout: float = 60.0,
+    allow_insecure_http: bool = False,
+) -> Callable[[str], str]:
+    """``prompt -> answer`` through an OpenAI-compatible ``POST {base_url}/chat/completions``
+    (vLLM, SGLang, llama.cpp server, ...). Uses only the standard library.
+
+    The key (``Authorization: Bearer ...``) is guarded: a key goes over plain http only to a
+    loopback host (localhost, 127.0.0.0/8, ::1) unless ``allow_insecure_http``; redirects are
+    never followed (urllib would re-send the header to whatever host the server names; a POST
+    cannot be redirected usefully anyway); user info in the URL is refused; error messages show
+    the URL without user info or query and never the key. Every failure — unreachable endpoint,
+    HTTP error, timeout, an answer that is not chat-completions JSON — is a ValueError naming the
+    URL."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"base_url must be an http(s) URL such as http://localhost:8000/v1; got {base_url!r:.80}"
+        )
+    if not model:
+        raise ValueError("model must name the served model")
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "base_url must not hold user info (user:password@); put the key in an environment "
+            "variable and name it with --llm-api-key-env"
+        )
+    if not parts.hostname:
+        raise ValueError(f"base_url has no host: {_shown_url(parts)}")
+    try:
+        parts.port  # noqa: B018 (raises on a non-numeric or out-of-range port)
+    except ValueError:
+        raise ValueError(f"base_url has an invalid port: {_shown_url(parts)}") from None
+    shown = _shown_url(parts).rstrip("/") + "/chat/completions"
+    if (
+        api_key
+        and parts.scheme == "http"
+        and not _is_loopback(parts.hostname)
+        and not allow_insecure_http
+    ):
+        raise ValueError(
+            f"refusing to send the API key over plain http to {parts.hostname}: use https, a "
+            "loopback address, or --llm-allow-insecure-http if the network is private"
+        )
+    url = base_url.rstrip("/") + "/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    opener = urllib.request.build_opener(_NoRedirect())
+
+    def redact(text: str) -> str:
+        return text.replace(api_key, "<key>") if api_key else text
+
+    def complete(prompt: str) -> str:
+        body = json.dumps(
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": prompt}],
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+            }
+        ).encode()
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            if 300 <= error.code < 400:
+                target = urllib.parse.urlsplit(
+                    urllib.parse.urljoin(url, error.headers.get("Location", ""))
+                )
+                why = "the request carries the API key" if api_key else "a POST cannot follow one"
+                raise ValueError(
+                    f"the LLM endpoint {shown} redirects (HTTP {error.code}) to {_shown_url(target)}; "
+                    f"redirects are not followed ({why}): pass the final URL"
+                ) from None
+            hint = (
+                " (does it need a key? name its variable with --llm-api-key-env)"
+                if error.code in (401, 403)
+                else ""
+            )
+            raise ValueError(
+                redact(f"the LLM endpoint {shown} answered HTTP {error.code} {error.reason}{hint}")
+            ) from None
+        except (urllib.error.URLError, OSError) as error:  # refused, DNS, TLS, timeout
+            reason = getattr(error, "reason", error)
+            raise ValueError(redact(f"cannot reach the LLM endpoint {shown}: {reason}")) from None
+        try:
+            payload = json.loads(raw)
+            return str(payload["choices"][0]["message"]["content"] or "")
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ValueError(
+                redact(f"{shown} did not answer in the chat-completions format: {raw[:200]!r}")
+            ) from None
+
+    return complete
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Turn every 3xx into an HTTPError instead of following it (see openai_compatible_completer)."""
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
+        return None

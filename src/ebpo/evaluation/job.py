@@ -1,0 +1,323 @@
+"""The ``ebpo eval`` job: load the benchmarks and the model, sample and score, write the tables.
+
+:func:`run_eval` writes ``samples.jsonl`` and the paper's table (one row per metric, benchmarks as
+columns plus their average, in percent) as ``results.md`` / ``results.csv`` / ``results.json``.
+:func:`check_eval_options` runs every check of :func:`run_eval` without loading anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import io
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ebpo import data
+from ebpo.data.templates import TEMPLATES
+from ebpo.evaluation import models
+from ebpo.evaluation.generation import (
+    Generator,
+    SamplingConfig,
+    VLLMGenerator,
+    sample_and_score,
+    vllm_available,
+)
+from ebpo.evaluation.metrics import summarize
+from ebpo.utils.checks import check_int, is_real
+from ebpo.utils.files import atomic_write, check_output_path
+
+__all__ = [
+    "PAPER_BENCHMARKS",
+    "RESULT_FILES",
+    "check_eval_options",
+    "format_table",
+    "results_table",
+    "run_eval",
+]
+
+#: The five benchmarks of the paper's evaluation, in the paper's order.
+PAPER_BENCHMARKS = ("math-500", "aime-2024", "aime-2025", "amc-2023", "olympiadbench")
+
+#: The files :func:`run_eval` writes into its output directory.
+RESULT_FILES = ("samples.jsonl", "results.md", "results.csv", "results.json")
+
+
+# ----------------------------------------------------------------------------------------- tables
+def _metric_names(results: Mapping[str, Mapping[str, float]], ks: Sequence[int]) -> list[str]:
+    names = ["pass@1"]
+    for k in sorted(set(ks)):
+        if k > 1:
+            names += [f"pass@{k}", f"maj@{k}"]
+    return [m for m in names if any(m in r for r in results.values())]
+
+
+def results_table(
+    results: Mapping[str, Mapping[str, float]], benchmarks: Sequence[str], ks: Sequence[int]
+) -> tuple[list[str], list[list[str | float | None]]]:
+    """The paper's layout: one row per metric, benchmarks as columns plus ``avg`` (unweighted mean
+    over the benchmarks that have the metric), values in percent."""
+    header = ["metric", *benchmarks, "avg"]
+    rows: list[list[str | float | None]] = []
+    for metric in _metric_names(results, ks):
+        values = [
+            100.0 * results[b][metric] if metric in results.get(b, {}) else None for b in benchmarks
+        ]
+        present = [v for v in values if v is not None]
+        rows.append([metric, *values, sum(present) / len(present) if present else None])
+    return header, rows
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> str:
+    """A Markdown table (values with two decimals, ``-`` for missing)."""
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    lines = [f"### {title}", ""] if title else []
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------- the job
+def run_eval(
+    model_name: str,
+    benchmarks: Sequence[str],
+    *,
+    n: int = 32,
+    ks: Sequence[int] | None = None,
+    out_dir: str | os.PathLike[str] = "eval_results",
+    data_files: Mapping[str, str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    backend: str = "auto",
+    template: str = "dapo",
+    chat: bool | None = None,
+    sampling: SamplingConfig | None = None,
+    batch_size: int = 16,
+    timeout: float | None = None,
+    score_workers: int = 1,
+    model: Any = None,
+    tokenizer: Any = None,
+    generator: Generator | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Evaluate ``model_name`` on ``benchmarks`` and write to ``out_dir``:
+
+    - ``samples.jsonl``: every sample with its prompt, response, extracted answer, score, status;
+    - ``results.md`` / ``results.csv`` / ``results.json``: the table (metrics x benchmarks + avg,
+      in percent) and, in JSON, the raw metrics and the configuration.
+
+    ``backend``: ``"vllm"``, ``"transformers"`` or ``"auto"`` (vLLM if installed and the model is
+    not passed in already loaded). ``data_files`` maps benchmark names to local files (hub schema
+    or unified); ``data_dir`` (default env ``EBPO_DATA_DIR``) holds ``<benchmark>.parquet``/
+    ``.jsonl`` files for the others; ``limit`` caps problems per benchmark. ``ks`` defaults to
+    (1, n). An already loaded ``model``/``tokenizer`` or a custom ``generator`` (with
+    ``tokenizer``) skip loading.
+
+    Every option and the output directory are checked first (:func:`check_eval_options`), before
+    any data or model is loaded. An ``out_dir`` that already holds results of an evaluation is
+    refused unless ``overwrite``; each file is then replaced atomically (:mod:`ebpo.utils.files`)."""
+    _check_eval_arguments(locals())  # first: every argument, before anything is loaded
+    ks = tuple(sorted(set(ks or (1, n))))
+    sampling = sampling or SamplingConfig()
+    data_files = dict(data_files or {})
+
+    problems: list[dict[str, str]] = []
+    for name in benchmarks:
+        rows = data.load_dataset(
+            name, data_files=data_files.get(name), data_dir=data_dir, limit=limit
+        )
+        for row in rows:
+            row["source"] = name  # the column a record is tabulated under
+        problems += rows
+
+    use_vllm = generator is None and (
+        backend == "vllm" or (backend == "auto" and model is None and vllm_available())
+    )
+    if use_vllm:
+        generator = VLLMGenerator(models.resolve_model_path(model_name), sampling)
+        if tokenizer is None:
+            tokenizer = generator.llm.get_tokenizer()
+    elif generator is None and (model is None or tokenizer is None):
+        model, tokenizer = models.load_model_and_tokenizer(model_name)
+
+    started = time.time()
+    records = sample_and_score(
+        model,
+        tokenizer,
+        problems,
+        n,
+        template=template,
+        chat=chat,
+        sampling=sampling,
+        batch_size=batch_size,
+        generator=generator,
+        timeout=timeout,
+        score_workers=score_workers,
+        progress=progress,
+    )
+    elapsed = time.time() - started
+    metrics = summarize(records, ks)
+    header, rows = results_table(metrics, benchmarks, ks)
+
+    title = (
+        f"{model_name}: {', '.join(_metric_names(metrics, ks))} (%), n={n}, "
+        f"T={sampling.temperature}, top-p={sampling.top_p}"
+    )
+    markdown = format_table(header, rows, title)
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["model", *header])
+    for row in rows:
+        writer.writerow([model_name, *(_csv_cell(v) for v in row)])
+    summary = {
+        "model": model_name,
+        "benchmarks": list(benchmarks),
+        "table": {"columns": header, "rows": rows},
+        "metrics": metrics,
+        "config": {
+            "n": n,
+            "ks": list(ks),
+            "template": template,
+            "chat": chat,
+            "limit": limit,
+            "backend": "vllm" if use_vllm else "transformers",
+            "batch_size": batch_size,
+            "sampling": asdict(sampling),
+            "data_files": data_files,
+            "data_dir": None if data_dir is None else str(data_dir),
+        },
+        "samples": len(records),
+        "seconds": round(elapsed, 2),
+        "python": platform.python_version(),
+    }
+    # Everything is rendered before the first file is written; samples first (the costly part).
+    texts = {
+        "samples.jsonl": "".join(
+            json.dumps(record, ensure_ascii=False) + "\n" for record in records
+        ),
+        "results.md": markdown,
+        "results.csv": table.getvalue(),
+        "results.json": json.dumps(summary, indent=2),
+    }
+    out = Path(out_dir).expanduser()
+    for name, text in texts.items():
+        with atomic_write(out / name, newline="") as handle:
+            handle.write(text)
+    summary["markdown"] = markdown
+    return summary
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    return round(value, 4) if isinstance(value, float) else value
+
+
+# ------------------------------------------------------------------------------------- the checks
+def check_eval_options(*args: Any, **kwargs: Any) -> None:
+    """Check the arguments of :func:`run_eval` (same signature) without loading anything; raise
+    ValueError naming the first bad one. :func:`run_eval` runs the same checks before it loads any
+    data or model, so a typo never costs a generation run and an earlier result is never lost."""
+    try:
+        bound = inspect.signature(run_eval).bind(*args, **kwargs)
+    except TypeError as error:
+        raise ValueError(f"run_eval arguments: {error}") from None
+    bound.apply_defaults()
+    _check_eval_arguments(bound.arguments)
+
+
+def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
+    """The checks behind :func:`check_eval_options`, on ``run_eval``'s arguments by name."""
+    model_name, benchmarks, n, ks = (arguments[k] for k in ("model_name", "benchmarks", "n", "ks"))
+    out_dir, data_files, data_dir, limit = (
+        arguments[k] for k in ("out_dir", "data_files", "data_dir", "limit")
+    )
+    backend, template, chat, sampling = (
+        arguments[k] for k in ("backend", "template", "chat", "sampling")
+    )
+    batch_size, timeout, score_workers = (
+        arguments[k] for k in ("batch_size", "timeout", "score_workers")
+    )
+    model, tokenizer, generator, overwrite = (
+        arguments[k] for k in ("model", "tokenizer", "generator", "overwrite")
+    )
+    known = sorted(data.DATASETS)
+
+    if not isinstance(model_name, str) or not model_name.strip():
+        raise ValueError(f"model_name (--model) must be a model name or path, got {model_name!r}")
+    if isinstance(benchmarks, str) or not benchmarks:
+        raise ValueError(
+            f"benchmarks must be a non-empty list of names from {known}, got {benchmarks!r}"
+        )
+    unknown = [b for b in benchmarks if b not in data.DATASETS]
+    if unknown:
+        raise ValueError(f"benchmarks: unknown {unknown}; choose from {known}")
+    repeated = sorted({b for b in benchmarks if list(benchmarks).count(b) > 1})
+    if repeated:
+        raise ValueError(f"benchmarks: {repeated} named more than once")
+    check_int("n", n, low=1)
+    if ks is not None:
+        if (
+            isinstance(ks, str)
+            or not ks
+            or any(isinstance(k, bool) or not isinstance(k, int) for k in ks)
+        ):
+            raise ValueError(f"ks (--k) must be a non-empty list of integers, got {ks!r}")
+        if any(not 1 <= k <= n for k in ks):
+            raise ValueError(f"every k in ks (--k) must be in [1, n={n}], got {sorted(set(ks))}")
+    for name, path in (data_files or {}).items():
+        if name not in benchmarks:
+            raise ValueError(
+                f"data_files (--data-file) names {name!r}, which is not among the benchmarks "
+                f"{list(benchmarks)}"
+            )
+        file = Path(path).expanduser()
+        if not file.is_file():
+            problem = "is a directory" if file.is_dir() else "does not exist"
+            raise ValueError(f"data file for {name!r} ({str(path)!r}) {problem}")
+    if data_dir is not None and not Path(data_dir).expanduser().is_dir():
+        raise ValueError(f"data_dir (--data-dir) {str(data_dir)!r} is not a directory")
+    if limit is not None:
+        check_int("limit", limit, low=1)
+    if backend not in ("auto", "vllm", "transformers"):
+        raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}")
+    if template not in TEMPLATES:
+        raise ValueError(f"template must be one of {sorted(TEMPLATES)}, got {template!r}")
+    if chat not in (None, True, False):
+        raise ValueError(f"chat must be None, True or False, got {chat!r}")
+    if sampling is not None and not isinstance(sampling, SamplingConfig):
+        raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    check_int("batch_size", batch_size, low=1)
+    if timeout is not None and not (is_real(timeout) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            "timeout must be a finite number of seconds > 0 (or None for the default), "
+            f"got {timeout!r}"
+        )
+    check_int("score_workers", score_workers, low=1)
+    if generator is not None and tokenizer is None:
+        raise ValueError("a custom generator needs the tokenizer that renders its prompts")
+    if generator is None and model is None:
+        if backend == "vllm" and not vllm_available():
+            raise ValueError("backend 'vllm' needs the vllm package (pip install vllm; GPU only)")
+        models.resolve_model_path(model_name)  # a local path that does not exist fails now
+    out = check_output_path(out_dir, "out_dir (--out)", kind="dir")
+    existing = [name for name in RESULT_FILES if (out / name).exists()]
+    if existing and not overwrite:
+        raise ValueError(
+            f"out_dir (--out) {str(out_dir)!r} already holds results ({', '.join(existing)}); "
+            "pass --overwrite (overwrite=True) to replace them or choose another directory"
+        )

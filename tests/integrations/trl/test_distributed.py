@@ -1,0 +1,78 @@
+"""Two CPU processes (gloo, launched by torchrun): every rank ends with the same running statistics,
+equal to one estimator fed the gathered rewards, and each rank trains on its own slice; resuming
+inside a generation batch restores every rank's own buffered completions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+import ebpo  # noqa: E402
+
+pytestmark = [pytest.mark.trl, pytest.mark.slow]
+
+WORKER = Path(__file__).with_name("two_process_worker.py")
+LOCAL = 8  # per_device_train_batch_size in the worker
+G = 4
+
+
+def run_workers(out_dir: Path, *mode: str) -> None:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(WORKER),
+        str(out_dir),
+        *mode,
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"workers failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+
+
+def test_two_processes_share_one_prior(tmp_path):
+    run_workers(tmp_path)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["num_processes"] for r in ranks] == [2, 2]
+    assert ranks[0]["rewards"] == ranks[1]["rewards"]  # both ranks saw the whole gathered batch
+    assert ranks[0]["state"] == ranks[1]["state"]
+
+    estimator = ebpo.make_estimator("ebpo", nan_policy="mask")
+    assert len(ranks[0]["rewards"]) == 3
+    for step, rewards in enumerate(ranks[0]["rewards"]):
+        assert len(rewards) == 2 * LOCAL
+        result = estimator(torch.tensor(rewards), torch.arange(len(rewards)) // G)
+        for rank in ranks:
+            mine = result.advantages[rank["rank"] * LOCAL : (rank["rank"] + 1) * LOCAL]
+            torch.testing.assert_close(torch.tensor(rank["local_advantages"][step]), mine.float())
+    assert ranks[0]["state"] == estimator.state_dict()
+    assert estimator.state_dict()["global"]["rewards"]["count"] == 3 * 2 * LOCAL
+
+
+def test_two_processes_resume_inside_a_generation_batch_exactly(tmp_path):
+    run_workers(tmp_path, "resume")
+    ranks = [json.loads((tmp_path / f"resume{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["buffers"] == ["ebpo_generation_buffer_0.pt", "ebpo_generation_buffer_1.pt"]
+    for rank in ranks:
+        assert rank["generations"] == [2, 1]  # the resumed run generated only the second batch
+        assert rank["resumed_state"] == rank["full_state"] == ranks[0]["full_state"]
+        assert rank["full_state"]["steps"] == 2
+        # micro-steps 2..7: each rank trained on its own slice, as in the uninterrupted run
+        assert rank["resumed_loss_advantages"] == rank["full_loss_advantages"][2:]
+    assert ranks[0]["full_loss_advantages"] != ranks[1]["full_loss_advantages"]

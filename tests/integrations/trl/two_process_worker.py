@@ -1,0 +1,97 @@
+"""Worker for test_distributed.py: train EBPOTrainer a few steps on this process, dump what it saw.
+
+Run under ``torchrun --nproc_per_node 2`` (or any launcher that sets up a gloo process group):
+
+    two_process_worker.py OUT_DIR                # rank<k>.json: estimator state, gathered rewards of
+                                                 # every generation batch, local advantages
+    two_process_worker.py OUT_DIR resume         # resume<k>.json: an uninterrupted run and a run
+                                                 # resumed inside a generation batch, side by side
+
+The setup (tiny Llama, char tokenizer, prompts, parity reward, recording trainer) is the one of
+test_trainer.py, imported from it (this file's directory is on ``sys.path`` when run as a script).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from test_trainer import RecordingTrainer, build, parity_reward, tiny_args
+
+from ebpo.evaluation.models import build_char_tokenizer
+
+
+def make_trainer(run_dir: Path, **overrides) -> RecordingTrainer:
+    # 2 processes x 8 = 16 completions = 4 groups per micro-step
+    args = tiny_args(run_dir, "ebpo", per_device_train_batch_size=8, **overrides)
+    return build(build_char_tokenizer(), args, parity_reward)
+
+
+def main(out_dir: str) -> None:
+    trainer = make_trainer(Path(out_dir) / "run")
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    record = {
+        "rank": rank,
+        "num_processes": trainer.accelerator.num_processes,
+        "state": trainer.estimator.state_dict(),
+        "rewards": [rewards[:, 0].tolist() for rewards in trainer.rewards_per_func],
+        "local_advantages": [output["advantages"].tolist() for output in trainer.outputs],
+    }
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(record))
+
+
+def load_cpu_checkpoints_of_any_rank() -> None:
+    """transformers 5.10 loads the optimizer state of a multi-process run with
+    ``map_location=args.device``, which is ``cpu:0`` on every CPU process, and torch cannot restore
+    onto an indexed CPU device: resuming a multi-process CPU run fails inside transformers, before
+    EBPOTrainer is involved. Map such locations to plain "cpu" (test worker only)."""
+    original = torch.load
+
+    def load(*args, map_location=None, **kwargs):
+        if isinstance(map_location, torch.device) and map_location.type == "cpu":
+            map_location = "cpu"
+        return original(*args, map_location=map_location, **kwargs)
+
+    torch.load = load
+
+
+def resume(out_dir: str) -> None:
+    """4 optimizer steps of 2 micro-steps, one generation batch every 4 micro-steps; resume from
+    checkpoint-1, which falls inside the first generation batch."""
+    load_cpu_checkpoints_of_any_rank()
+    settings = {
+        "max_steps": 4,
+        "gradient_accumulation_steps": 2,
+        "steps_per_generation": 4,
+        "save_strategy": "steps",
+        "save_steps": 1,
+    }
+    full = make_trainer(Path(out_dir) / "full", **settings)
+    full.train()
+    checkpoint = Path(full.args.output_dir) / "checkpoint-1"
+    resumed = make_trainer(Path(out_dir) / "resumed", **settings)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    rank = full.accelerator.process_index
+    record = {
+        "rank": rank,
+        "buffers": sorted(
+            name for name in os.listdir(checkpoint) if name.startswith("ebpo_generation_buffer")
+        ),
+        "full_state": full.estimator.state_dict(),
+        "resumed_state": resumed.estimator.state_dict(),
+        "full_loss_advantages": [a.tolist() for a in full.loss_advantages],
+        "resumed_loss_advantages": [a.tolist() for a in resumed.loss_advantages],
+        "generations": [len(full.outputs), len(resumed.outputs)],
+    }
+    (Path(out_dir) / f"resume{rank}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    if sys.argv[2:] == ["resume"]:
+        resume(sys.argv[1])
+    else:
+        main(sys.argv[1])

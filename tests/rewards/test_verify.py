@@ -1,0 +1,204 @@
+"""ebpo.rewards.verify: math-verify under a time limit, in-process and in helper processes, and
+the helper pool's fork safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ebpo.rewards import reset_reward_stats, reward_stats, score_math, score_math_detailed, verify
+from ebpo.rewards.verify import check_timeout, verify_with_time_limit
+
+
+def test_slow_expression_times_out_in_main_thread():
+    reset_reward_stats()
+    handler_before = signal.getsignal(signal.SIGALRM)
+    start = time.perf_counter()
+    result = score_math_detailed("Answer: 9^{9^{9}}", "3", timeout=0.5)
+    elapsed = time.perf_counter() - start
+    assert result.status == "timeout" and result.score == 0.0
+    assert elapsed < 3.0
+    assert reward_stats()["timeout"] == 1
+    # the timer and the previous SIGALRM handler are restored
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
+    assert signal.getsignal(signal.SIGALRM) is handler_before
+
+
+def test_outer_alarm_is_left_alone():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 60.0)
+        assert score_math("Answer: \\frac{2}{4}", "0.5") == 1.0  # goes to a helper process
+        remaining = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 0.0 < remaining <= 60.0
+        with pytest.raises(ValueError, match="isolation='signal' needs the main thread"):
+            verify_with_time_limit("\\frac{2}{4}", "0.5", 5.0, "signal")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not fired
+
+
+def test_worker_thread_uses_helper_process_with_time_limit():
+    def in_thread(fn):
+        with ThreadPoolExecutor(1) as pool:  # like verl's reward loop (run_in_executor)
+            return pool.submit(fn).result()
+
+    assert in_thread(lambda: score_math("so \\boxed{\\frac{1}{2}}", "0.5")) == 1.0  # warm-up
+    reset_reward_stats()
+    start = time.perf_counter()
+    result = in_thread(lambda: score_math_detailed("Answer: 9^{9^{9}}", "3", timeout=0.5))
+    assert result.status == "timeout"
+    assert time.perf_counter() - start < 0.5 + verify._KILL_GRACE + 1.0
+    assert reward_stats()["timeout"] == 1
+
+
+def test_helper_process_runs_the_public_entry_point_from_any_directory(tmp_path):
+    # The helper's command names a public function, and the PYTHONPATH it gets holds the package.
+    assert os.path.isfile(os.path.join(verify._SRC_DIR, "ebpo", "rewards", "verify.py"))
+    env = {**os.environ, "PYTHONPATH": verify._SRC_DIR}
+    request = '{"p": "\\\\frac{2}{4}", "g": "0.5", "t": 5.0}\n{"p": "3", "g": "0.5", "t": 5.0}\n'
+    done = subprocess.run(
+        [sys.executable, "-c", verify._WORKER_COMMAND],
+        input=request,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    assert done.stdout.split() == ["ready", "verified", "rejected"]
+
+
+@pytest.mark.slow  # starts two helper processes
+def test_stuck_helper_process_is_killed_and_replaced(monkeypatch):
+    monkeypatch.setattr(verify, "_KILL_GRACE", 0.3)
+    assert score_math_detailed("Answer: \\frac{2}{4}", "0.5", isolation="process").score == 1.0
+    worker = verify._POOL._idle[-1]
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # a process that no longer answers (stuck in C code)
+    reset_reward_stats()
+    start = time.perf_counter()
+    result = score_math_detailed("Answer: \\frac{2}{4}", "0.5", timeout=0.3, isolation="process")
+    assert result.status == "timeout"
+    assert time.perf_counter() - start < 3.0
+    assert reward_stats()["worker_restarts"] == 1
+    assert worker.proc.poll() is not None  # killed
+    assert score_math_detailed("Answer: \\frac{2}{4}", "0.5", isolation="process").score == 1.0
+
+
+@pytest.mark.slow  # starts its own helper process
+def test_helper_pool_is_capped_and_shared_by_threads():
+    pool = verify._WorkerPool(max_workers=1)
+    try:
+        with ThreadPoolExecutor(4) as threads:
+            statuses = list(
+                threads.map(
+                    lambda i: pool.verify(f"\\frac{{{i}}}{{4}}", f"{i / 4}", 5.0), range(1, 9)
+                )
+            )
+        assert statuses == ["verified"] * 8
+        assert pool.size == 1
+    finally:
+        pool.shutdown()
+    assert pool.size == 0
+
+
+# ------------------------------------------------------------------------------- fork safety
+def _needs_math_verify(n: int) -> list[tuple[str, str, float]]:
+    """(response, ground truth, expected score): equal fractions written differently (1.0) and
+    reciprocals (0.0). No fast path applies, so every pair goes to math-verify; the expected
+    score is known by construction, not from our code."""
+    pairs = []
+    for i in range(n):
+        k = i % 7 + 1
+        if i % 2:
+            pairs.append(
+                (f"Answer: \\frac{{{k}}}{{{2 * k + 1}}}", f"\\frac{{{2 * k}}}{{{4 * k + 2}}}", 1.0)
+            )
+        else:
+            pairs.append(
+                (f"Answer: \\frac{{{k}}}{{{2 * k + 1}}}", f"\\frac{{{2 * k + 1}}}{{{k}}}", 0.0)
+            )
+    return pairs
+
+
+def _score_in_threads(pairs: list[tuple[str, str, float]]) -> list[float]:
+    # Worker threads: the time limit cannot use signals there, so the calls go to helper processes.
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda pair: score_math(pair[0], pair[1]), pairs))
+
+
+def _score_in_forked_child(queue) -> None:
+    queue.put(_score_in_threads(_needs_math_verify(60)))
+
+
+def test_forked_worker_does_not_share_the_parents_helper_processes():
+    # Issue #11 item 1: a fork()ed worker inherited the parent's pipes to its helpers; parent and
+    # child then read each other's answers.
+    import multiprocessing
+
+    warm = _needs_math_verify(8)
+    assert _score_in_threads(warm) == [p[2] for p in warm]
+    parent_helpers = list(verify._POOL._all)
+    assert parent_helpers, "scoring in threads should have started helper processes"
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_score_in_forked_child, args=(queue,))
+    child.start()
+    try:
+        pairs = _needs_math_verify(30)
+        parent_scores = _score_in_threads(pairs)  # while the child scores
+        child_scores = queue.get(timeout=300)
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert child_scores == [p[2] for p in _needs_math_verify(60)]
+    assert parent_scores == [p[2] for p in pairs]
+    # The child neither killed nor replaced the parent's helpers, and they still answer right.
+    assert all(worker.proc.poll() is None for worker in parent_helpers)
+    assert _score_in_threads(warm) == [p[2] for p in warm]
+
+
+@pytest.mark.slow  # starts two helper processes
+def test_pool_used_from_another_process_starts_its_own_helpers():
+    # The fallback for a fork that bypassed os.register_at_fork: verify() sees a new pid.
+    pool = verify._WorkerPool(max_workers=1)
+    try:
+        assert pool.verify("\\frac{1}{2}", "0.5", 5.0) == "verified"
+        inherited = pool._all[0]
+        pool.owner_pid = -1  # as if this process were a fork of the pool's owner
+        assert pool.verify("\\frac{2}{4}", "0.5", 5.0) == "verified"
+        assert pool.owner_pid == os.getpid() and pool._all and pool._all[0] is not inherited
+        assert inherited in verify._INHERITED  # detached, kept alive, never killed by us
+    finally:
+        pool.shutdown()
+        inherited.proc.kill()
+        inherited.proc.wait(5)
+
+
+# ------------------------------------------------------------------------------------ options
+@pytest.mark.parametrize("timeout", [0.001, 1, 5.0, verify.MAX_TIMEOUT])
+def test_check_timeout_accepts_seconds_up_to_an_hour(timeout):
+    assert check_timeout(timeout) == float(timeout)
+
+
+def test_check_timeout_message_is_bounded_and_never_raises_itself():
+    class ReprRaises:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    with pytest.raises(ValueError, match=r"got <ReprRaises>$"):
+        check_timeout(ReprRaises())
+    with pytest.raises(ValueError) as error:
+        check_timeout("x" * 1000)
+    assert str(error.value).endswith("...") and len(str(error.value)) < 200
