@@ -87,6 +87,29 @@ def reinforce_pp(rewards, group_ids, mask=None, eps=1e-6):
     return normalize(raw, sorted(valid_rows), "batch", eps), base
 
 
+def reinforce_pp_tokens(rewards, group_ids, token_counts, mask=None):
+    """REINFORCE++ as verl: group baseline, then verl's ``masked_whiten`` over the TOKENS, written
+    out literally — each response repeated once per token, the constant 1e-8 where verl has it."""
+    n = len(rewards)
+    raw, base = [0.0] * n, [0.0] * n
+    for rows in valid_groups(rewards, group_ids, mask).values():
+        mean = statistics.fmean([r for _, r in rows]) if len(rows) > 1 else 0.0
+        for row, r in rows:
+            base[row] = mean
+            raw[row] = r - mean
+    valid_rows = [i for i in range(n) if mask is None or mask[i]]
+    tokens = [raw[i] for i in valid_rows for _ in range(int(token_counts[i]))]
+    out = [0.0] * n
+    if not tokens:
+        return out, base
+    mean = sum(tokens) / (len(tokens) + 1e-8)
+    var = sum((t - mean) ** 2 for t in tokens) / (len(tokens) + 1e-8)
+    var = var * len(tokens) / (len(tokens) - 1) if len(tokens) > 1 else 0.0
+    for i in valid_rows:
+        out[i] = (raw[i] - mean) / math.sqrt(var + 1e-8)
+    return out, base
+
+
 def jspo(rewards, group_ids, mask=None, eps=1e-6, lambda_form="released_code"):
     """JSPO (Zeng et al., 2025) on any batch, one prompt at a time: the formula of the authors'
     released code (see :func:`authors_jspo` for the code itself, defined only on equal blocks of

@@ -3,6 +3,9 @@ options before running anything."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 import torch
 
@@ -109,3 +112,29 @@ def test_cli_rejects_a_negative_seed(tmp_path, capsys):
         "ebpo simulate: error: --seed must be an integer >= 0, got -1"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("plots", [True, False])
+def test_a_full_disk_is_one_line_and_leaves_the_old_files(tmp_path, capsys, monkeypatch, plots):
+    """ENOSPC (injected at the fsync before each rename) was a traceback; the real thing, on a
+    full tmpfs, is in tests/hostile/test_files.py."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "results.md").write_text("old results")
+    (tmp_path / "saturation_penalty.png").write_bytes(b"old plot")
+    monkeypatch.setattr(os, "fsync", _disk_full)
+    argv = ["simulate", "--quick", "--experiments", "saturation", "--output-dir", str(tmp_path)]
+    assert main(argv + ([] if plots else ["--no-plots"])) == 2
+    first = "saturation_penalty.png" if plots else "results.md"
+    err = capsys.readouterr().err  # the progress bar (tqdm, \r-separated), then the error
+    assert err.splitlines()[-1] == (
+        f"ebpo simulate: error: cannot write {str(tmp_path / first)!r}: No space left on device; "
+        "the previous file, if any, is unchanged"
+    )
+    assert "Traceback" not in err
+    assert (tmp_path / "results.md").read_text() == "old results"
+    assert (tmp_path / "saturation_penalty.png").read_bytes() == b"old plot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.md", "saturation_penalty.png"]

@@ -55,3 +55,15 @@ def test_pass_rates_from_records():
         curriculum.pass_rates_from_records(records, ["a", "c"])
     with pytest.raises(ValueError, match="must be a 0/1 correctness score"):
         curriculum.pass_rates_from_records([{"problem_id": "a", "score": 2.0}], ["a"])
+
+
+def test_levels_too_large_for_a_float_stay_exact_integers():
+    """float(10**400) raised OverflowError; "Level 1000…0" became inf."""
+    huge = 10**400
+    levels = curriculum.difficulty_from_levels([huge, f"Level {huge}", 3, "Level 2.5"])
+    assert levels[0] == huge and isinstance(levels[0], int)
+    assert levels[1] == huge and isinstance(levels[1], int)
+    assert levels[2:] == [3.0, 2.5]
+    assert order_indices(4, "difficulty", difficulty=levels)[:2] == [3, 2]
+    # more digits than Python turns into an int: a float (inf), refused later as non-finite
+    assert curriculum.difficulty_from_levels(["Level " + "9" * 5000]) == [math.inf]

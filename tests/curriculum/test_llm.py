@@ -4,14 +4,17 @@ API key (loopback-only plain http, no redirects, no key in any message)."""
 from __future__ import annotations
 
 import contextlib
+import html
 import http.server
 import json
 import threading
+import urllib.parse
 
 import pytest
 
 from ebpo import curriculum
 from ebpo.curriculum import MATH_DOMAINS, UNCLASSIFIED
+from ebpo.curriculum.llm import check_api_key
 
 
 def test_llm_prompt_lists_the_nine_domains_and_answers_parse():
@@ -97,7 +100,7 @@ def test_openai_compatible_completer_talks_chat_completions(chat_server):
 
 
 @contextlib.contextmanager
-def _recording_server(respond):
+def recording_server(respond):
     """A local HTTP server that records (method, path, headers) of every request and lets
     ``respond(handler)`` answer it."""
     seen = []
@@ -116,7 +119,8 @@ def _recording_server(respond):
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # a short poll interval: shutdown() waits up to one, once per test
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_port}", seen
     finally:
@@ -124,7 +128,7 @@ def _recording_server(respond):
         server.server_close()
 
 
-def _answer(handler, status=200, body=b"", headers=()):
+def send_answer(handler, status=200, body=b"", headers=()):
     handler.send_response(status)
     for name, value in headers:
         handler.send_header(name, value)
@@ -139,9 +143,9 @@ _CHAT_ANSWER = json.dumps({"choices": [{"message": {"content": "Linear Algebra"}
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_completer_never_follows_a_redirect_with_the_key(code):
     # Issue #11 item 6: urllib followed a 302 to another host and sent `Authorization: Bearer <key>` there.
-    with _recording_server(lambda h: _answer(h, body=_CHAT_ANSWER)) as (other_host, other_seen):
+    with recording_server(lambda h: send_answer(h, body=_CHAT_ANSWER)) as (other_host, other_seen):
         location = f"{other_host}/steal"
-        with _recording_server(lambda h: _answer(h, code, headers=[("Location", location)])) as (
+        with recording_server(lambda h: send_answer(h, code, headers=[("Location", location)])) as (
             url,
             seen,
         ):
@@ -254,9 +258,9 @@ def test_unreachable_endpoint_is_one_value_error_naming_the_url():
 )
 def test_endpoint_errors_name_the_url_and_never_the_key(status, body, match):
     def respond(handler):  # a hostile server that echoes the key back
-        _answer(handler, status, body + handler.headers["Authorization"].encode())
+        send_answer(handler, status, body + handler.headers["Authorization"].encode())
 
-    with _recording_server(respond) as (url, _):
+    with recording_server(respond) as (url, _):
         complete = curriculum.openai_compatible_completer(
             f"{url}/v1?token=q-secret", "judge", api_key="sk-secret-123"
         )
@@ -286,3 +290,69 @@ def test_first_problem_is_asked_before_the_progress_bar(capsys):
     labels = curriculum.llm_topics(["a", "b", "c"], lambda prompt: next(answers), progress=False)
     assert labels == ["Linear Algebra", "Geometry & Trigonometry", UNCLASSIFIED]
     assert curriculum.llm_topics([], broken, progress=False) == []
+
+
+# ------------------------------------------------------------- the key: checked, never shown
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("sk-secret\n", "sk-secret"),  # issue #21 item 9: `MYKEY=$'sk-secret\n'` was printed
+        ("\r\n sk-secret\t\r\n", "sk-secret"),
+        ("\xa0sk-secret\u3000", "sk-secret"),  # Unicode spaces around it
+        ("sk-'\"\\%/+= <>&x", "sk-'\"\\%/+= <>&x"),  # printable ASCII: kept as it is
+    ],
+)
+def test_api_key_is_stripped_of_surrounding_whitespace(value, expected):
+    assert curriculum.llm_api_key("https://x.example/v1", "MYKEY", environ={"MYKEY": value}) == (
+        expected
+    )
+    assert check_api_key(value, "api_key") == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("sk-sec\nret", "control character"),
+        ("sk-sec\rret", "control character"),
+        ("sk-\tsecret", "control character"),
+        ("sk-\x1b[0msecret", "control character"),
+        ("sk-secret\x7fx", "control character"),
+        ("sk-s\u00e9cret", "not printable ASCII"),
+        ("\ufeffsk-secret", "not printable ASCII"),  # a BOM is not whitespace
+        ("sk-\u200bsecret", "not printable ASCII"),
+        ("sk-\udc80secret", "not printable ASCII"),  # a non-UTF-8 byte in the environment
+        (" \n\t", "blank"),
+    ],
+)
+def test_api_key_with_control_or_non_ascii_characters_is_refused_unshown(value, match):
+    with pytest.raises(ValueError, match=rf"the environment variable MYKEY\) .*{match}") as error:
+        curriculum.llm_api_key("https://x.example/v1", "MYKEY", environ={"MYKEY": value})
+    assert "secret" not in str(error.value)
+    with pytest.raises(ValueError, match=rf"^the API key \(api_key\) .*{match}") as error:
+        curriculum.openai_compatible_completer("https://x.example/v1", "judge", api_key=value)
+    assert "secret" not in str(error.value)
+
+
+def test_api_key_that_is_not_text_is_refused_unshown():
+    with pytest.raises(ValueError, match=r"must be text, got a bytes$"):
+        curriculum.openai_compatible_completer("https://x.example/v1", "judge", api_key=b"sk-z")
+
+
+def test_echoed_key_is_redacted_in_every_form():
+    # Issue #21 item 9: only the raw key was replaced; a key with quotes or backslashes echoed as
+    # repr / JSON / URL-encoded text went through.
+    key = "sk-'Core\"\\/%+&<x> y"
+
+    def respond(handler):
+        auth = handler.headers["Authorization"]
+        forms = [auth, repr(auth), json.dumps(auth), json.dumps(json.dumps(auth))]
+        forms += [urllib.parse.quote(auth, safe=""), urllib.parse.quote_plus(auth)]
+        forms += [html.escape(auth), repr(auth.encode()), auth.upper()]
+        send_answer(handler, 200, " | ".join(forms).encode())
+
+    with recording_server(respond) as (url, seen):
+        complete = curriculum.openai_compatible_completer(f"{url}/v1", "judge", api_key=key)
+        with pytest.raises(ValueError, match="did not answer in the chat-completions") as error:
+            complete("a sum")
+    assert seen[0][2]["Authorization"] == f"Bearer {key}"
+    assert "core" not in str(error.value).lower() and "<key>" in str(error.value)

@@ -4,6 +4,8 @@ they matter for EBPO's prior (Prop 3.8)."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -187,3 +189,65 @@ def test_topic_order_and_per_cluster_priors_remove_the_between_topic_error():
     global_shuffled = _baseline_error(shuffled, theta, topics)
     per_cluster = _baseline_error(shuffled, theta, topics, per_cluster=True, min_cluster_groups=4)
     assert per_cluster < 0.5 * global_shuffled
+
+
+# ------------------------------------------------------------------ difficulties (issue #21, 11-12)
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (True, "True, a boolean"),
+        (False, "False, a boolean"),
+        (np.bool_(True), "True, a boolean"),
+        ("1", "'1', a str"),
+        ("", "'', a str"),
+        ("Level 3", "'Level 3', a str"),
+        ([1], r"\[1\], a list"),
+        ({"v": 1}, r"\{'v': 1\}, a dict"),
+        (b"1", "b'1', a bytes"),
+        (1j, r"1j, a complex"),
+    ],
+)
+def test_difficulties_that_are_not_numbers_are_refused_naming_the_row(value, shown):
+    """float() read True as 1.0 and "1" as 1.0: a column of booleans or text sorted silently."""
+    with pytest.raises(
+        ValueError, match=rf"^difficulty must be numbers \(higher = harder\); row 1 holds {shown}"
+    ):
+        order_indices(3, "difficulty", difficulty=[0.5, value, 2])
+    with pytest.raises(ValueError, match="row 1 holds"):
+        difficulty_tiers([0.5, value, 2], 2)
+
+
+@pytest.mark.parametrize("value", [None, math.nan, math.inf, -math.inf, np.float32("nan")])
+def test_missing_and_non_finite_difficulties_are_refused_naming_the_value(value):
+    with pytest.raises(
+        ValueError, match=r"difficulty has 1 missing or non-finite value\(s\) \(first at row 2\): "
+    ):
+        order_indices(3, "difficulty", difficulty=[0.5, 1, value])
+
+
+def test_difficulties_compare_exactly_whatever_their_size():
+    """float(10**400) overflowed (OverflowError, a traceback); float(2**53 + 1) == 2**53 tied."""
+    huge = int("1" + "0" * 400)
+    values = [
+        huge,
+        1e308,
+        2**53 + 1,
+        float(2**53),
+        -huge,
+        Decimal("0.5"),
+        Fraction(1, 3),
+        np.int64(7),
+    ]
+    perm = order_indices(len(values), "difficulty", difficulty=values)
+    assert [values[i] for i in perm] == sorted(values)
+    assert perm[0] == 4 and perm[-1] == 0 and perm.index(3) < perm.index(2)
+    assert difficulty_tiers([huge, 1.0, 2**53 + 1, float(2**53)], 4) == [3, 0, 2, 1]
+    both = order_indices(
+        4, "topic_then_difficulty", topic=["a", "b", "a", "b"], difficulty=[huge, 1, 2, 0]
+    )
+    assert both == [2, 0, 3, 1]
+
+
+def test_numeric_topics_sort_exactly_too():
+    huge = 10**400
+    assert order_indices(3, "topic", topic=[huge, 1, 2.5]) == [1, 2, 0]

@@ -148,3 +148,43 @@ def test_write_rows_is_atomic(tmp_path):
         write_rows([{"prompt": "a", "answer": "1"}, {"prompt": object(), "answer": "2"}], path)
     assert path.read_text() == "precious\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+def test_json_lines_end_at_newlines_only(tmp_path):
+    """str.splitlines() cut a line at a U+2028, U+0085 or \\x1c inside a string (valid JSON, and
+    what json.dumps(ensure_ascii=False) writes): "Unterminated string"."""
+    rows = [{"prompt": "a\u2028b\u0085c\x1cd\u2029", "answer": "1"}, {"prompt": "x", "answer": "2"}]
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows), encoding="utf-8"
+    )
+    found = read_file_rows(path)
+    assert found.rows == rows and found.lines == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        (
+            "deep.jsonl",
+            '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+            r"line 1: cannot be read \(nested too deeply\)",
+        ),
+        (
+            "deep.json",
+            '[{"a": ' + "[" * 100_000 + "]" * 100_000 + "}]",
+            r"deep\.json: cannot be read \(nested too deeply\)",
+        ),
+        (
+            "digits.jsonl",
+            '{"a": 1}\n{"a": ' + "1" * 5000 + "}\n",
+            r"line 2: cannot be read \(Exceeds the limit \(4300 digits\)",
+        ),
+    ],
+)
+def test_unreadable_json_names_the_file_and_line(tmp_path, name, text, match):
+    """A RecursionError (a traceback) and Python's integer digit limit (no file named)."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        read_rows(path)

@@ -1,10 +1,13 @@
 """The estimator contract, for every registered estimator: masked rows, singleton and empty
-groups, output dtype, bad batches that change nothing, and the traits (uses_prior, keeps_history,
-uses_clusters) a caller may rely on."""
+groups, output dtype, bad batches that change nothing, the traits (uses_prior, keeps_history,
+uses_clusters, uses_token_counts) a caller may rely on, and the state lock (copies, subclasses)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -88,25 +91,28 @@ def test_advantages_that_do_not_fit_fp16_are_refused(name):
 
 
 # ---------------------------------------------------------------------- traits
-#: (uses_prior, keeps_history, uses_clusters) of each registered estimator, with its defaults and,
-#: where the option exists, with per-cluster priors
+#: (uses_prior, keeps_history, uses_clusters, uses_token_counts) of each registered estimator,
+#: with its defaults and, where the option exists, with per-cluster priors / token whitening
 TRAITS = [
-    ("dr_grpo", {}, (False, False, False)),
-    ("ebpo", {}, (True, True, False)),
-    ("ebpo", {"per_cluster": True}, (True, True, True)),
-    ("ebpo", {"prior": "batch"}, (True, True, False)),
-    ("ebpo_bb", {}, (True, True, False)),
-    ("ebpo_bb", {"per_cluster": True}, (True, True, True)),
-    ("grpo", {}, (False, False, False)),
-    ("jspo", {}, (False, False, False)),
-    ("jspo_plus_plus", {}, (False, True, False)),
-    ("reinforce_pp_baseline", {}, (False, False, False)),
-    ("rloo", {}, (False, False, False)),
+    ("dr_grpo", {}, (False, False, False, False)),
+    ("ebpo", {}, (True, True, False, False)),
+    ("ebpo", {"per_cluster": True}, (True, True, True, False)),
+    ("ebpo", {"prior": "batch"}, (True, True, False, False)),
+    ("ebpo_bb", {}, (True, True, False, False)),
+    ("ebpo_bb", {"per_cluster": True}, (True, True, True, False)),
+    ("grpo", {}, (False, False, False, False)),
+    ("jspo", {}, (False, False, False, False)),
+    ("jspo_plus_plus", {}, (False, True, False, False)),
+    ("reinforce_pp_baseline", {}, (False, False, False, False)),
+    ("reinforce_pp_baseline", {"whiten": "tokens"}, (False, False, False, True)),
+    ("rloo", {}, (False, False, False, False)),
 ]
 #: four groups of four; the first two groups (cluster "easy") succeed more than the last two
 REWARDS = [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
 IDS = np.repeat(np.arange(4), 4)
 CLUSTERS = ["easy"] * 8 + ["hard"] * 8
+#: tokens per response, uneven
+TOKENS = [3, 9, 1, 4, 7, 2, 5, 5, 8, 1, 6, 3, 2, 9, 4, 4]
 
 
 def test_the_trait_table_covers_every_registered_estimator():
@@ -116,12 +122,12 @@ def test_the_trait_table_covers_every_registered_estimator():
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_traits_of_every_estimator(name, options, traits):
     est = ebpo.make_estimator(name, **options)
-    assert (est.uses_prior, est.keeps_history, est.uses_clusters) == traits
+    assert (est.uses_prior, est.keeps_history, est.uses_clusters, est.uses_token_counts) == traits
 
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_an_estimator_with_a_prior_reports_it(name, options, traits):
-    res = ebpo.make_estimator(name, **options)(REWARDS, IDS, clusters=CLUSTERS)
+    res = ebpo.make_estimator(name, **options)(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS)
     assert ("prior_mean" in res.metrics) == traits[0]
     assert ("shrinkage_mean" in res.metrics) == traits[0]
 
@@ -130,21 +136,40 @@ def test_an_estimator_with_a_prior_reports_it(name, options, traits):
 def test_keeps_history_is_whether_a_call_changes_the_state(name, options, traits):
     est = ebpo.make_estimator(name, **options)
     before = json.dumps(est.state_dict())
-    est(REWARDS, IDS, clusters=CLUSTERS, update=False)
+    est(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS, update=False)
     assert json.dumps(est.state_dict()) == before
-    est(REWARDS, IDS, clusters=CLUSTERS)
+    est(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS)
     assert (json.dumps(est.state_dict()) != before) == traits[1]
 
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_uses_clusters_is_whether_the_estimator_reads_them(name, options, traits):
-    with_clusters = ebpo.make_estimator(name, **options)(REWARDS, IDS, clusters=CLUSTERS)
+    tokens = {"token_counts": TOKENS} if traits[3] else {}
+    with_clusters = ebpo.make_estimator(name, **options)(REWARDS, IDS, clusters=CLUSTERS, **tokens)
     if traits[2]:
         with pytest.raises(ValueError, match="clusters is required"):
-            ebpo.make_estimator(name, **options)(REWARDS, IDS)
+            ebpo.make_estimator(name, **options)(REWARDS, IDS, **tokens)
         return
-    without = ebpo.make_estimator(name, **options)(REWARDS, IDS)
+    without = ebpo.make_estimator(name, **options)(REWARDS, IDS, **tokens)
     torch.testing.assert_close(with_clusters.advantages, without.advantages, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
+def test_uses_token_counts_is_whether_the_estimator_reads_them(name, options, traits):
+    clusters = {"clusters": CLUSTERS} if traits[2] else {}
+    with_tokens = ebpo.make_estimator(name, **options)(
+        REWARDS, IDS, token_counts=TOKENS, **clusters
+    )
+    if traits[3]:
+        with pytest.raises(ValueError, match="token_counts is required"):
+            ebpo.make_estimator(name, **options)(REWARDS, IDS, **clusters)
+        equal = ebpo.make_estimator(name, **options)(
+            REWARDS, IDS, token_counts=[4] * len(REWARDS), **clusters
+        )
+        assert not torch.allclose(with_tokens.advantages, equal.advantages)
+        return
+    without = ebpo.make_estimator(name, **options)(REWARDS, IDS, **clusters)
+    torch.testing.assert_close(with_tokens.advantages, without.advantages, rtol=0, atol=0)
 
 
 def test_per_cluster_priors_change_the_baselines():
@@ -154,3 +179,67 @@ def test_per_cluster_priors_change_the_baselines():
     a = clustered(REWARDS, IDS, clusters=CLUSTERS).baselines
     b = pooled(REWARDS, IDS).baselines
     assert not torch.allclose(a, b)
+
+
+# ---------------------------------------------------------------------- the state lock (issue #21)
+@pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
+def test_copies_and_pickles_get_their_own_lock_and_continue_identically(name, options, traits):
+    """TRL's resume and verl's state store copy estimators: deepcopy and pickle must keep working
+    (a lock cannot be copied) and the copy must continue exactly as the original."""
+    extra = {"clusters": CLUSTERS, "token_counts": TOKENS}
+    est = ebpo.make_estimator(name, **options)
+    est(REWARDS, IDS, **extra)
+    copies = [copy.deepcopy(est), pickle.loads(pickle.dumps(est)), copy.copy(est)]
+    for twin in copies:
+        assert twin._state_lock is not est._state_lock
+        assert twin.state_dict() == est.state_dict()
+    expected = est(REWARDS[::-1], IDS, **extra).advantages
+    for twin in copies[:2]:
+        torch.testing.assert_close(twin(REWARDS[::-1], IDS, **extra).advantages, expected)
+        assert twin.state_dict() == est.state_dict()
+
+
+class _Counter(ebpo.AdvantageEstimator):
+    """A user's stateful estimator that knows nothing about threads."""
+
+    keeps_history = True
+
+    def __init__(self, *, eps: float = 1e-6, nan_policy: str = "raise") -> None:
+        super().__init__(eps=eps, nan_policy=nan_policy)
+        self.reset()
+
+    def reset(self) -> None:
+        self.seen = 0
+
+    def state_dict(self):
+        return {"estimator": self.name, "seen": self.seen}
+
+    def load_state_dict(self, state):
+        self.seen = state["seen"]
+
+    def _compute(self, batch, *, update):
+        if update:
+            self.seen += batch.num_valid
+        zeros = torch.zeros_like(batch.rewards)
+        return zeros, zeros, zeros, {}
+
+
+@pytest.mark.parametrize("name", ["a user's subclass", "ebpo", "ebpo_bb", "jspo_plus_plus"])
+@pytest.mark.parametrize("method", ["state_dict", "load_state_dict", "reset", "__call__"])
+def test_a_subclass_gets_the_lock_without_asking(method, name):
+    """A subclass's own state_dict / load_state_dict / reset (and every call) wait for the lock."""
+    est = _Counter() if name == "a user's subclass" else ebpo.make_estimator(name)
+    saved = est.state_dict()
+    call = {
+        "state_dict": lambda: est.state_dict(),
+        "load_state_dict": lambda: est.load_state_dict(saved),
+        "reset": lambda: est.reset(),
+        "__call__": lambda: est([1.0, 0.0], [0, 0]),
+    }[method]
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (call(), done.set()))
+    with est._state_lock:
+        worker.start()
+        assert not done.wait(0.2), f"{method} ran while another thread held the state lock"
+    worker.join(5)
+    assert done.is_set()

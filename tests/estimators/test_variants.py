@@ -48,6 +48,8 @@ def test_the_variants_of_the_paper_and_of_our_experiments():
     )
     assert variant_spec("ebpo_cluster") == ("ebpo", {"per_cluster": True})
     assert variant_spec("reinforce_pp") == ("reinforce_pp_baseline", {})
+    # issue #21 item 13: "as verl" whitens over tokens
+    assert variant_spec("reinforce_pp_verl") == ("reinforce_pp_baseline", {"whiten": "tokens"})
     # a registered estimator that is not in the table is a variant of itself, without options
     assert "reinforce_pp_baseline" not in VARIANTS
     assert variant_spec("reinforce_pp_baseline") == ("reinforce_pp_baseline", {})

@@ -126,7 +126,9 @@ def test_load_model_and_tokenizer_from_a_saved_tiny_model(tmp_path):
         assert torch.allclose(loaded(ids).logits, model(ids).logits)
 
 
-def test_load_model_and_tokenizer_errors_name_the_model(tmp_path):
+def test_load_model_and_tokenizer_errors_name_the_model(tmp_path, monkeypatch):
+    # offline: the hub is unreachable here anyway, and asking it costs ~45 s of retries
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     # a checkpoint directory with its config and tokenizer but no weights
     tokenizer = models.build_char_tokenizer()
     tokenizer.save_pretrained(tmp_path / "no-weights")

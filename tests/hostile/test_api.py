@@ -1,4 +1,6 @@
-"""Hostile inputs to the estimator API (issue #11 items 4 and 7, issue #10 item 8).
+"""Hostile inputs to the estimator API (issue #11 items 4 and 7, issue #10 item 8, issue #21
+items 11 and 12: meta / sparse / nested / quantized tensors, token counts, states whose next update
+would overflow; concurrency is in test_estimator_threads.py).
 
 One table, :data:`CASES`, of calls that must fail with a ValueError whose message names the
 argument and what was expected, and must leave the estimator's ``state_dict()`` unchanged; then
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -25,12 +28,13 @@ from tests.hostile.harness import ApiCase, check_api_error, ids
 NAMES = ebpo.available_estimators()
 GOOD = ([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], [0, 0, 1, 1, 2, 2])
 GOOD_CLUSTERS = ["a", "a", "b", "b", "a", "a"]
+GOOD_TOKENS = [3, 1, 4, 1, 5, 9]
 
 
 def fed(name: str, **options: Any) -> ebpo.AdvantageEstimator:
     """An estimator that has already seen one good batch (so that its state is not trivial)."""
     est = ebpo.make_estimator(name, **options)
-    est(*GOOD, clusters=GOOD_CLUSTERS)
+    est(*GOOD, clusters=GOOD_CLUSTERS, token_counts=GOOD_TOKENS)
     return est
 
 
@@ -369,6 +373,158 @@ for name in NAMES:
         est = fed(name)
         case(f"{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match)
 
+# issue #21 item 11: tensors without plain values raised NotImplementedError / RuntimeError
+_R4 = torch.tensor([1.0, 0.0, 1.0, 0.0])
+_IDS4 = torch.tensor([0, 0, 1, 1])
+_MASK4 = torch.tensor([True, True, True, True])
+
+
+def _quietly(
+    make: Callable[[torch.Tensor], torch.Tensor],
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``make`` without torch's warnings that sparse CSR / nested / quantized tensors are beta or
+    deprecated (they are what a user may still pass)."""
+
+    def quiet(values: torch.Tensor) -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return make(values)
+
+    return quiet
+
+
+@_quietly
+def _quantized(values: torch.Tensor) -> torch.Tensor:
+    return torch.quantize_per_tensor(values.float(), 0.1, 0, torch.quint8)
+
+
+@_quietly
+def _nested(values: torch.Tensor) -> torch.Tensor:
+    return torch.nested.nested_tensor([values[:2], values[2:]])
+
+
+UNREADABLE_TENSORS: list[tuple[str, Callable[[torch.Tensor], torch.Tensor], str]] = [
+    ("meta", lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"), r"got a meta tensor"),
+    (
+        "sparse-coo",
+        lambda t: t.to_sparse(),
+        r"dense tensor, got a sparse tensor \(layout sparse_coo\)",
+    ),
+    (
+        "sparse-csr",
+        _quietly(lambda t: t.reshape(2, 2).to_sparse_csr()),
+        r"dense tensor, got a sparse tensor \(layout sparse_csr\)",
+    ),
+    (
+        "sparse-csc",
+        _quietly(lambda t: t.reshape(2, 2).to_sparse_csc()),
+        r"dense tensor, got a sparse tensor \(layout sparse_csc\)",
+    ),
+    (
+        "sparse-bsr",
+        _quietly(lambda t: t.reshape(2, 2).to_sparse_bsr((1, 1))),
+        r"dense tensor, got a sparse tensor \(layout sparse_bsr\)",
+    ),
+    ("nested", _nested, r"a 1-D tensor, got a nested tensor"),
+]
+for name in NAMES:
+    for label, make, match in UNREADABLE_TENSORS:
+        for argument, value in [("rewards", _R4), ("group_ids", _IDS4), ("mask", _MASK4)]:
+            args = {"rewards": _R4, "group_ids": _IDS4}
+            kwargs = {}
+            if argument == "mask":
+                kwargs["mask"] = make(value)
+            else:
+                args[argument] = make(value)
+            batch_case(
+                name,
+                f"{argument}-{label}",
+                rf"^{argument} must be .*{match}",
+                args["rewards"],
+                args["group_ids"],
+                **kwargs,
+            )
+        batch_case(
+            name,
+            f"clusters-{label}",
+            rf"^clusters must be .*{match}",
+            _R4,
+            _IDS4,
+            clusters=make(_IDS4),
+        )
+        batch_case(
+            name,
+            f"token-counts-{label}",
+            rf"^token_counts must be .*{match}",
+            _R4,
+            _IDS4,
+            token_counts=make(torch.tensor([3, 1, 4, 1])),
+        )
+    batch_case(
+        name,
+        "rewards-quantized",
+        r"^rewards must be a plain tensor, got a quantized torch.quint8 tensor; pass rewards.dequantize\(\)",
+        _quantized(_R4),
+        _IDS4,
+    )
+    batch_case(
+        name,
+        "mask-quantized",
+        r"^mask must be a plain tensor, got a quantized",
+        _R4,
+        _IDS4,
+        mask=_quantized(torch.ones(4)),
+    )
+    # token_counts: read only with whiten="tokens", but checked for every estimator
+    for label, counts, match in [
+        (
+            "negative",
+            [3, -1, 4, 1],
+            r"token_counts must be finite numbers >= 0 .*got -1.0 at row 1",
+        ),
+        (
+            "nan",
+            [3, math.nan, 4, 1],
+            r"token_counts must be finite numbers >= 0 .*got nan at row 1",
+        ),
+        ("inf", [3, 1, math.inf, 1], r"got inf at row 2"),
+        ("strings", ["3", "1", "4", "1"], r"token_counts must be numbers, got <U1 values"),
+        ("none", [3, None, 4, 1], r"token_counts must be real numbers, got NoneType None at row 1"),
+        ("complex", [3, 1j, 4, 1], r"token_counts must be real numbers, got complex values"),
+        (
+            "bools",
+            [True, False, True, True],
+            r"token_counts must be numbers of tokens, got booleans",
+        ),
+        (
+            "bool-tensor",
+            torch.tensor([True, False, True, True]),
+            r"token_counts must be numbers of tokens, got a torch.bool tensor",
+        ),
+        ("shorter", [3, 1, 4], r"token_counts has 3 entries but rewards has 4"),
+        ("2d", np.ones((4, 1)), r"token_counts must be 1-D .*got shape \(4, 1\)"),
+        ("scalar", 4, r"token_counts must be a 1-D sequence .*got int"),
+        ("set", {3, 1, 4, 2}, r"token_counts must be a 1-D sequence .*got a set"),
+    ]:
+        batch_case(name, f"token-counts-{label}", match, _R4, _IDS4, token_counts=counts)
+batch_case(
+    "reinforce_pp_baseline",
+    "tokens-without-token-counts",
+    r"token_counts is required when the estimator whitens over tokens \(whiten='tokens'\)",
+    _R4,
+    _IDS4,
+    options={"whiten": "tokens"},
+)
+batch_case(
+    "reinforce_pp_baseline",
+    "tokens-spread-overflow",
+    r"the spread of this batch overflows float64",
+    torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64),
+    np.repeat(np.arange(400), 2),
+    options={"whiten": "tokens"},
+    token_counts=[1000] * 800,
+)
+
 # issue #11 item 7: fp16 ±60000 gave ±inf; the output must fit the caller's dtype
 for name, options in [
     ("rloo", {}),
@@ -489,6 +645,17 @@ for name in ("grpo", "dr_grpo"):
         (name, {"scale": v}, r"scale must be one of \['group', 'batch', 'none'\], got " + repr(v))
         for v in ("token", None)
     ]
+BAD_OPTIONS += [
+    (
+        "reinforce_pp_baseline",
+        {"whiten": v},
+        r"whiten must be one of \['responses', 'tokens'\], got " + repr(v),
+    )
+    for v in ("token", "batch", None, True)
+]
+BAD_OPTIONS.append(
+    ("grpo", {"whiten": "tokens"}, r"unknown option\(s\) \['whiten'\] for estimator 'grpo'")
+)
 BAD_OPTIONS += [
     (
         "jspo",
@@ -885,6 +1052,114 @@ BAD_STATES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
         r"holds cluster priors but was saved with per_cluster=False",
     ),
 ]
+# issue #21 item 12: a state that loads but makes every later call overflow is refused at load
+BAD_STATES += [
+    (
+        "mean-1e308",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "mean"), 1e308),
+        r"invalid ebpo state: global\.rewards\.mean = 1e\+308 is too large: \|mean\| must be at most "
+        r"1e\+150, or the next update overflows float64",
+    ),
+    (
+        "mean-minus-1e308",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "mean"), -1e308),
+        r"global\.rewards\.mean = -1e\+308 is too large",
+    ),
+    (
+        "mean-1e160",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "mean"), 1e160),
+        r"global\.rewards\.mean = 1e\+160 is too large",
+    ),
+    (
+        "group-means-mean-1e308",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_means", "mean"), 1e308),
+        r"global\.group_means\.mean = 1e\+308 is too large",
+    ),
+    (
+        "group-variances-mean-1e200",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "group_variances", "mean"), 1e200),
+        r"global\.group_variances\.mean = 1e\+200 is too large",
+    ),
+    (
+        "m2-1.7e308",
+        "ebpo",
+        {},
+        edited(saved(), ("global", "rewards", "m2"), 1.7e308),
+        r"global\.rewards\.m2 = 1\.7e\+308 is too large for count 6\.0: the variance m2/count must "
+        r"be at most 1e\+300",
+    ),
+    (
+        "m2-over-tiny-count",
+        "ebpo",
+        {},
+        edited(
+            edited(saved(), ("global", "group_variances", "count"), 1e-300),
+            ("global", "group_variances", "m2"),
+            10.0,
+        ),
+        r"global\.group_variances\.m2 = 10\.0 is too large for count 1e-300",
+    ),
+    (
+        "cluster-mean-1e308",
+        "ebpo",
+        CLUSTERED,
+        edited(saved(**CLUSTERED), ("clusters", 0, 1, "rewards", "mean"), 1e308),
+        r"clusters\['a'\]\.rewards\.mean = 1e\+308 is too large",
+    ),
+    (
+        "bb-mean-1e308",
+        "ebpo_bb",
+        {},
+        edited(saved("ebpo_bb"), ("global", "group_means", "mean"), 1e308),
+        r"invalid ebpo_bb state: global\.group_means\.mean = 1e\+308 is too large",
+    ),
+    (
+        "ema-mean-1e308",
+        "ebpo",
+        {"prior": "ema"},
+        edited(saved(prior="ema"), ("global", "rewards", "mean"), 1e308),
+        r"global\.rewards\.mean = 1e\+308 is too large",
+    ),
+    (
+        "pp-mean-sum-1e308",
+        "jspo_plus_plus",
+        {"smooth_coef": 0.99},
+        edited(saved("jspo_plus_plus", smooth_coef=0.99), ("mean_sum",), 1e308),
+        r"invalid jspo_plus_plus state: mean_sum = 1e\+308 is too large: the smoothed mean "
+        r"mean_sum/weight must be at most 1e\+150",
+    ),
+    (
+        "pp-unsmoothed-mean-sum-1e308",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("mean_sum",), -1e308),
+        r"mean_sum = -1e\+308 is too large",
+    ),
+    (
+        "pp-steps-10**400",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), 10**400),
+        r"steps must be at most 2\*\*53 .*got an integer of 401 digits",
+    ),
+    (
+        "pp-steps-2**53+1",
+        "jspo_plus_plus",
+        {},
+        edited(saved("jspo_plus_plus"), ("steps",), 2**53 + 1),
+        r"steps must be at most 2\*\*53 .*got 9007199254740993",
+    ),
+]
 SMOOTHED = {"smooth_coef": 0.99}
 BAD_STATES += [
     # (the fed estimator has taken one step: weight 1, lambda_sum = λ, mean_sum = μ)
@@ -1215,6 +1490,27 @@ def test_one_hundred_thousand_singleton_groups(name):
         rewards, torch.arange(n) * 7_919
     )  # sparse ids: the sorting path
     assert res.metrics["num_groups"] == n and torch.isfinite(res.advantages).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("ebpo", ("global", "rewards", "mean")),
+        ("ebpo", ("global", "group_means", "mean")),
+        ("jspo_plus_plus", ("mean_sum",)),
+    ],
+)
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_state_at_the_load_bound_loads_and_keeps_working(name, key, sign):
+    """Issue #21 item 12: the bound refuses what cannot work, not less — a prior mean of ±1e150
+    loads and later float64 calls succeed (float32 outputs cannot hold baselines of 1e149)."""
+    options = {"smooth_coef": 0.99} if name == "jspo_plus_plus" else {}
+    state = edited(saved(name, **options), key, sign * 1e150)
+    est = ebpo.make_estimator(name, **options)
+    est.load_state_dict(state)
+    for _ in range(3):
+        res = est(torch.tensor(GOOD[0], dtype=torch.float64), GOOD[1])
+        assert torch.isfinite(res.advantages).all()
 
 
 def test_cluster_label_2_pow_63_is_saved_exactly():

@@ -178,6 +178,43 @@ LABEL_CASES = [
         L + r"input row 1 .* column 'difficulty': -inf cannot be stored",
         setup=files({"in.jsonl": UNWRITABLE, "out.jsonl": "precious\n"}),
     ),
+    CliCase(
+        "label-nan-in-another-column-to-jsonl",
+        [*LABEL, "--topic", "none"],
+        L + r"input row 1 \(counting from 0\), column 'score': nan cannot be stored in JSON",
+        setup=files(
+            {"in.jsonl": jsonl({"prompt": "a", "score": 1}) + '{"prompt": "b", "score": NaN}\n'}
+        ),
+    ),
+    CliCase(
+        "label-level-boolean",
+        [*LABEL, "--topic", "none", "--difficulty", "level"],
+        L + r"levels must be numbers or strings like 'Level 3'; got True",
+        setup=files({"in.jsonl": jsonl({"prompt": "a", "level": True})}),
+    ),
+    CliCase(
+        "label-5000-digit-integer",
+        LABEL,
+        L + r"in\.jsonl: line 1: cannot be read \(Exceeds the limit",
+        setup=files({"in.jsonl": '{"prompt": "a", "id": ' + "1" * 5000 + "}\n"}),
+    ),
+    CliCase(
+        "label-5000-digit-integer-json-array",
+        ["data", "label", "in.json", "-o", "out.jsonl"],
+        L + r"in\.json: cannot be read \(Exceeds the limit",
+        setup=files({"in.json": '[{"prompt": "a", "id": ' + "1" * 5000 + "}]"}),
+    ),
+    CliCase(
+        "label-tiers-nan-difficulty",
+        [*LABEL, "--topic", "none", "--tiers", "2"],
+        L + r"--tiers needs a difficulty on every row; 1 rows have none",
+        setup=files(
+            {
+                "in.jsonl": jsonl({"prompt": "a", "difficulty": 1})
+                + '{"prompt": "b", "difficulty": NaN}\n'
+            }
+        ),
+    ),
     # unreadable inputs
     CliCase("label-missing-input", LABEL, L + r"input file 'in\.jsonl' does not exist"),
     CliCase(
@@ -512,6 +549,105 @@ ORDER_CASES = [
         ["data", "order", "in.jsonl", "--order", "difficulty", "-o", "out.jsonl"],
         R + r"difficulty must be numbers",
         setup=files({"in.jsonl": jsonl({"prompt": "a", "answer": "1", "difficulty": "hard"})}),
+    ),
+    # difficulties that are not numbers (issue #21, item 12): float() took True as 1.0 and "1"
+    # as 1.0; NaN, null and infinities are missing values, refused naming the row and the value
+    *[
+        CliCase(
+            f"order-difficulty-{name}",
+            ["data", "order", "in.jsonl", "--order", "difficulty", "-o", "out.jsonl"],
+            R + match,
+            setup=files(
+                {
+                    "in.jsonl": jsonl({"prompt": "a", "difficulty": 1})
+                    + '{"prompt": "b", "difficulty": '
+                    + token
+                    + "}\n"
+                }
+            ),
+        )
+        for name, token, match in [
+            (
+                "true",
+                "true",
+                r"difficulty must be numbers \(higher = harder\); row 1 holds True, a boolean",
+            ),
+            ("false", "false", r".*row 1 holds False, a boolean"),
+            ("string-1", '"1"', r".*row 1 holds '1', a str"),
+            ("string-empty", '""', r".*row 1 holds '', a str"),
+            (
+                "string-level",
+                '"Level 3"',
+                r".*row 1 holds 'Level 3', a str\. Convert level strings",
+            ),
+            ("list", "[1]", r".*row 1 holds \[1\], a list"),
+            ("object", '{"v": 1}', r".*row 1 holds \{'v': 1\}, a dict"),
+            (
+                "nan",
+                "NaN",
+                r"difficulty has 1 missing or non-finite value\(s\) \(first at row 1\): nan",
+            ),
+            ("null", "null", r".*\(first at row 1\): None; fill them"),
+            ("infinity", "Infinity", r".*\(first at row 1\): inf"),
+            ("overflowing-float", "1e400", r".*\(first at row 1\): inf"),
+        ]
+    ],
+    CliCase(
+        "order-difficulty-column-of-booleans-in-place",
+        ["data", "order", "in.jsonl", "--order", "topic_then_difficulty", "--in-place"],
+        R + r".*row 0 holds True, a boolean",
+        setup=files(
+            {
+                "in.jsonl": jsonl(
+                    {"topic": "x", "difficulty": True}, {"topic": "y", "difficulty": False}
+                )
+            }
+        ),
+    ),
+    # values JSON or Parquet cannot hold are refused, never converted (issue #21, item 3)
+    CliCase(
+        "order-nan-in-another-column-to-jsonl",
+        ORDER,
+        R + r"input row 0 \(counting from 0\), column 'score': nan cannot be stored in JSON",
+        setup=files({"in.jsonl": '{"prompt": "a", "topic": "x", "score": NaN}\n'}),
+    ),
+    CliCase(
+        "order-nan-nested-in-place",
+        ["data", "order", "in.jsonl", "--order", "topic", "--in-place"],
+        R
+        + r"input row 1 \(counting from 0\), column 'meta': \{'s': \[1, -inf\]\} cannot be stored",
+        setup=files(
+            {"in.jsonl": jsonl({"topic": "y"}) + '{"topic": "x", "meta": {"s": [1, -Infinity]}}\n'}
+        ),
+    ),
+    CliCase(
+        "order-int-beyond-64-bits-to-parquet",
+        [*ORDER[:-1], "out.parquet"],
+        R + r"cannot store these rows as Parquet \(column 'id': .*\); write \.jsonl instead",
+        setup=files(
+            {
+                "in.jsonl": jsonl(
+                    {"topic": "x", "id": 12345678901234567891}, {"topic": "y", "id": -1}
+                )
+            }
+        ),
+    ),
+    CliCase(
+        "order-int-not-exact-as-double-to-parquet",
+        [*ORDER[:-1], "out.parquet"],
+        R
+        + r"cannot store these rows as Parquet \(column 'v': Integer value 9007199254740993 is outside",
+        setup=files(
+            {"in.jsonl": jsonl({"topic": "x", "v": 9007199254740993}, {"topic": "y", "v": 0.5})}
+        ),
+    ),
+    CliCase(
+        "order-5000-digit-integer",
+        ORDER,
+        R + r"in\.jsonl: line 2: cannot be read \(Exceeds the limit \(4300 digits\)",
+        setup=files(
+            {"in.jsonl": jsonl({"topic": "x"}) + '{"topic": "y", "id": ' + "7" * 5000 + "}\n"}
+        ),
     ),
     CliCase("order-missing-input", ORDER, R + r"input file 'in\.jsonl' does not exist"),
     *[

@@ -1,13 +1,20 @@
-"""Hostile inputs for ``ebpo train`` and ``ebpo bench`` (issue #11, items 3 and 9): each row ends in
-one line on stderr and exit code 2 before a model is loaded, with nothing created, lost or changed
-(an earlier run in the output directory included)."""
+"""Hostile inputs for ``ebpo train`` and ``ebpo bench`` (issue #11, items 3 and 9; issue #21, items
+1, 11 and 12): each row ends in one line on stderr and exit code 2 before a model is loaded, with
+nothing created, lost or changed (an earlier run in the output directory included, and a user's
+directory that merely holds a ``run.json``). Concurrent runs, kills and full disks are in
+test_run_dirs.py (real processes)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl")
 
+from ebpo.lab.job import TrainJobConfig  # noqa: E402
+from ebpo.lab.rundir import write_manifest  # noqa: E402
 from tests.hostile.harness import CliCase, check_cli_error, ids  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
 
@@ -19,6 +26,54 @@ OLD_RUN = files(
         "run/results.json": "{}",
     }
 )
+
+#: options of a run of seconds: a row that wrongly got past its check must not train for minutes
+TINY = [
+    *("--steps", "2", "--group-size", "2", "--prompts-per-step", "2", "--topics", "add"),
+    *("--tiers", "1", "--eval-problems", "1", "--eval-samples", "8", "--eval-every", "0"),
+    *("--warm-start-steps", "1"),
+]
+#: the identity of ``ebpo train *TINY``: a run that ``--resume`` with TINY accepts
+TINY_IDENTITY = TrainJobConfig(
+    steps=2,
+    group_size=2,
+    prompts_per_step=2,
+    topics=("add",),
+    tiers=(1,),
+    eval_problems=1,
+    eval_samples=8,
+    eval_every=0,
+    warm_start_steps=1,
+).identity()
+EVAL = {
+    "overall": 0.5,
+    "all_fail_frac": 0.0,
+    "all_pass_frac": 0.0,
+    "topics": {},
+    "tiers": {},
+    "cells": {},
+}
+
+
+def our_run(status: str = "interrupted", step: int = 3, **contents: str | None):
+    """Setup: ``run/`` holding a run of the TINY options that ebpo wrote, plus ``contents``
+    (``{file name: text}``, ``None`` for a directory; a name's dots as written)."""
+
+    def setup(tmp: Path) -> None:
+        (tmp / "run").mkdir()
+        write_manifest(tmp / "run", TINY_IDENTITY, status, step)
+        files({f"run/{name}": text for name, text in contents.items()})(tmp)
+
+    return setup
+
+
+def user_dir(run_json: str | bytes):
+    """Setup: the user's directory ``a/`` with a ``run.json`` that ebpo did not write and the
+    user's own files, one of them with a name a run uses."""
+    return files({"a/run.json": run_json, "a/precious.txt": "x", "a/results.json": '{"mine": 1}'})
+
+
+NOT_OURS = r"'a/run\.json' is not a run manifest written by ebpo"
 
 CASES = [
     CliCase(
@@ -119,6 +174,250 @@ CASES = [
         "train-dataset-missing",
         ["train", "--dataset", "nope.jsonl"],
         T + r"data file 'nope\.jsonl' does not exist",
+    ),
+    # ---- issue #21 item 1: a run.json that ebpo did not write makes no run (never deleted)
+    CliCase(
+        "train-not-ours-status-only",
+        ["train", *TINY, "--output-dir", "a"],
+        T + NOT_OURS,
+        setup=user_dir('{"status":"failed"}'),
+    ),
+    CliCase(
+        "train-not-ours-status-only-overwrite",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T + NOT_OURS,
+        setup=user_dir('{"status":"failed"}'),
+    ),
+    CliCase(
+        "train-not-ours-empty-object-overwrite",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T + NOT_OURS,
+        setup=user_dir("{}"),
+    ),
+    CliCase(
+        "train-not-ours-list-overwrite",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T + NOT_OURS,
+        setup=user_dir("[]"),
+    ),
+    CliCase(
+        "train-not-ours-resume",
+        ["train", *TINY, "--output-dir", "a", "--resume"],
+        T + NOT_OURS,
+        setup=user_dir("{}"),
+    ),
+    CliCase(
+        "train-not-ours-corrupt-overwrite",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T + r"'a/run\.json' is not a readable run manifest \(Expecting ',' delimiter",
+        setup=user_dir('{"status": "failed" "global_step": 0}'),
+    ),
+    CliCase(
+        "train-not-ours-newer-version",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T
+        + r"'a/run\.json' is an ebpo run manifest of version 9; this ebpo reads versions \[1, 2\]",
+        setup=user_dir(
+            '{"format": "ebpo-run", "version": 9, "status": "failed", "global_step": 0}'
+        ),
+    ),
+    CliCase(
+        "train-not-ours-legacy-true",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T + NOT_OURS,
+        setup=user_dir('{"ebpo_run": true, "status": "failed", "global_step": 0, "config": {}}'),
+    ),
+    CliCase(
+        "train-manifest-files-escape",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T
+        + r"'a/run\.json' is not a valid ebpo run manifest \(files must list run\.json and only names of",
+        setup=user_dir(
+            json.dumps(
+                {
+                    "format": "ebpo-run",
+                    "version": 2,
+                    "status": "failed",
+                    "global_step": 0,
+                    "config": {},
+                    "files": ["run.json", "../.."],
+                }
+            )
+        ),
+    ),
+    CliCase(
+        "train-overwrite-user-entry-with-a-run-name",
+        ["train", *TINY, "--output-dir", "a", "--overwrite"],
+        T + r"output_dir 'a' holds 'plots', which its run did not create; move it away",
+        setup=files(
+            {
+                "a/run.json": json.dumps(
+                    {
+                        "format": "ebpo-run",
+                        "version": 2,
+                        "status": "completed",
+                        "global_step": 5,
+                        "config": {},
+                        "files": ["run.json"],
+                    }
+                ),
+                "a/plots/mine.png": "mine",
+            }
+        ),
+    ),
+    CliCase(
+        "train-lock-file-is-a-symlink",
+        ["train", *TINY, "--output-dir", "a"],
+        T + r"output_dir 'a': cannot create its lock file \(Too many levels of symbolic links\)",
+        setup=lambda tmp: (
+            files({"precious.txt": "x", "a": None})(tmp),
+            (tmp / "a/.ebpo-run.lock").symlink_to(tmp / "precious.txt"),
+        ),
+    ),
+    # ---- issue #21 item 11: the run directory's own files, checked before the model loads
+    CliCase(
+        "train-output-dangling-symlink",
+        ["train", *TINY, "--output-dir", "link", "--overwrite"],
+        T + r"output_dir 'link' is a symbolic link to '.*nowhere', which does not exist",
+        setup=lambda tmp: (tmp / "link").symlink_to(tmp / "nowhere"),
+    ),
+    CliCase(
+        "train-completed-results-missing",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T
+        + r"output_dir 'run' holds a completed run whose results\.json is missing; pass --overwrite",
+        setup=our_run("completed", 200),
+    ),
+    CliCase(
+        "train-completed-results-list",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/results\.json' should hold a JSON object, got a list",
+        setup=our_run("completed", 200, **{"results.json": "[]"}),
+    ),
+    CliCase(
+        "train-completed-results-corrupt",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/results\.json' is not readable JSON \(Expecting ',' delimiter: line 1 column 16",
+        setup=our_run("completed", 200, **{"results.json": '{"status": "a" "b"}'}),
+    ),
+    CliCase(
+        "train-eval-before-list",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T
+        + r"'run/eval_before\.json' should hold a JSON object, got a list; remove it, and --resume evaluates again",
+        setup=our_run(**{"eval_before.json": "[]"}),
+    ),
+    CliCase(
+        "train-eval-before-corrupt",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T
+        + r"'run/eval_before\.json' is not readable JSON \(Expecting ':' delimiter: line 1 column 26",
+        setup=our_run(**{"eval_before.json": '{"overall": 0.5, "cells" {}}'}),
+    ),
+    CliCase(
+        "train-eval-before-nan",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/eval_before\.json': 'overall' should be a finite number, got nan",
+        setup=our_run(**{"eval_before.json": json.dumps({**EVAL, "overall": float("nan")})}),
+    ),
+    CliCase(
+        "train-eval-before-no-topics",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/eval_before\.json': 'topics' should be a JSON object, got None",
+        setup=our_run(
+            **{"eval_before.json": json.dumps({k: v for k, v in EVAL.items() if k != "topics"})}
+        ),
+    ),
+    CliCase(
+        "train-eval-before-is-a-directory",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/eval_before\.json' should be the run's file but is not; move it away to resume",
+        setup=our_run(**{"eval_before.json": None}),
+    ),
+    CliCase(
+        "train-checkpoints-is-a-file",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/checkpoints' should be the run's directory but is not; move it away to resume",
+        setup=our_run(checkpoints="not a directory"),
+    ),
+    CliCase(
+        "train-metrics-corrupt",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/metrics\.jsonl' line 2 is not JSON \(Expecting",
+        setup=our_run(**{"metrics.jsonl": '{"step": 1}\n{"step": 2,, }\n{"step": 3}\n'}),
+    ),
+    CliCase(
+        "train-manifest-corrupt",
+        ["train", *TINY, "--output-dir", "run", "--resume"],
+        T + r"'run/run\.json' is not a readable run manifest \(Expecting ',' delimiter",
+        setup=files({"run/run.json": '{"format": "ebpo-run" "version": 2}'}),
+    ),
+    CliCase(
+        "train-cache-dir-is-a-file",
+        ["train", *TINY, "--cache-dir", "cache"],
+        T + r"cache_dir 'cache' is a file, expected a directory",
+        setup=files({"cache": "precious"}),
+    ),
+    CliCase(
+        "train-cache-dir-below-a-file",
+        ["train", *TINY, "--cache-dir", "cache/sub"],
+        T + r"cache_dir 'cache/sub' lies below 'cache', which is not a directory",
+        setup=files({"cache": "precious"}),
+    ),
+    CliCase(
+        "train-ebpo-cache-env-is-a-file",
+        ["train", *TINY],
+        T + r"\$EBPO_CACHE 'cache' is a file, expected a directory",
+        setup=files({"cache": "precious"}),
+        env={"EBPO_CACHE": "cache"},
+    ),
+    CliCase(
+        "train-lr-huge",
+        ["train", *TINY, "--learning-rate", "1e308"],
+        T + r"learning_rate must be a finite positive number <= 1\.0, got 1e\+308",
+    ),
+    CliCase(
+        "train-lr-above-max",
+        ["train", *TINY, "--learning-rate", "1.5"],
+        T + r"learning_rate must be a finite positive number <= 1\.0, got 1\.5",
+    ),
+    CliCase(
+        "train-seed-2-pow-70",
+        ["train", *TINY, "--seed", str(2**70)],
+        T + rf"seed must be an integer in \[0, 2147483647\], got {2**70}",
+    ),
+    CliCase(
+        "train-seed-2-pow-31",
+        ["train", *TINY, "--seed", str(2**31)],
+        T + r"seed must be an integer in \[0, 2147483647\], got 2147483648",
+    ),
+    # ---- issue #21 item 12: checked before any work starts
+    CliCase(
+        "train-output-empty",
+        ["train", *TINY, "--output-dir", ""],
+        T + r"output_dir must be a non-empty path, or None for a new directory under runs/, got ''",
+    ),
+    CliCase(
+        "train-output-blank",
+        ["train", *TINY, "--output-dir", "  "],
+        T + r"output_dir must be a non-empty path, or None .*, got ' '",
+    ),
+    CliCase(
+        "train-prompts-per-step-huge",
+        ["train", *TINY, "--prompts-per-step", "1000000"],
+        T
+        + r"prompts_per_step × group_size must be at most 65,536 completions a step, got 1000000 × 2 = 2,000,000",
+    ),
+    CliCase(
+        "train-group-size-huge",
+        ["train", *TINY, "--group-size", "100000", "--prompts-per-step", "1"],
+        T + r"prompts_per_step × group_size must be at most 65,536",
+    ),
+    CliCase(
+        "train-steps-huge",
+        ["train", *TINY, "--steps", "1000000"],
+        T
+        + r"steps × prompts_per_step must be at most 1,000,000 prompts on a built-in dataset, got 1000000 × 2",
     ),
     CliCase(
         "bench-report-only-nonexistent",

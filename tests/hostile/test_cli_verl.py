@@ -3,7 +3,9 @@ one line and exit code 2 — before anything is launched, downloaded or written.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,69 @@ CASES = [
         "recipe-unknown",
         ["verl", "recipe", "ebpo_topci"],
         r"^ebpo verl recipe: error: unknown recipe 'ebpo_topci'",
+    ),
+    # -- issue #21 item 11: a dry run with a bad override is a user error (exit 2, one line), like
+    #    the checks above; it exited 1 with "dry run FAILED" and Hydra's two-line message
+    CliCase(
+        "dry-run-unknown-key",
+        ["verl", "recipe", "ebpo", "--dry-run", "trainer.nonexistent=5"],
+        r"^ebpo verl recipe: error: the overrides do not compose into verl's config: Could not "
+        r"override 'trainer\.nonexistent'\. To append to your config use \+trainer\.nonexistent=5$",
+    ),
+    CliCase(
+        "dry-run-run-unknown-key",
+        ["verl", "--dry-run", "trainer.nonexistent=5"],
+        r"^ebpo verl run: error: the overrides do not compose into verl's config: Could not override",
+    ),
+    CliCase(
+        "dry-run-missing-config-group",
+        ["verl", "recipe", "ebpo", "--dry-run", "algorithm=nonexistent"],
+        r"^ebpo verl recipe: error: the overrides do not compose .*Could not override 'algorithm'",
+    ),
+    CliCase(
+        "dry-run-bad-interpolation",
+        ["verl", "recipe", "ebpo", "--dry-run", "trainer.total_epochs=${oops}"],
+        r"^ebpo verl recipe: error: .*Interpolation key 'oops' not found",
+    ),
+    CliCase(
+        "dry-run-batch-size-not-a-number",
+        ["verl", "recipe", "ebpo", "--dry-run", "data.train_batch_size=abc"],
+        r"^ebpo verl recipe: error: data\.train_batch_size must be a positive integer, got 'abc'$",
+    ),
+    CliCase(
+        "dry-run-batch-size-negative",
+        ["verl", "recipe", "ebpo", "--dry-run", "data.train_batch_size=-1"],
+        r"data\.train_batch_size must be a positive integer, got -1$",
+    ),
+    CliCase(
+        "dry-run-verl-assertion",
+        [
+            "verl",
+            "recipe",
+            "ebpo",
+            "--dry-run",
+            "actor_rollout_ref.actor.use_dynamic_bsz=False",
+            "trainer.n_gpus_per_node=7",
+        ],
+        r"^ebpo verl recipe: error: verl refuses the configuration: real_train_batch_size "
+        r"\(2048\) must be divisible by minimal possible batch size \(28\)$",
+    ),
+    CliCase(
+        "dry-run-callback-not-importable",
+        ["verl", "recipe", "ebpo", "--dry-run", "trainer.checkpoint_callback_class=nope.Nope"],
+        r"^ebpo verl recipe: error: trainer\.checkpoint_callback_class='nope\.Nope' cannot be "
+        r"loaded: .*No module named 'nope'",
+    ),
+    CliCase(
+        "dry-run-reward-not-importable",
+        [
+            "verl",
+            "recipe",
+            "ebpo",
+            "--dry-run",
+            "reward.custom_reward_function.path=pkg://nope_module",
+        ],
+        r"^ebpo verl recipe: error: reward\.custom_reward_function='pkg://nope_module' cannot be loaded",
     ),
     # -- prepare-data: offline, bad paths and bad options; nothing (not even data/) left behind
     CliCase(
@@ -213,3 +278,50 @@ def no_launch(monkeypatch):
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_cli_verl_user_error(case, tmp_path, monkeypatch, no_launch):
     check_cli_error(case, tmp_path, monkeypatch)
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize(
+    ("override", "code"), [("trainer.nonexistent=5", 2), ("+algorithm.ebpo.prior=ema", 0)]
+)
+def test_dry_run_in_a_fresh_process_prints_only_its_error(tmp_path, override, code):
+    """A real ``ebpo`` process (verl imported afresh, so its import-time warnings fire): a bad
+    override gives exit 2 and one stderr line; a good config exit 0 and an empty stderr — verl's
+    warnings about this machine (no accelerator: expected on a dry run) and its Python warnings
+    become notes on stdout."""
+    env = {**os.environ, "EBPO_DEBUG": ""}
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; from ebpo.cli import main; sys.exit(main())"]
+        + ["verl", "recipe", "ebpo", "--dry-run", override],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == code, run.stderr
+    lines = run.stderr.splitlines()
+    if code == 2:
+        assert len(lines) == 1 and lines[0].startswith("ebpo verl recipe: error: "), run.stderr
+    else:
+        assert lines == [], run.stderr
+        assert "dry run OK: adv_estimator=ebpo" in run.stdout
+
+
+@pytest.mark.verl
+def test_a_verl_failure_on_a_config_nothing_refused_exits_1_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """What stays exit code 1: verl itself failing (here: a RuntimeError inside its validation)
+    on a configuration no check refused — not the user's error, reported in one line."""
+    from ebpo.cli import main
+    from ebpo.integrations.verl import launcher
+
+    def broken(config):
+        raise RuntimeError("CUDA driver exploded\nsecond line")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launcher, "validate", broken)
+    assert main(["verl", "recipe", "ebpo", "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert err == "dry run FAILED: RuntimeError: CUDA driver exploded second line\n"

@@ -1,4 +1,6 @@
-"""Hostile inputs to the math scorer and to the LLM-labelling client (issue #11 items 6, 8, 9).
+"""Hostile inputs to the math scorer (issue #11 items 8, 9; issue #21 item 4). The LLM-labelling
+client's cases are in ``test_secrets.py``, the scorer under concurrency in
+``test_scorer_concurrency.py``.
 
 * ``SCORE_CASES``: responses and ground truths that must never raise. Each scores what
   ``ebpo.rewards`` documents (``score_math_detailed``: a missing ground truth is
@@ -8,9 +10,11 @@
   (``ebpo.integrations.verl.reward``, ``ebpo.integrations.trl.reward``).
 * ``OPTION_CASES``: bad options (``timeout`` NaN/inf/1e10/strings..., caps, isolation, workers):
   a ValueError naming the option, raised before anything is counted.
-* ``CLI_CASES``: ``ebpo data label --topic llm`` misconfigured (unreachable URL, a key over plain
-  http to another host, a key variable that is not set...): one line, exit 2, no file written,
-  and the key never printed.
+* ``MISSING_CASES`` / ``NOT_MISSING_CASES``: ground truths that spell a missing value after
+  ``str()``, JSON, CSV or a spreadsheet (``None``, ``null``, ``N/A``, ``-nan``, ``\\text{nan}``,
+  ``[]``, invisible characters only...) score 0 with status ``missing_ground_truth`` even against
+  the same text as the answer; real answers that look alike (``Na``, ``undefined``, the empty set,
+  ``none of the above``) are still compared.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ebpo.rewards import (
     score_math_batch,
     score_math_detailed,
 )
-from tests.hostile.harness import ApiCase, CliCase, check_api_error, check_cli_error, ids
+from tests.hostile.harness import ApiCase, check_api_error, ids
 
 UNSCORABLE = ("missing_ground_truth", "bad_input")
 
@@ -91,7 +95,8 @@ SCORE_CASES = [
     ScoreCase("crlf-lines", "\r\nAnswer: 5\r\n", "5", "exact", 1.0),
     ScoreCase("ansi-escapes", "Answer:\x1b[31m5\x1b[0m", "5", "rejected"),
     ScoreCase("backspace", "Answer: x\x08", "x", "rejected"),
-    ScoreCase("nul-gold", "Answer: 1", "\x00", "rejected"),
+    # (a NUL-only ground truth is invisible: missing, issue #21 item 4; it used to be "rejected")
+    ScoreCase("nul-gold", "Answer: 1", "\x00", "missing_ground_truth"),
     # bytes, containers and other objects: their str() is a repr, not an answer
     ScoreCase(
         "bytes-response", b"Answer: 1", "1", "bad_input"
@@ -130,6 +135,82 @@ SCORE_CASES = [
     ScoreCase("delimiters-only-gold", "\\boxed{}", "$ $", "missing_ground_truth"),
     ScoreCase("nan-text-gold", "Answer: nan", "nan", "missing_ground_truth"),  # a stringified NaN
     ScoreCase("na-text-gold", "Answer: <NA>", "<NA>", "missing_ground_truth"),
+    *(
+        ScoreCase(f"missing-{name}", f"Answer: {gold}", gold, "missing_ground_truth")
+        for name, gold in {
+            # issue #21 item 4: each scored 1.0 against the same text as the answer
+            "None": "None",
+            "none": "none",
+            "NONE": "NONE",
+            "null": "null",
+            "NULL": "NULL",
+            "NA": "NA",
+            "na": "na",
+            "N/A": "N/A",
+            "n/a": "n/a",
+            "excel-N/A": "#N/A",
+            "excel-N/A-N/A": "#N/A N/A",
+            "hash-NA": "#NA",
+            "NaT": "NaT",
+            "NAN": "NAN",
+            "minus-nan": "-nan",
+            "plus-NaN": "+NaN",
+            "unicode-minus-nan": "\u2212nan",
+            "sNaN": "sNaN",
+            "nan-payload": "-nan(ind)",
+            "msvc-ind": "-1.#IND",
+            "msvc-qnan": "1.#QNAN",
+            "text-nan": "\\text{nan}",
+            "mathrm-NULL": "\\mathrm{NULL}",
+            "dollar-text-N/A": "$\\text{N/A}$",
+            "paren-None": "\\(None\\)",
+            "double-quoted-None": '"None"',
+            "single-quoted-nan": "'nan'",
+            "nested-wrappers": '$\\text{"null"}$',
+            "trailing-period": "N/A.",
+            "empty-list": "[]",
+            "empty-list-spaced": "[ ]",
+            "empty-dict": "{}",
+            "empty-tuple": "()",
+            "empty-double-quotes": '""',
+            "empty-single-quotes": "''",
+            "div0": "#DIV/0!",
+            "value-error": "#VALUE!",
+            "ref-error": "#REF!",
+            "name-error": "#NAME?",
+            "num-error": "#NUM!",
+            "null-error": "#NULL!",
+            "fullwidth-NaN": "\uff2e\uff41\uff2e",
+            "zero-width-space": "\u200b",
+            "zero-width-non-joiner": "\u200c",
+            "zero-width-joiner": "\u200d",
+            "word-joiner": "\u2060",
+            "bom": "\ufeff",
+            "nbsp": "\xa0",
+            "narrow-nbsp": "\u202f",
+            "ideographic-space": "\u3000",
+            "soft-hyphen": "\xad",
+            "left-to-right-mark": "\u200e",
+            "hangul-filler": "\u3164",
+            "braille-blank": "\u2800",
+            "invisible-mix": " \u200b\ufeff\xa0\u2060 \t",
+            "bom-then-null": "\ufeffnull",  # a CSV's byte order mark before the first cell
+            "zero-width-inside-NA": "N\u200bA",
+            "zero-width-around-None": "\u200bNone\u200b",
+            "megabyte-of-zero-width": "\u200b" * 1_000_000,
+        }.items()
+    ),
+    # look-alikes that are real answers: compared as usual
+    ScoreCase("sodium-Na", "Answer: Na", "Na", "exact", 1.0),
+    ScoreCase("none-of-the-above", "Answer: none of the above", "none of the above", "exact", 1.0),
+    ScoreCase("undefined", "Answer: undefined", "undefined", "exact", 1.0),
+    ScoreCase("empty-set-braces", "Answer: \\{\\}", "\\{\\}", "exact", 1.0),
+    ScoreCase("empty-set", "Answer: \\emptyset", "\\emptyset", "exact", 1.0),
+    ScoreCase("infinity-text", "Answer: inf", "inf", "exact", 1.0),
+    ScoreCase("no-solution", "Answer: no solution", "\\text{no solution}", "verified", 1.0),
+    ScoreCase("zero-gold", "Answer: 0", "0", "exact", 1.0),
+    ScoreCase("nano", "Answer: nano", "nano", "exact", 1.0),
+    ScoreCase("long-gold-with-nan", "Answer: 1", "nan" * 100, "rejected"),
     # ground truths of other numeric types: compared by value
     ScoreCase("float-integer-gold", "Answer: 27", 27.0, "exact", 1.0),
     ScoreCase("negative-zero-gold", "Answer: 0", -0.0, "exact", 1.0),
@@ -315,117 +396,3 @@ OPTION_CASES = [
 @pytest.mark.parametrize("case", OPTION_CASES, ids=ids(OPTION_CASES))
 def test_bad_scorer_option_is_a_value_error(case):
     check_api_error(case, unchanged=[_Counters()])
-
-
-def _input_file(tmp):
-    (tmp / "in.jsonl").write_text(
-        '{"problem": "the rank of a matrix", "answer": "2"}\n{"problem": "a sum", "answer": "3"}\n'
-    )
-
-
-LABEL = [
-    "data",
-    "label",
-    "{tmp}/in.jsonl",
-    "-o",
-    "{tmp}/out.jsonl",
-    "--topic",
-    "llm",
-    "--llm-model",
-    "judge",
-]
-KEY = "sk-hostile-secret-123"  # must never reach stdout or stderr
-PREFIX = r"^ebpo data label: error: "
-
-
-def _llm_case(
-    case_id: str, base_url: str, match: str, *extra: str, env: dict[str, str] | None = None
-) -> CliCase:
-    """``ebpo data label IN -o OUT --topic llm --llm-model judge --llm-base-url URL *extra``."""
-    argv = [*LABEL, "--llm-base-url", base_url, *extra]
-    return CliCase(case_id, argv, PREFIX + match, setup=_input_file, env=env or {})
-
-
-KEY_ENV = ("--llm-api-key-env", "EBPO_HOSTILE_KEY")
-CLI_CASES = [
-    _llm_case(
-        "llm-unreachable-url",
-        "http://127.0.0.1:9/v1",
-        r"cannot reach the LLM endpoint http://127\.0\.0\.1:9/v1/chat/completions",
-    ),
-    _llm_case(
-        "llm-unreachable-url-with-key",
-        "http://localhost:9/v1",
-        r"cannot reach the LLM endpoint http://localhost:9/v1/chat/completions",
-        *KEY_ENV,
-        env={"EBPO_HOSTILE_KEY": KEY},
-    ),
-    _llm_case(
-        "llm-http-key-to-other-host",
-        "http://llm.example.com/v1",
-        r"refusing to send the API key over plain http to llm\.example\.com",
-        *KEY_ENV,
-        env={"EBPO_HOSTILE_KEY": KEY},
-    ),
-    _llm_case(
-        "llm-missing-key-variable",
-        "https://llm.example.com/v1",
-        r"the environment variable EBPO_HOSTILE_UNSET_KEY is not set",
-        "--llm-api-key-env",
-        "EBPO_HOSTILE_UNSET_KEY",
-    ),
-    _llm_case(
-        "llm-empty-key-variable",
-        "https://llm.example.com/v1",
-        r"the environment variable EBPO_HOSTILE_KEY is not set or empty",
-        *KEY_ENV,
-        env={"EBPO_HOSTILE_KEY": ""},
-    ),
-    _llm_case(
-        "llm-key-pasted-as-variable-name",
-        "https://llm.example.com/v1",
-        r"--llm-api-key-env must be the NAME of an environment variable",
-        "--llm-api-key-env",
-        KEY,
-    ),
-    _llm_case(
-        "llm-openai-without-key",
-        "https://api.openai.com/v1",
-        r"api\.openai\.com needs a key: set OPENAI_API_KEY",
-    ),
-    _llm_case(
-        "llm-user-info-in-url",
-        f"http://user:{KEY}@127.0.0.1:9/v1",
-        r"base_url must not hold user info",
-    ),
-    _llm_case(
-        "llm-bad-port",
-        "http://127.0.0.1:99999/v1",
-        r"base_url has an invalid port: http://127\.0\.0\.1/v1",
-    ),
-    _llm_case("llm-not-http", "ftp://127.0.0.1/v1", r"base_url must be an http\(s\) URL"),
-    CliCase(
-        "llm-no-model",
-        [
-            "data",
-            "label",
-            "{tmp}/in.jsonl",
-            "-o",
-            "{tmp}/out.jsonl",
-            "--topic",
-            "llm",
-            "--llm-base-url",
-            "http://127.0.0.1:9/v1",
-        ],
-        PREFIX + r"--topic llm needs --llm-base-url .* and --llm-model",
-        setup=_input_file,
-    ),
-]
-
-
-@pytest.mark.parametrize("case", CLI_CASES, ids=ids(CLI_CASES))
-def test_llm_label_user_error(case, tmp_path, monkeypatch):
-    for name in ("OPENAI_API_KEY", "EBPO_HOSTILE_UNSET_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    result = check_cli_error(case, tmp_path, monkeypatch)
-    assert KEY not in result.err and KEY not in result.out

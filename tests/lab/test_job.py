@@ -18,7 +18,7 @@ pytest.importorskip("trl")
 from ebpo.cli import main  # noqa: E402
 from ebpo.lab import job, job_data, policy  # noqa: E402
 from ebpo.lab.job import TrainJobConfig, run_train_job  # noqa: E402
-from ebpo.lab.rundir import read_metrics, write_manifest  # noqa: E402
+from ebpo.lab.rundir import RUN_ENTRIES, read_metrics, write_manifest  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -147,6 +147,68 @@ def test_cli_reports_bad_input_as_an_error(tmp_path, capsys, no_compute):
     assert "tiers must be distinct digit counts" in capsys.readouterr().err
 
 
+def test_an_external_dataset_smaller_than_a_step_is_refused_before_compute(tmp_path, no_compute):
+    """Issue #21 item 12: a step needs prompts_per_step distinct training prompts."""
+    path = tmp_path / "small.jsonl"
+    path.write_text(
+        "".join(json.dumps({"prompt": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(6))
+    )
+    with pytest.raises(
+        ValueError, match=r"prompts_per_step \(64\) exceeds the 5 training prompts of dataset"
+    ):
+        run_train_job(tiny(tmp_path, dataset=str(path), prompts_per_step=64, eval_problems=1))
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ replacing a run (issue #21 item 1)
+def test_overwrite_through_a_symlink_keeps_the_users_files(tmp_path):
+    """--overwrite replaces only what the old run created: the user's notes in the run directory
+    stay, and an output_dir that is a symbolic link is followed (the link stays a link)."""
+    target = tmp_path / "disk" / "run"
+    target.mkdir(parents=True)
+    write_manifest(target, tiny(tmp_path, seed=7).identity(), "completed", 2)
+    (target / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    (target / "checkpoints" / "checkpoint-2" / "old.bin").write_text("old")
+    (target / "results.json").write_text('{"old": true}')
+    (target / "notes.md").write_text("my notes")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    result = run_train_job(
+        tiny(tmp_path, output_dir=str(link), overwrite=True, steps=1, eval_every=0, save_every=0)
+    )
+    assert result["status"] == "completed" and link.is_symlink()
+    assert (target / "notes.md").read_text() == "my notes"
+    assert not (target / "checkpoints" / "checkpoint-2" / "old.bin").exists()
+    assert json.loads((target / "results.json").read_text())["status"] == "completed"
+    manifest = json.loads((target / "run.json").read_text())
+    assert manifest["config"]["seed"] == 0 and manifest["created"] == manifest["created"]
+
+
+# ------------------------------------------------------------------ divergence (issue #21 item 11)
+def test_training_that_diverges_stops_in_one_line(tmp_path, monkeypatch):
+    """NaN weights during RL: a ValueError naming the step and learning_rate (the CLI's one line),
+    the run marked failed, no checkpoint of NaN weights."""
+
+    class Poisoned(job.EBPOTrainer):
+        def training_step(self, model, *args, **kwargs):
+            loss = super().training_step(model, *args, **kwargs)
+            if self.state.global_step >= 1:  # during step 2
+                for parameter in model.parameters():
+                    parameter.data.fill_(float("nan"))
+            return loss
+
+    monkeypatch.setattr(job, "EBPOTrainer", Poisoned)
+    with pytest.raises(
+        ValueError, match=r"training diverged at step \d.*lower learning_rate \(now 0\.0003\)"
+    ):
+        run_train_job(tiny(tmp_path, steps=4, eval_every=0, save_every=1))
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "failed"
+    assert not (tmp_path / "run" / "final_model").exists()
+    saved = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*"))
+    assert saved == ["checkpoint-1"]  # the last finite one
+
+
 # ------------------------------------------------------------------ the prompt stream
 def test_every_method_of_a_seed_trains_on_the_same_prompt_stream(tmp_path, monkeypatch):
     """The paired design of ebpo bench: step k of any method sees the same prompts."""
@@ -251,8 +313,11 @@ def test_interrupt_leaves_a_checkpoint_that_resume_continues(tmp_path, monkeypat
     monkeypatch.setattr(job_data, "trl_reward", real_reward)
     resumed = run_train_job(replace(config, resume=True))
     assert resumed["status"] == "completed" and resumed["global_step"] == 3
-    steps = [r["step"] for r in read_metrics(resumed["metrics_path"]) if "reward" in r]
+    records = read_metrics(resumed["metrics_path"])
+    steps = [r["step"] for r in records if "reward" in r]
     assert steps == [1, 2, 3]  # nothing lost, nothing logged twice
+    # one end-of-training summary, the finished run's (issue #21 item 12)
+    assert [r["step"] for r in records if "train_runtime" in r] == [3]
     assert resumed["before"] == result["before"]  # the before-eval is not redone
     again = run_train_job(replace(config, resume=True))
     assert again["status"] == "completed"  # nothing left to do
@@ -263,6 +328,8 @@ def test_a_curriculum_and_a_preset_without_prior_run(tmp_path):
         tiny(tmp_path, estimator="dr_grpo", steps=1, eval_every=0, order="difficulty")
     )
     assert result["status"] == "completed"
+    # the run creates what its manifest claims, and nothing else (no lock file left behind)
+    assert {p.name for p in Path(result["run_dir"]).iterdir()} <= set(RUN_ENTRIES)
     assert (
         json.loads((Path(result["run_dir"]) / "estimator_state.json").read_text())["estimator"]
         == "dr_grpo"

@@ -11,7 +11,15 @@ import pandas as pd
 import pytest
 
 from ebpo.rewards import extract_answer, normalize_answer
-from ebpo.rewards.extract import TOO_LONG, brace_depth, final_answer, input_text, integer_key
+from ebpo.rewards.extract import (
+    MISSING_SPELLINGS,
+    TOO_LONG,
+    brace_depth,
+    final_answer,
+    input_text,
+    integer_key,
+    is_missing_text,
+)
 from ebpo.rewards.verify import short_repr
 
 
@@ -95,3 +103,41 @@ def test_brace_depth():
 )
 def test_input_text(value, expected):
     assert input_text(value, 512) == expected
+
+
+# ------------------------------------------------------------- missing ground truths as text
+def test_every_documented_missing_spelling_is_missing():
+    # Issue #21 item 4: the list in the module docstring, in any case, wrapped, with invisibles.
+    for spelling in MISSING_SPELLINGS:
+        variants = [
+            spelling,
+            f"$\\text{{{spelling}}}$",
+            f"\u200b {spelling}\ufeff",
+            f'"{spelling}"',
+        ]
+        for text in [*variants, spelling.upper(), spelling.lower()]:
+            assert is_missing_text(text), text
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Na",
+        "nA",
+        "undefined",
+        "\\infty",
+        "inf",
+        "\\{\\}",
+        "\\emptyset",
+        "none of the above",
+        "0",
+        "nano",
+        "n",
+        "N/A/B",
+        "[1]",
+        "1.#INF",
+        "nan" * 100,
+    ],
+)
+def test_answers_that_look_like_missing_values_are_answers(answer):
+    assert not is_missing_text(answer)

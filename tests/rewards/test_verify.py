@@ -1,8 +1,9 @@
-"""ebpo.rewards.verify: math-verify under a time limit, in-process and in helper processes, and
-the helper pool's fork safety."""
+"""ebpo.rewards.verify and ebpo.rewards.timer: math-verify under a time limit, in-process and in
+helper processes, loading and imports outside the limit, and the helper pool's fork safety."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -12,11 +13,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ebpo.rewards import reset_reward_stats, reward_stats, score_math, score_math_detailed, verify
+from ebpo.rewards import (
+    reset_reward_stats,
+    reward_stats,
+    score_math,
+    score_math_detailed,
+    timer,
+    verify,
+)
 from ebpo.rewards.verify import check_timeout, verify_with_time_limit
 
 
 def test_slow_expression_times_out_in_main_thread():
+    timer.load_math_verify()  # loading (imports, warm-up) is outside the time limit
     reset_reward_stats()
     handler_before = signal.getsignal(signal.SIGALRM)
     start = time.perf_counter()
@@ -44,6 +53,63 @@ def test_outer_alarm_is_left_alone():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert not fired
+
+
+# ------------------------------------------------------------------- imports and the time limit
+SLOW_MODULE = "ebpo_test_slow_import"
+
+
+@pytest.fixture
+def slow_module(tmp_path, monkeypatch):
+    """A module whose import takes 0.6 s (as sympy's lazy imports on a loaded machine)."""
+    (tmp_path / f"{SLOW_MODULE}.py").write_text("import time\ntime.sleep(0.6)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(SLOW_MODULE, None)
+    timer.load_math_verify()
+    yield SLOW_MODULE
+    sys.modules.pop(SLOW_MODULE, None)
+
+
+def test_time_limit_never_interrupts_an_import(slow_module, monkeypatch):
+    # Issue #21 item 8: a timer firing inside an import left sympy half-imported, and every later
+    # answer of the process was "rejected". The import finishes; the call then gets its time.
+    def import_then_compare(prediction, gold):
+        return importlib.import_module(slow_module).DONE
+
+    monkeypatch.setattr(timer, "_verify_unguarded", import_then_compare)
+    assert verify_with_time_limit("1", "1", 0.1, "signal") == "verified"
+    assert sys.modules[slow_module].DONE
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
+
+
+def test_after_an_import_the_call_still_has_a_time_limit(slow_module, monkeypatch):
+    def import_then_spin(prediction, gold):
+        importlib.import_module(slow_module)
+        while True:
+            pass
+
+    monkeypatch.setattr(timer, "_verify_unguarded", import_then_spin)
+    start = time.perf_counter()
+    assert verify_with_time_limit("1", "1", 0.2, "signal") == "timeout"
+    assert time.perf_counter() - start < 0.6 + 2 * 0.2 + 1.0
+    assert sys.modules[slow_module].DONE
+
+
+def test_scoring_while_importing_a_module_keeps_the_time_limit(tmp_path, monkeypatch):
+    # Only imports inside the timed call are waited for, not the import that runs the caller.
+    (tmp_path / "ebpo_test_scores_on_import.py").write_text(
+        "from ebpo.rewards import score_math_detailed\n"
+        "STATUS = score_math_detailed('Answer: 9^{9^{9}}', '3', timeout=0.5).status\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    timer.load_math_verify()
+    start = time.perf_counter()
+    try:
+        module = importlib.import_module("ebpo_test_scores_on_import")
+    finally:
+        sys.modules.pop("ebpo_test_scores_on_import", None)
+    assert module.STATUS == "timeout"
+    assert time.perf_counter() - start < 3.0
 
 
 def test_worker_thread_uses_helper_process_with_time_limit():
@@ -76,6 +142,20 @@ def test_helper_process_runs_the_public_entry_point_from_any_directory(tmp_path)
         check=True,
     )
     assert done.stdout.split() == ["ready", "verified", "rejected"]
+
+
+def test_helper_process_imports_neither_torch_nor_the_package_init():
+    # Issue #21 item 8: every helper imported torch through ebpo/__init__.py (2 s of its start-up,
+    # which threads waited for: calls with timeout=1 took 4-7 s).
+    assert verify._WORKER_COMMAND.endswith("worker_main()\n")
+    probe = verify._WORKER_COMMAND.replace(
+        "worker_main()\n",
+        "print(sorted(m for m in ('torch', 'numpy', 'ebpo.estimators') if m in sys.modules))\n",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.slow  # starts two helper processes

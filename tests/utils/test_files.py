@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 
 import pytest
 
@@ -11,8 +14,11 @@ from ebpo.utils.files import (
     atomic_path,
     atomic_write,
     check_output_path,
+    hard_links,
     read_json,
+    resolve_target,
     same_path,
+    storage_error,
     write_json,
 )
 
@@ -86,3 +92,132 @@ def test_write_json_refuses_nan_unless_allowed(tmp_path):
     assert math.isnan(read_json(path)["mean"])
     write_json(path, {"a": [1, 2]})
     assert json.loads(path.read_text()) == {"a": [1, 2]}
+
+
+# ---------------------------------------------------------------- what the new file keeps (issue #21)
+@pytest.fixture
+def umask():
+    """Set the process umask for a test and restore it afterwards."""
+    saved = os.umask(0o022)
+    os.umask(saved)
+    yield lambda value: os.umask(value)
+    os.umask(saved)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o600, 0o664, 0o755, 0o444])
+@pytest.mark.parametrize("writer", ["atomic_write", "atomic_path", "write_json"])
+def test_a_replaced_file_keeps_its_mode(tmp_path, mode, writer):
+    """The old temporary file came from mkstemp: every replaced file became 0600."""
+    path = tmp_path / "f.json"
+    path.write_text("old")
+    path.chmod(mode)
+    if writer == "atomic_write":
+        with atomic_write(path) as f:
+            f.write("new")
+    elif writer == "atomic_path":
+        with atomic_path(path) as tmp:
+            tmp.write_text("new")
+    else:
+        write_json(path, "new")
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert "new" in path.read_text()
+
+
+@pytest.mark.parametrize(("mask", "expected"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_new_file_gets_the_mode_of_the_umask(tmp_path, umask, mask, expected):
+    umask(mask)
+    with atomic_write(tmp_path / "a.txt") as f:
+        f.write("x")
+    with atomic_path(tmp_path / "b.bin") as tmp:
+        tmp.write_bytes(b"x")
+    write_json(tmp_path / "c.json", {})
+    for name in ("a.txt", "b.bin", "c.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == expected, name
+
+
+def test_a_write_to_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
+    """The old rename replaced the link by a regular file and left its target as it was."""
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    target = real_dir / "data.jsonl"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    chain = tmp_path / "chain.jsonl"
+    chain.symlink_to(link)  # a link to a link
+    with atomic_write(chain) as f:
+        f.write("new")
+    assert chain.is_symlink() and link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    # the temporary file lived beside the target: nothing left in either directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chain.jsonl", "link.jsonl", "real"]
+    assert [p.name for p in real_dir.iterdir()] == ["data.jsonl"]
+    assert resolve_target(chain) == target.resolve()
+
+
+def test_a_write_to_a_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / "link.txt"
+    link.symlink_to(tmp_path / "missing.txt")
+    write_json(link, [1])
+    assert link.is_symlink() and json.loads((tmp_path / "missing.txt").read_text()) == [1]
+
+
+def test_hard_links_keep_the_old_content_and_are_counted(tmp_path):
+    """Documented: an atomic rename gives the name a new inode; the file's other names keep the
+    old content. hard_links() lets a command say so."""
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    other = tmp_path / "other.txt"
+    os.link(path, other)
+    assert hard_links(path) == 1 and hard_links(tmp_path / "none") == 0
+    with atomic_write(path) as f:
+        f.write("new")
+    assert path.read_text() == "new" and other.read_text() == "old"
+    assert hard_links(path) == 0 and hard_links(other) == 0
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("writer", ["atomic_write", "atomic_path", "write_json"])
+def test_a_full_disk_names_the_file_and_leaves_the_old_one(tmp_path, monkeypatch, writer):
+    path = tmp_path / "f.json"
+    path.write_text("old")
+    monkeypatch.setattr(os, "fsync", _enospc)  # where a full disk shows at the latest
+    with pytest.raises(OSError) as info:
+        if writer == "atomic_write":
+            with atomic_write(path) as f:
+                f.write("new")
+        elif writer == "atomic_path":
+            with atomic_path(path) as tmp:
+                tmp.write_text("new")
+        else:
+            write_json(path, "new")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+    failure = storage_error(info.value)
+    assert isinstance(failure, ValueError)
+    assert str(failure) == (
+        f"cannot write {str(path)!r}: No space left on device; the previous file, if any, is "
+        "unchanged"
+    )
+
+
+def test_a_full_disk_during_the_write_itself_is_named_too(tmp_path):
+    """An ENOSPC raised by the writer inside the block (a failed write names no file)."""
+    path = tmp_path / "f.bin"
+    with pytest.raises(OSError) as info, atomic_path(path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert info.value.filename == str(path) and not path.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_errors_are_left_as_they_are(tmp_path):
+    with pytest.raises(FileNotFoundError) as info, atomic_path(tmp_path / "f.bin"):
+        open(tmp_path / "elsewhere.txt")  # noqa: SIM115 (raises)
+    assert info.value.filename == str(tmp_path / "elsewhere.txt")
+    assert storage_error(info.value) is None and storage_error(ValueError("x")) is None
+    for code in (errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO):
+        assert storage_error(OSError(code, os.strerror(code))) is not None

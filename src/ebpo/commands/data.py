@@ -13,8 +13,18 @@ TRL (``ebpo train --order topic``), verl (``data.train_files``), and per-cluster
 
 Files are sacred: every option is checked before the input is read, every row is converted before
 anything is written, and the output goes to a temporary file in the same directory that is renamed
-into place — an error leaves no output and the previous file (if any) as it was. Writing over the
-input file needs ``--in-place``.
+into place — an error (a full disk included) leaves no output and the previous file (if any) as it
+was. Writing over the input file needs ``--in-place``.
+
+Rows come out as they went in, value for value (:mod:`ebpo.data.datatable`): the rows are reordered
+and the label columns added without converting the user's columns — JSON lines stay the objects
+``json`` parsed (an integer of any size stays exact, ``1`` stays ``1`` next to a ``null``), Parquet
+keeps its Arrow types. JSON has no NaN or infinity: a row holding one is refused for a ``.jsonl``
+output (name the row, or write ``.parquet``), never turned into ``null``.
+
+A replaced file keeps its permission bits; a symbolic link stays a link and its target gets the
+new content; a file with other hard links gets a new inode under this name only — the other names
+keep the old content, and the command says so (:func:`ebpo.utils.files.atomic_path`).
 """
 
 from __future__ import annotations
@@ -37,16 +47,11 @@ from ebpo.commands.data_labels import (
 )
 from ebpo.curriculum import ORDERS, TOPIC_METHODS, curriculum_order, dataset_column
 from ebpo.data import load_dataset
-from ebpo.data.tables import (
-    READ_SUFFIXES,
-    WRITE_SUFFIXES,
-    check_write_suffix,
-    read_table,
-    write_table,
-)
+from ebpo.data.datatable import DataTable
+from ebpo.data.tables import READ_SUFFIXES, WRITE_SUFFIXES, check_write_suffix
 from ebpo.evaluation import models
-from ebpo.utils.checks import check_int
-from ebpo.utils.files import check_output_path, same_path
+from ebpo.utils.checks import check_int, is_missing
+from ebpo.utils.files import check_output_path, hard_links, same_path, storage_error
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -185,7 +190,9 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--in-place",
         action="store_true",
-        help="write the result over the input file (atomically; without this flag --output may not be the input)",
+        help="write the result over the input file (atomically: a new file renamed over it, keeping its mode; "
+        "through a symbolic link to its target; other hard links to it keep the old content). Without "
+        "this flag --output may not be the input",
     )
 
 
@@ -199,6 +206,11 @@ def run(args: argparse.Namespace) -> int:
         return run_order(args)
     except (FileNotFoundError, ConnectionError) as error:  # ConnectionError: hub unreachable
         raise ValueError(str(error)) from error  # one line, exit 2 (ebpo.cli)
+    except OSError as error:  # a full disk: one line, exit 2; the previous file is unchanged
+        failure = storage_error(error)
+        if failure is None:
+            raise
+        raise failure from error
 
 
 # --------------------------------------------------------------------------------------------------
@@ -208,18 +220,18 @@ def run(args: argparse.Namespace) -> int:
 
 def run_label(args: argparse.Namespace) -> int:
     output, topic_fn = check_label_args(args)
-    frame = read_input(args.input, split=args.split, limit=args.limit)
+    table = read_input(args.input, split=args.split, limit=args.limit)
     summary: list[str] = []
 
     if topic_fn is not None or args.topic != "none":
-        labels, how = topic_labels(frame, args, topic_fn)
-        frame[args.topic_output] = labels
+        labels, how = topic_labels(table, args, topic_fn)
+        table.set_column(args.topic_output, labels)
         summary.append(f"{args.topic_output}: {how}, {len(set(labels))} topics")
 
-    difficulty, how = difficulty_labels(frame, args)
+    difficulty, how = difficulty_labels(table, args)
     if difficulty is not None:
-        frame["difficulty"] = difficulty
-        missing = int(frame["difficulty"].isna().sum())
+        table.set_column("difficulty", difficulty)
+        missing = sum(is_missing(d) for d in difficulty)
         summary.append(
             f"difficulty: {how}" + (f" ({missing} rows without a level)" if missing else "")
         )
@@ -228,15 +240,13 @@ def run_label(args: argparse.Namespace) -> int:
                 raise ValueError(
                     f"--tiers needs a difficulty on every row; {missing} rows have none"
                 )
-            frame["difficulty_tier"] = curriculum.difficulty_tiers(
-                frame["difficulty"].tolist(), args.tiers
-            )
+            table.set_column("difficulty_tier", curriculum.difficulty_tiers(difficulty, args.tiers))
             summary.append(f"difficulty_tier: {args.tiers} quantile tiers")
     elif args.tiers:
         raise ValueError("--tiers needs a difficulty: pass --difficulty level or pass-rate")
 
-    write_table(frame, output)
-    print(f"wrote {len(frame)} rows to {output}: " + "; ".join(summary or ["no labels"]))
+    write_output(table, output)
+    print(f"wrote {len(table)} rows to {output}: " + "; ".join(summary or ["no labels"]))
     return 0
 
 
@@ -290,25 +300,25 @@ def check_label_args(args: argparse.Namespace) -> tuple[Path, Any]:
 def run_order(args: argparse.Namespace) -> int:
     output = _output_path(args)
     check_int("--seed", args.seed, low=0)
-    frame = read_input(args.input)
+    table = read_input(args.input)
     for option, name in (
         ("--topic-column", args.topic_column),
         ("--difficulty-column", args.difficulty_column),
     ):
-        if name and dataset_column(frame, name) is None:  # a column named explicitly must exist
+        if name and dataset_column(table, name) is None:  # a column named explicitly must exist
             raise ValueError(
-                f"{option} {name!r}: the file has no such column; its columns are {list(frame.columns)}"
+                f"{option} {name!r}: the file has no such column; its columns are {table.column_names}"
             )
     order = curriculum_order(
-        frame,
+        table,
         args.order,
         seed=args.seed,
         topic_key=args.topic_column,
         difficulty_key=args.difficulty_column,
     )
-    write_table(frame.iloc[order], output)  # the index keeps each row's input position, for errors
+    write_output(table.take(order), output)  # each row keeps its input position, for errors
     print(
-        f"wrote {len(frame)} rows in {args.order!r} order to {output}; "
+        f"wrote {len(table)} rows in {args.order!r} order to {output}; "
         "train on it without shuffling (verl: data.shuffle=False)"
     )
     return 0
@@ -319,15 +329,26 @@ def run_order(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def read_input(source: str, *, split: str | None = None, limit: int | None = None) -> Any:
-    """The input of ``ebpo data label`` / ``order`` as a pandas DataFrame: a local .jsonl/.json/.parquet file
-    with every column kept as stored (:func:`ebpo.data.tables.read_table`), or a dataset name
-    through :func:`ebpo.data.load_dataset` (the unified schema)."""
-    import pandas as pd  # optional heavy dependency (ebpo[data])
-
+def read_input(source: str, *, split: str | None = None, limit: int | None = None) -> DataTable:
+    """The input of ``ebpo data label`` / ``order``: a local .jsonl/.json/.parquet file with every
+    value kept as stored (:class:`ebpo.data.datatable.DataTable`), or a dataset name through
+    :func:`ebpo.data.load_dataset` (the unified schema)."""
     if Path(source).suffix.lower() in READ_SUFFIXES:
-        return read_table(source, limit=limit)
-    return pd.DataFrame(list(load_dataset(source, split=split, limit=limit)))
+        return DataTable.read(source, limit=limit)
+    return DataTable.from_rows(load_dataset(source, split=split, limit=limit))
+
+
+def write_output(table: DataTable, output: Path) -> None:
+    """Write ``table`` to ``output`` atomically; if the file it replaces has other hard links, say
+    on stderr that they keep the old content (the new file is renamed over this name only)."""
+    links = hard_links(output)
+    table.write(output)
+    if links:
+        print(
+            f"note: {str(output)!r} had {links} other hard link(s); they keep the previous content "
+            "(the new file replaced this name only)",
+            file=sys.stderr,
+        )
 
 
 def load_callable(spec: str) -> Any:

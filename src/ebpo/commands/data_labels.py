@@ -7,19 +7,23 @@ each reads (the first present of :data:`PROMPT_COLUMNS`, :data:`TOPIC_COLUMNS`, 
 from __future__ import annotations
 
 import argparse
-import math
+import numbers
 from typing import Any
+
+import numpy as np
 
 from ebpo import curriculum, evaluation
 from ebpo.curriculum import (
     column_has_any,
     column_is_complete,
+    column_names,
     column_values,
     dataset_column,
     pick_column,
     present_columns,
 )
 from ebpo.evaluation import models
+from ebpo.utils.checks import is_missing
 
 __all__ = [
     "ANSWER_COLUMNS",
@@ -39,15 +43,20 @@ ANSWER_COLUMNS = ("answer", "reward_model.ground_truth", "solution")
 
 def topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) -> tuple[list, str]:
     """``(one topic per row, how they were made)`` by ``--topic-fn`` (``topic_fn``, loaded) or
-    ``--topic`` (see :func:`ebpo.curriculum.choose_topic_method`)."""
+    ``--topic`` (see :func:`ebpo.curriculum.choose_topic_method`). ``frame`` is a
+    :class:`ebpo.data.datatable.DataTable` (or any dataset :func:`ebpo.curriculum.dataset_column`
+    reads).
+
+    Topics read from the column they are written to (``--topic-output``, ``topic`` by default)
+    keep the user's numbers (and booleans) as they are; text loses only surrounding blanks."""
     if topic_fn is not None:
-        rows = frame.to_dict(orient="records")
+        rows = frame.records()  # copies: the function cannot change the rows written back
         return curriculum.topics_from_function(rows, topic_fn), f"--topic-fn {args.topic_fn}"
     if args.topic_column and args.topic in ("auto", "metadata"):
         if dataset_column(frame, args.topic_column) is None:
             raise ValueError(
                 f"--topic-column {args.topic_column!r}: the dataset has no such column; "
-                f"its columns are {list(frame.columns)}"
+                f"its columns are {column_names(frame)}"
             )
         if not column_is_complete(frame, args.topic_column):
             raise ValueError(
@@ -63,7 +72,10 @@ def topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) -> 
         args.topic, complete_columns, topic_column=args.topic_column, candidates=TOPIC_COLUMNS
     )
     if method == "metadata":
-        topics = curriculum.topics_from_metadata(column_values(frame, column), column=column)
+        values = column_values(frame, column)
+        topics: list = curriculum.topics_from_metadata(values, column=column)
+        if column == args.topic_output:  # written over itself: a number stays the number
+            topics = [v if _is_scalar_number(v) else t for v, t in zip(values, topics, strict=True)]
         return topics, f"metadata column {column!r}"
     texts = [curriculum.prompt_text(p) for p in _prompts(frame, args)]
     if method == "tfidf":
@@ -91,14 +103,19 @@ def topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) -> 
     return labels, f"LLM {args.llm_model} over nine domains ({unclassified} unclassified)"
 
 
-def difficulty_labels(frame: Any, args: argparse.Namespace) -> tuple[list[float] | None, str]:
+def difficulty_labels(frame: Any, args: argparse.Namespace) -> tuple[list | None, str]:
     """``(difficulty per row, higher = harder; how)`` by ``--difficulty``, or ``(None, "")`` when
-    ``auto`` finds no level column with numbers. ``pass-rate`` also writes ``pass_rate``."""
+    ``auto`` finds no level column with numbers. ``pass-rate`` also writes ``pass_rate``.
+
+    From a level column: a number stays the number it is (an int stays an int, of any size), a
+    string such as ``"Level 3"`` becomes 3.0, a row without a level gets None (null). When the
+    level column is ``difficulty`` itself, its numbers and missing values (null, NaN) are left
+    exactly as they were: only text is converted."""
     if args.difficulty == "none":
         return None, ""
     if args.difficulty == "pass-rate":
         rates = pass_rates(frame, args)
-        frame["pass_rate"] = rates
+        frame.set_column("pass_rate", rates)
         how = f"1 - pass rate of {args.model} over {args.samples} samples"
         return curriculum.difficulty_from_pass_rates(rates), how
     names = [
@@ -111,15 +128,30 @@ def difficulty_labels(frame: Any, args: argparse.Namespace) -> tuple[list[float]
             wanted = args.level_column or " or ".join(LEVEL_COLUMNS)
             raise ValueError(
                 f"--difficulty level needs a level column ({wanted}); "
-                f"the dataset has {list(frame.columns)}"
+                f"the dataset has {column_names(frame)}"
             )
         return None, ""
-    levels = curriculum.difficulty_from_levels(column_values(frame, names[0]))
-    if all(math.isnan(v) for v in levels):  # e.g. OlympiadBench's "Competition": no number to use
+    stored = column_values(frame, names[0])
+    levels = curriculum.difficulty_from_levels(stored)
+    if all(is_missing(v) for v in levels):  # e.g. OlympiadBench's "Competition": no number to use
         if args.difficulty == "level":
             raise ValueError(f"level column {names[0]!r} holds no numbers (e.g. 'Level 3' or 4)")
         return None, ""
-    return levels, f"level column {names[0]!r}"
+    same = names[0] == "difficulty"
+    values = [_difficulty(v, level, same) for v, level in zip(stored, levels, strict=True)]
+    return values, f"level column {names[0]!r}"
+
+
+def _difficulty(stored: Any, level: float, same_column: bool) -> Any:
+    """The difficulty written for a row whose level column holds ``stored`` (parsed: ``level``)."""
+    number = isinstance(stored, numbers.Real) and not isinstance(stored, bool | np.bool_)
+    if same_column and (number or is_missing(stored)):
+        return stored  # the user's own difficulty, untouched (NaN included)
+    if is_missing(level):
+        return None
+    if number:
+        return stored.item() if isinstance(stored, np.generic) else stored  # exact: 1 stays 1
+    return level
 
 
 def pass_rates(frame: Any, args: argparse.Namespace) -> list[float]:
@@ -148,3 +180,7 @@ def pass_rates(frame: Any, args: argparse.Namespace) -> list[float]:
 def _prompts(frame: Any, args: argparse.Namespace) -> list:
     """The problem column: ``--prompt-column``, else the first of :data:`PROMPT_COLUMNS`."""
     return column_values(frame, pick_column(frame, args.prompt_column, PROMPT_COLUMNS, "prompt"))
+
+
+def _is_scalar_number(value: Any) -> bool:
+    return isinstance(value, bool | int | float | np.bool_ | np.integer | np.floating)

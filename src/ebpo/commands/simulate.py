@@ -1,6 +1,8 @@
 """``ebpo simulate``: the simulation lab (no language model, seconds to a couple of minutes).
 
 Writes ``results.md`` (Markdown tables) and PNG plots to ``--output-dir`` and prints the tables.
+Each file is written atomically (:mod:`ebpo.utils.files`): a full disk ends in one line (exit 2)
+and leaves every file either as it was or complete.
 The experiments live in :mod:`ebpo.lab.simulation` and the sections of ``results.md`` (tables and
 plots) in :mod:`ebpo.lab.simulation.report`; this module only chooses the experiments' sizes
 (``--quick`` for CI) and writes the report.
@@ -17,7 +19,7 @@ import torch
 
 from ebpo.lab.simulation import report
 from ebpo.utils.checks import check_int
-from ebpo.utils.files import atomic_write, check_output_path
+from ebpo.utils.files import atomic_write, check_output_path, storage_error
 
 EXPERIMENTS = ("baseline", "saturation", "bandit", "priors")
 #: The section of ``results.md`` each experiment renders: ``(size, seed, out_dir, plots) -> text``.
@@ -125,6 +127,16 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
 
 def run(args: argparse.Namespace) -> int:
     chosen, out_dir = check_args(args)
+    try:
+        return _run(args, chosen, out_dir)
+    except OSError as error:  # a full disk: one line, exit 2; every file is the old or the new one
+        failure = storage_error(error)
+        if failure is None:
+            raise
+        raise failure from error
+
+
+def _run(args: argparse.Namespace, chosen: list[str], out_dir: Path) -> int:
     # Small tensors: extra threads only add overhead on a shared machine.
     torch.set_num_threads(1)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ebpo.lab.job import BUILTIN_MODEL, TrainJobConfig, run_train_job
+from ebpo.utils.files import storage_error
 
 _DEFAULTS = TrainJobConfig()
 
@@ -54,13 +55,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--prompts-per-step",
         type=int,
         default=d.prompts_per_step,
-        help="prompts per RL step (default: %(default)s)",
+        help="prompts per RL step; prompts x group size at most 65,536 (default: %(default)s)",
     )
     parser.add_argument(
         "--seed",
         type=int,
         default=d.seed,
-        help="random seed: warm start, prompt stream, sampling (default: %(default)s)",
+        help="random seed, 0 .. 2**31-1: warm start, prompt stream, sampling (default: %(default)s)",
     )
     parser.add_argument(
         "--model",
@@ -103,7 +104,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--learning-rate",
         type=float,
         default=d.learning_rate,
-        help="RL learning rate (default: %(default)s)",
+        help="RL learning rate, at most 1.0 (default: %(default)s)",
     )
     parser.add_argument(
         "--eval-samples",
@@ -152,7 +153,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     mode.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the run already in --output-dir (after everything else has loaded)",
+        help="replace the run already in --output-dir (after everything else has loaded); only the "
+        "files the run created go",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     parser.set_defaults(func=run)
@@ -184,5 +186,14 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.quiet,
     )
-    result = run_train_job(config)  # a ValueError is a user error: one line, exit 2 (ebpo.cli)
+    try:
+        result = run_train_job(config)  # a ValueError is a user error: one line, exit 2 (ebpo.cli)
+    except OSError as error:  # a full disk is one line too; anything else is a bug
+        if storage_error(error) is None:
+            raise
+        where = f" {error.filename!r}" if error.filename else ""
+        raise ValueError(
+            f"cannot write{where}: {error.strerror or error}; once there is space, continue the run "
+            "with --resume"
+        ) from error
     return 130 if result["status"] == "interrupted" else 0

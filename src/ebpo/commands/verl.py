@@ -15,7 +15,7 @@ import argparse
 import difflib
 import sys
 
-from ebpo.commands import Parser, user_error
+from ebpo.commands import Parser, one_line, user_error
 from ebpo.integrations.verl import launcher
 from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
 from ebpo.integrations.verl.doctor import run_checks
@@ -184,10 +184,10 @@ def _dry_run(overrides: list[str], print_config: bool) -> int:
 
     try:
         config, notes = launcher.dry_run(overrides)
-    except ValueError:
+    except ValueError:  # an invalid configuration (bad override included): a user error, exit 2
         raise
-    except Exception as error:  # Hydra composition / verl's assertions: report, do not trace back
-        print(f"dry run FAILED: {type(error).__name__}: {error}", file=sys.stderr)
+    except Exception as error:  # verl failing on a configuration nothing refused: exit 1, one line
+        print(f"dry run FAILED: {type(error).__name__}: {one_line(error)}", file=sys.stderr)
         return 1
     if print_config:
         print(OmegaConf.to_yaml(config))

@@ -27,7 +27,8 @@ def difficulty_from_levels(levels: Sequence[Any]) -> list[float]:
     """A dataset's level column as numbers (higher = harder): ``"Level 3"`` -> 3.0, ``4`` -> 4.0.
 
     Values with no number in them (MATH has a few ``"Level ?"``) become NaN, so the caller can see
-    and decide; orderings reject NaN.
+    and decide; orderings reject NaN. An integer too large for a float (``10**400``, or the digits
+    of ``"Level 1000…"``) stays an exact int.
     """
     out: list[float] = []
     for level in levels:
@@ -36,11 +37,26 @@ def difficulty_from_levels(levels: Sequence[Any]) -> list[float]:
         elif isinstance(level, bool):
             raise ValueError(f"levels must be numbers or strings like 'Level 3'; got {level!r}")
         elif isinstance(level, int | float | np.integer | np.floating):
-            out.append(float(level))
+            out.append(_as_float(level.item() if isinstance(level, np.generic) else level))
         else:
             match = _LEVEL_NUMBER.search(str(level))
-            out.append(float(match.group()) if match else math.nan)
+            out.append(_as_float(_parse_number(match.group())) if match else math.nan)
     return out
+
+
+def _parse_number(text: str) -> int | float:
+    if "." not in text and len(text) <= 4000:  # int() refuses more than 4300 digits
+        return int(text)
+    return float(text)
+
+
+def _as_float(value: int | float) -> float:
+    """``float(value)``, except for an integer past the float range (``10**400``), which stays an
+    exact int: the orderings compare numbers exactly, and a float would overflow."""
+    try:
+        return float(value)
+    except OverflowError:
+        return value
 
 
 def difficulty_from_pass_rates(pass_rates: Sequence[float]) -> list[float]:

@@ -7,10 +7,24 @@ The HTTP client uses only the standard library and guards the API key: it goes o
 only to a loopback host, redirects are never followed, user info in the URL is refused, and no
 error message shows the key (:func:`llm_api_key` picks it from an environment variable the user
 names).
+
+How the key is kept out of messages (issue #21 item 9): it is checked before any request
+(:func:`check_api_key`: surrounding whitespace is stripped, so ``MYKEY=$'sk-...\\n'`` works;
+a key holding a control character, or any character that is not printable ASCII, is refused
+with a message that names the variable and never quotes the key — http.client used to print it
+in ``Invalid header value b'Bearer ...'``); and every error text that leaves the client (the
+server's status line, body and redirect target included, also a server that echoes the
+``Authorization`` header) has each representation of the key replaced by ``<key>``: raw,
+``repr()`` / ``ascii()`` / bytes ``repr()``, backslash-escaped, JSON-escaped (also twice, and
+with ``\\/``), URL-encoded (``quote``, ``quote_plus``, either hex case), HTML-escaped, the
+UTF-8 bytes read as Latin-1, and the whitespace-folded key; case-insensitively, before the body
+is cut to its first 200 characters.
 """
 
 from __future__ import annotations
 
+import html
+import http.client
 import ipaddress
 import json
 import os
@@ -28,6 +42,7 @@ __all__ = [
     "MATH_DOMAINS",
     "OPENAI_HOST",
     "UNCLASSIFIED",
+    "check_api_key",
     "llm_api_key",
     "llm_topic_prompt",
     "llm_topics",
@@ -127,6 +142,29 @@ _ENV_NAME_SHOWN = re.compile(
 )  # shown in errors; mixed case might be a pasted key
 
 
+def check_api_key(key: Any, source: str) -> str:
+    """``key`` without surrounding whitespace, if it is text of printable ASCII characters (what
+    an HTTP header can carry unchanged); else a ValueError that names ``source`` (e.g. "the
+    environment variable MYKEY") and never shows the key, nor any part of it."""
+    if not isinstance(key, str):
+        raise ValueError(f"the API key ({source}) must be text, got a {type(key).__name__}")
+    key = key.strip()
+    if not key:
+        raise ValueError(f"the API key ({source}) is blank: it holds only whitespace")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
+        raise ValueError(
+            f"the API key ({source}) contains a control character (a line break, carriage "
+            "return, tab, escape...) inside it; the key is not shown: set it to the key alone"
+        )
+    if not key.isascii() or not key.isprintable():
+        raise ValueError(
+            f"the API key ({source}) contains a character that is not printable ASCII "
+            "(non-ASCII letters or quotes, invisible characters...); the key is not shown: "
+            "set it to the key alone"
+        )
+    return key
+
+
 def llm_api_key(
     base_url: str, env_var: str | None, *, environ: Mapping[str, str] | None = None
 ) -> str | None:
@@ -135,8 +173,10 @@ def llm_api_key(
     ``https://api.openai.com`` gets ``OPENAI_API_KEY``; any other endpoint gets no key, so a key
     meant for OpenAI is never sent to a server the user did not name it for.
 
-    Errors name the variable, never its value; a value that does not look like a variable name
-    (perhaps the key itself, pasted by mistake) is not repeated either."""
+    The key is checked by :func:`check_api_key` (surrounding whitespace stripped; control and
+    non-ASCII characters refused). Errors name the variable, never its value; a value that does
+    not look like a variable name (perhaps the key itself, pasted by mistake) is not repeated
+    either."""
     environ = os.environ if environ is None else environ
     if env_var is None:
         parts = urllib.parse.urlsplit(base_url or "")
@@ -146,7 +186,7 @@ def llm_api_key(
                 raise ValueError(
                     f"{OPENAI_HOST} needs a key: set OPENAI_API_KEY or name a variable with --llm-api-key-env"
                 )
-            return key
+            return check_api_key(key, "the environment variable OPENAI_API_KEY")
         return None
     if not isinstance(env_var, str) or not _ENV_NAME.fullmatch(env_var):
         raise ValueError(
@@ -154,12 +194,12 @@ def llm_api_key(
             "(letters, digits and _), not the key itself"
         )
     key = environ.get(env_var)
+    shown = env_var if _ENV_NAME_SHOWN.fullmatch(env_var) else "named by --llm-api-key-env"
     if not key:
-        shown = env_var if _ENV_NAME_SHOWN.fullmatch(env_var) else "named by --llm-api-key-env"
         raise ValueError(
             f"the environment variable {shown} is not set or empty; export the API key in it"
         )
-    return key
+    return check_api_key(key, f"the environment variable {shown}")
 
 
 def _is_loopback(host: str) -> bool:
@@ -185,6 +225,36 @@ def _shown_url(parts: Any) -> str:
     return f"{parts.scheme}://{host}{f':{port}' if port else ''}{parts.path}"
 
 
+def _key_forms(key: str) -> set[str]:
+    """The ways ``key`` may be written in an error text (see the module docstring)."""
+    forms = {key, key.replace("\\", "\\\\"), " ".join(key.split())}
+    for quoted in (repr(key), ascii(key), json.dumps(key), json.dumps(key, ensure_ascii=False)):
+        forms.add(quoted[1:-1])
+    forms.add(repr(key.encode("utf-8", "surrogatepass"))[2:-1])
+    forms.add(json.dumps(key)[1:-1].replace("/", "\\/"))
+    forms.add(json.dumps(json.dumps(key))[3:-3])
+    for safe in ("", "/"):
+        forms.add(urllib.parse.quote(key, safe=safe))
+        forms.add(urllib.parse.quote_plus(key, safe=safe))
+    forms.update((html.escape(key), html.escape(key, quote=False)))
+    forms.add(key.encode("utf-8", "surrogatepass").decode("latin-1"))
+    return {form for form in forms if form}
+
+
+def _redactor(api_key: str | None) -> Callable[[str], str]:
+    """``text -> text`` with every form of ``api_key`` replaced by ``<key>`` and its whitespace
+    folded (so folding cannot form the key afterwards); identity without a key."""
+    if not api_key:
+        return lambda text: text
+    forms = sorted(_key_forms(api_key), key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, forms)), re.IGNORECASE)
+
+    def redact(text: str) -> str:
+        return pattern.sub("<key>", " ".join(text.split()))
+
+    return redact
+
+
 def openai_compatible_completer(
     base_url: str,
     model: str,
@@ -201,16 +271,19 @@ def openai_compatible_completer(
     The key (``Authorization: Bearer ...``) is guarded: a key goes over plain http only to a
     loopback host (localhost, 127.0.0.0/8, ::1) unless ``allow_insecure_http``; redirects are
     never followed (urllib would re-send the header to whatever host the server names; a POST
-    cannot be redirected usefully anyway); user info in the URL is refused; error messages show
-    the URL without user info or query and never the key. Every failure — unreachable endpoint,
-    HTTP error, timeout, an answer that is not chat-completions JSON — is a ValueError naming the
-    URL."""
+    cannot be redirected usefully anyway); user info in the URL is refused; ``api_key`` is
+    checked first (:func:`check_api_key`); error messages show the URL without user info or
+    query and never the key in any form, even when the server echoes it. Every failure —
+    unreachable endpoint, HTTP error, timeout, an invalid HTTP answer, an answer that is not
+    chat-completions JSON — is a ValueError naming the URL."""
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise ValueError(
             f"base_url must be an http(s) URL such as http://localhost:8000/v1; got {base_url!r:.80}"
         )
     if not model:
         raise ValueError("model must name the served model")
+    if api_key is not None:
+        api_key = check_api_key(api_key, "api_key")
     parts = urllib.parse.urlsplit(base_url)
     if parts.username is not None or parts.password is not None:
         raise ValueError(
@@ -239,9 +312,7 @@ def openai_compatible_completer(
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     opener = urllib.request.build_opener(_NoRedirect())
-
-    def redact(text: str) -> str:
-        return text.replace(api_key, "<key>") if api_key else text
+    redact = _redactor(api_key)
 
     def complete(prompt: str) -> str:
         body = json.dumps(
@@ -263,8 +334,10 @@ def openai_compatible_completer(
                 )
                 why = "the request carries the API key" if api_key else "a POST cannot follow one"
                 raise ValueError(
-                    f"the LLM endpoint {shown} redirects (HTTP {error.code}) to {_shown_url(target)}; "
-                    f"redirects are not followed ({why}): pass the final URL"
+                    redact(
+                        f"the LLM endpoint {shown} redirects (HTTP {error.code}) to "
+                        f"{_shown_url(target)}; redirects are not followed ({why}): pass the final URL"
+                    )
                 ) from None
             hint = (
                 " (does it need a key? name its variable with --llm-api-key-env)"
@@ -277,12 +350,18 @@ def openai_compatible_completer(
         except (urllib.error.URLError, OSError) as error:  # refused, DNS, TLS, timeout
             reason = getattr(error, "reason", error)
             raise ValueError(redact(f"cannot reach the LLM endpoint {shown}: {reason}")) from None
+        except (http.client.HTTPException, ValueError) as error:  # a malformed answer or request
+            raise ValueError(
+                redact(f"the LLM endpoint {shown} failed: {type(error).__name__}: {error}")
+            ) from None
         try:
             payload = json.loads(raw)
             return str(payload["choices"][0]["message"]["content"] or "")
         except (ValueError, KeyError, IndexError, TypeError):
+            # Redacted before it is cut, so that no part of the key is left at the cut.
+            snippet = redact(raw.decode("utf-8", "replace"))[:200]
             raise ValueError(
-                redact(f"{shown} did not answer in the chat-completions format: {raw[:200]!r}")
+                redact(f"{shown} did not answer in the chat-completions format: {snippet!r}")
             ) from None
 
     return complete

@@ -7,7 +7,12 @@ Labels come from :mod:`ebpo.curriculum.topics` and :mod:`ebpo.curriculum.difficu
 
 from __future__ import annotations
 
+import bisect
+import math
+import numbers
 from collections.abc import Hashable, Sequence
+from decimal import Decimal
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +28,7 @@ def order_indices(
     order: str,
     *,
     topic: Sequence | None = None,
-    difficulty: Sequence[float] | None = None,
+    difficulty: Sequence[Any] | None = None,
     seed: int = 0,
 ) -> list[int]:
     """A permutation of ``range(n)``: the order in which to visit the rows (spec, "Curriculum").
@@ -32,6 +37,9 @@ def order_indices(
     * ``topic`` — contiguous blocks, one per topic label (blocks in sorted label order, the paper's
       "sorted by topic"), rows shuffled inside a block;
     * ``difficulty`` — ascending ``difficulty`` (easy -> hard; higher = harder), ties shuffled;
+      difficulties are real numbers (int, float, Decimal, numpy numbers; integers of any size
+      compare exactly), every one finite: a boolean, a string (even ``"1"``), a missing value or
+      a NaN is refused with a ValueError naming the row and the value;
     * ``topic_then_difficulty`` — topic blocks, easy -> hard inside each block.
 
     The same ``seed`` gives the same permutation.
@@ -50,7 +58,7 @@ def order_indices(
     if order in ("topic", "topic_then_difficulty"):
         keys.append(_topic_codes(_require(topic, "topic", order), n))
     if order in ("difficulty", "topic_then_difficulty"):
-        keys.append(_difficulty_array(_require(difficulty, "difficulty", order), n))
+        keys.append(_difficulty_codes(_require(difficulty, "difficulty", order), n))
     rank = np.empty(n, dtype=np.int64)
     rank[tie] = np.arange(n)
     # np.lexsort sorts by the LAST key first.
@@ -58,7 +66,7 @@ def order_indices(
     return [int(i) for i in perm]
 
 
-def difficulty_tiers(difficulty: Sequence[float], num_tiers: int) -> list[int]:
+def difficulty_tiers(difficulty: Sequence[Any], num_tiers: int) -> list[int]:
     """Quantile tiers ``0`` (easiest) .. ``num_tiers - 1`` (hardest) of a difficulty column.
 
     A row's tier is ``floor(num_tiers * (rows strictly easier) / n)``: equal difficulties share a
@@ -67,13 +75,10 @@ def difficulty_tiers(difficulty: Sequence[float], num_tiers: int) -> list[int]:
     many ties some tiers may come out empty.
     """
     num_tiers = check_positive_int("num_tiers", num_tiers)
-    values = _difficulty_array(difficulty, None)
+    values = _difficulty_values(difficulty, None)
     n = len(values)
-    if n == 0:
-        return []
-    easier = np.searchsorted(np.sort(values), values, side="left")
-    tiers = (easier * num_tiers) // n
-    return [int(t) for t in tiers]
+    ordered = sorted(values)  # exact comparisons, as in order_indices
+    return [bisect.bisect_left(ordered, value) * num_tiers // n for value in values]
 
 
 def is_contiguous(labels: Sequence[Hashable]) -> bool:
@@ -118,25 +123,56 @@ def _topic_codes(topic: Sequence, n: int) -> np.ndarray:
 def _label_sort_key(label: Hashable) -> tuple:
     # Numbers sort numerically and before strings; anything else by its text, so mixed columns
     # (e.g. cluster ids read back as strings next to ints) still order deterministically.
+    # Numbers compare exactly (no float(): an integer past 1e308 would overflow it).
     if isinstance(label, bool | int | float | np.integer | np.floating):
-        return (0, float(label), "")
-    return (1, 0.0, str(label))
+        return (0, label.item() if isinstance(label, np.generic) else label, "")
+    return (1, 0, str(label))
 
 
-def _difficulty_array(difficulty: Sequence[float], n: int | None) -> np.ndarray:
-    try:
-        values = np.asarray([float(d) for d in difficulty], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(
-            "difficulty must be numbers (higher = harder); convert level strings such as 'Level 3' "
-            "with difficulty_from_levels, or write numeric labels with `ebpo data label`"
-        ) from None
+def _difficulty_codes(difficulty: Sequence[Any], n: int | None) -> np.ndarray:
+    """Integer code per row following the order of the difficulties (equal values share a code),
+    compared exactly: Python compares integers of any size with floats without rounding, so a
+    difficulty of ``10**400`` sorts after ``1e308`` instead of overflowing a float."""
+    values = _difficulty_values(difficulty, n)
+    code = {value: i for i, value in enumerate(sorted(set(values)))}
+    return np.array([code[value] for value in values], dtype=np.int64)
+
+
+def _difficulty_values(difficulty: Sequence[Any], n: int | None) -> list[Any]:
+    """The difficulties as Python numbers, checked: real numbers only (not booleans, not text:
+    ``"1"`` is refused, not read as 1), every one finite."""
+    values = list(difficulty)
     if n is not None and len(values) != n:
         raise ValueError(f"difficulty must have one value per row ({n}); got {len(values)}")
-    bad = np.flatnonzero(~np.isfinite(values))
-    if len(bad):
+    out: list[Any] = []
+    missing: list[int] = []
+    for i, value in enumerate(values):
+        if isinstance(value, np.generic):
+            value = value.item()
+        if is_missing(value):
+            missing.append(i)
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
+            kind = "a boolean" if isinstance(value, bool) else f"a {type(value).__name__}"
+            raise ValueError(
+                f"difficulty must be numbers (higher = harder); row {i} holds {value!r}, "
+                f"{kind}. Convert level strings such as 'Level 3' with difficulty_from_levels, "
+                "or write numeric labels with `ebpo data label`"
+            )
+        elif not _is_finite(value):
+            missing.append(i)
+        out.append(value)
+    if missing:
+        first = missing[0]
         raise ValueError(
-            f"difficulty has {len(bad)} missing or non-finite value(s) (first at row {int(bad[0])}); "
-            "fill them or drop those rows"
+            f"difficulty has {len(missing)} missing or non-finite value(s) (first at row {first}): "
+            f"{values[first]!r}; fill them or drop those rows"
         )
-    return values
+    return out
+
+
+def _is_finite(value: Any) -> bool:
+    if isinstance(value, int):
+        return True  # any size: no float conversion, which overflows past 1e308
+    if isinstance(value, Decimal):
+        return value.is_finite()
+    return math.isfinite(value)

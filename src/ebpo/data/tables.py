@@ -5,7 +5,9 @@ Two views of the same files:
 * rows — ``list[dict]`` (:func:`read_rows`, :func:`write_rows`), what :func:`ebpo.data.load_dataset`
   normalises; nested columns (message lists, structs) come back as lists and dicts;
 * frames — a pandas ``DataFrame`` with every column kept as stored (:func:`read_table`,
-  :func:`write_table`), what ``ebpo data label`` / ``ebpo data order`` edit.
+  :func:`write_table`). A frame converts values (an integer column with a null becomes float):
+  ``ebpo data label`` / ``ebpo data order`` edit files through :mod:`ebpo.data.datatable`
+  instead, which keeps every value as it was read.
 
 Both read Parquet through one reader (:func:`read_parquet_table`) and JSON through one parser
 (:func:`read_file_rows`). Every writer is atomic (:mod:`ebpo.utils.files`): an error leaves the
@@ -119,6 +121,10 @@ def _read_json_rows(path: Path) -> FileRows:
             items = json.loads(text)
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
+        except ValueError as error:  # an integer beyond Python's digit limit (4300 by default)
+            raise ValueError(f"{path}: cannot be read ({error})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: cannot be read (nested too deeply)") from None
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise ValueError(
@@ -128,7 +134,9 @@ def _read_json_rows(path: Path) -> FileRows:
         return FileRows(path, items)
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only (JSON lines): str.splitlines() would also cut a line at a U+2028,
+    # U+0085 or \x1c-\x1e inside a string, which JSON allows unescaped.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -137,6 +145,10 @@ def _read_json_rows(path: Path) -> FileRows:
             raise ValueError(
                 f"{path}: line {number}: not valid JSON ({error.msg} at column {error.colno})"
             ) from None
+        except ValueError as error:  # an integer beyond Python's digit limit (4300 by default)
+            raise ValueError(f"{path}: line {number}: cannot be read ({error})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: line {number}: cannot be read (nested too deeply)") from None
         if not isinstance(value, dict):
             raise ValueError(
                 f"{path}: line {number} is a JSON {_json_kind(value)}, "

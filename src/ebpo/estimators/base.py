@@ -5,24 +5,35 @@ Every estimator follows one contract (scikit-learn style: options in the constru
 explicit)::
 
     est = ebpo.make_estimator("ebpo", prior="history")
-    res = est(rewards, group_ids, mask=None, clusters=None, update=True)
+    res = est(rewards, group_ids, mask=None, clusters=None, token_counts=None, update=True)
     res.advantages, res.baselines, res.shrinkage, res.metrics
     est.state_dict(); est.load_state_dict(state); est.reset()
-    est.uses_prior, est.keeps_history, est.uses_clusters      # traits, see AdvantageEstimator
+    est.uses_prior, est.keeps_history, est.uses_clusters, est.uses_token_counts   # traits
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
 the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and assembles the outputs
 with the metrics every estimator reports (:mod:`ebpo.estimators.metrics`). Subclasses implement
 ``_compute`` and, if they keep state, ``state_dict`` / ``load_state_dict`` / ``reset``. A call
 either completes or raises before any state changes.
+
+**Threads.** A call is atomic with respect to the estimator's state: each estimator holds one
+re-entrant lock (``threading.RLock``) from the moment ``_compute`` reads the state until it has
+committed the update, and ``state_dict`` / ``load_state_dict`` / ``reset`` take the same lock
+(a subclass's overrides of these three are wrapped automatically). Concurrent calls on one
+estimator are therefore serialised, not refused: the state afterwards is the state of the same
+batches applied one at a time, in the order the calls took the lock, and every call's result is
+the one that order gives. Input validation runs outside the lock. Copies (``copy.deepcopy``,
+pickling) get a lock of their own.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -32,6 +43,7 @@ from ebpo.estimators.metrics import common_metrics
 from ebpo.estimators.validation import (
     as_mask,
     as_reward_tensor,
+    as_token_counts,
     check_finite_statistics,
     check_length,
     check_outputs,
@@ -47,6 +59,28 @@ __all__ = [
 ]
 
 NAN_POLICIES = ("raise", "mask")
+#: the methods that read or replace the state: they run under the estimator's lock, in every
+#: subclass (see :meth:`AdvantageEstimator.__init_subclass__`)
+LOCKED_METHODS = ("state_dict", "load_state_dict", "reset")
+_LOCK_ATTRIBUTE = "_state_lock"
+_WRAPPED_MARK = "__ebpo_state_locked__"
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _under_state_lock(method: _Method) -> _Method:
+    """``method`` run while holding its estimator's state lock (re-entrant: a locked method may
+    call another)."""
+    if getattr(method, _WRAPPED_MARK, False):
+        return method
+
+    @functools.wraps(method)
+    def locked(self: AdvantageEstimator, *args: Any, **kwargs: Any) -> Any:
+        with self._state_lock:
+            return method(self, *args, **kwargs)
+
+    setattr(locked, _WRAPPED_MARK, True)
+    return locked  # type: ignore[return-value]
 
 
 class AdvantageEstimator:
@@ -62,7 +96,12 @@ class AdvantageEstimator:
 
     * :attr:`uses_prior` (class attribute);
     * :attr:`keeps_history` (class attribute);
-    * :attr:`uses_clusters` (per instance: EBPO reads clusters only with ``per_cluster=True``).
+    * :attr:`uses_clusters` (per instance: EBPO reads clusters only with ``per_cluster=True``);
+    * :attr:`uses_token_counts` (per instance: REINFORCE++ reads them only with
+      ``whiten="tokens"``).
+
+    Thread-safe: a call, :meth:`state_dict`, :meth:`load_state_dict` and :meth:`reset` hold the
+    estimator's lock (concurrent calls are serialised; see the module docstring).
     """
 
     name: ClassVar[str] = ""
@@ -81,6 +120,34 @@ class AdvantageEstimator:
     #: :func:`~ebpo.estimators.validation.check_outputs` (a stateful estimator must, before it
     #: commits its state); ``_result`` then does not check them again
     checks_own_outputs: ClassVar[bool] = False
+    _state_lock: threading.RLock
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> AdvantageEstimator:
+        # The lock exists before any __init__ runs (a subclass's __init__ may call reset()), and
+        # for instances that copy.deepcopy / pickle rebuild without calling __init__.
+        instance = super().__new__(cls)
+        instance._state_lock = threading.RLock()
+        return instance
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Run a subclass's own ``state_dict`` / ``load_state_dict`` / ``reset`` under the state
+        lock, so that every stateful estimator is thread-safe without doing anything."""
+        super().__init_subclass__(**kwargs)
+        for name in LOCKED_METHODS:
+            method = cls.__dict__.get(name)
+            if callable(method):
+                setattr(cls, name, _under_state_lock(method))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock cannot be copied or pickled; the copy gets its own (see __setstate__).
+        with self._state_lock:
+            state = dict(self.__dict__)
+        state.pop(_LOCK_ATTRIBUTE, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._state_lock = threading.RLock()
 
     def __init__(self, *, eps: float = 1e-6, nan_policy: str = "raise") -> None:
         self.eps = check_positive("eps", eps)
@@ -92,6 +159,12 @@ class AdvantageEstimator:
         and ignore them. False here; EBPO: its ``per_cluster`` option."""
         return False
 
+    @property
+    def uses_token_counts(self) -> bool:
+        """Whether this estimator reads ``token_counts`` (it then requires them); the others
+        accept and ignore them. False here; REINFORCE++: its ``whiten="tokens"`` option."""
+        return False
+
     # ------------------------------------------------------------------ contract
     def __call__(
         self,
@@ -100,11 +173,20 @@ class AdvantageEstimator:
         *,
         mask: Any = None,
         clusters: Any = None,
+        token_counts: Any = None,
         update: bool = True,
     ) -> AdvantageResult:
-        """Advantages for one batch. ``update=False`` leaves every running statistic untouched."""
-        batch = self.prepare(rewards, group_ids, mask=mask, clusters=clusters)
-        baseline, advantage, shrinkage, metrics = self._compute(batch, update=update)
+        """Advantages for one batch. ``update=False`` leaves every running statistic untouched.
+
+        ``token_counts``: the number of tokens of each response (verl: ``response_mask.sum(-1)``),
+        read only by estimators whose :attr:`uses_token_counts` is True. Thread-safe: see the
+        module docstring.
+        """
+        batch = self.prepare(
+            rewards, group_ids, mask=mask, clusters=clusters, token_counts=token_counts
+        )
+        with self._state_lock:  # read, compute and commit the state as one step
+            baseline, advantage, shrinkage, metrics = self._compute(batch, update=update)
         return self._result(batch, baseline, advantage, shrinkage, metrics)
 
     def _compute(
@@ -113,13 +195,16 @@ class AdvantageEstimator:
         """Return per-row ``(baseline, advantage, shrinkage, extra_metrics)`` in float64."""
         raise NotImplementedError
 
+    @_under_state_lock
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (plain Python numbers). Stateless estimators return their name."""
         return {"estimator": self.name}
 
+    @_under_state_lock
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._check_state_owner(state)
 
+    @_under_state_lock
     def reset(self) -> None:
         """Forget all running statistics."""
 
@@ -171,7 +256,13 @@ class AdvantageEstimator:
 
     # ------------------------------------------------------------------ input
     def prepare(
-        self, rewards: Any, group_ids: Any, *, mask: Any = None, clusters: Any = None
+        self,
+        rewards: Any,
+        group_ids: Any,
+        *,
+        mask: Any = None,
+        clusters: Any = None,
+        token_counts: Any = None,
     ) -> Batch:
         """Validate the inputs and compute the group structure. Raises ValueError on bad input."""
         reward_tensor, out_dtype, out_device = as_reward_tensor(rewards)
@@ -208,6 +299,14 @@ class AdvantageEstimator:
             raise ValueError(
                 "clusters is required when the estimator keeps per-cluster priors (per_cluster=True)"
             )
+        counts = None
+        if token_counts is not None:
+            counts = as_token_counts(token_counts, n, valid)
+        elif self.uses_token_counts:
+            raise ValueError(
+                "token_counts is required when the estimator whitens over tokens "
+                "(whiten='tokens'): pass the number of tokens of each response"
+            )
 
         return Batch(
             rewards=reward_tensor,
@@ -220,6 +319,7 @@ class AdvantageEstimator:
             group_variance=variance,
             cluster_index=cluster_index,
             cluster_labels=cluster_labels,
+            token_counts=counts,
             out_dtype=out_dtype,
             out_device=out_device,
         )

@@ -50,6 +50,7 @@ class Batch:
     cluster_labels: list[Hashable] | None  # set exactly when cluster_index is
     out_dtype: torch.dtype
     out_device: torch.device
+    token_counts: torch.Tensor | None = None  # [N] float64 tokens per response, 0 where not valid
 
     @property
     def nonempty(self) -> torch.Tensor:

@@ -108,30 +108,34 @@ class Prior:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> Prior:
+    def from_state_dict(cls, state: dict[str, Any], name: str = "prior") -> Prior:
         """Rebuild from :meth:`state_dict`, refusing statistics no run can produce: every group
         contributes one mean and at least one reward, and a variance only with 2 or more rewards,
-        so ``count(group_variances) ≤ count(group_means) ≤ count(rewards)``; variances are ≥ 0."""
+        so ``count(group_variances) ≤ count(group_means) ≤ count(rewards)``; variances are ≥ 0;
+        and moments so large that later updates overflow (see
+        :meth:`RunningMoments.from_state_dict`). ``name`` (``global``, ``clusters['a']``) names
+        the prior in the messages."""
         try:
             prior = cls(
                 *(
-                    RunningMoments.from_state_dict(state[key])
+                    RunningMoments.from_state_dict(state[key], f"{name}.{key}")
                     for key in ("rewards", "group_means", "group_variances")
                 )
             )
         except (KeyError, TypeError) as error:
             raise ValueError(
-                f"prior state must have 'rewards', 'group_means', 'group_variances'; got {state!r}"
+                f"prior state must have 'rewards', 'group_means', 'group_variances' ({name}); got {state!r}"
             ) from error
         counts = (prior.group_variances.count, prior.group_means.count, prior.rewards.count)
         if any(a > b * (1 + _COUNT_TOLERANCE) for a, b in zip(counts, counts[1:], strict=False)):
             raise ValueError(
                 "prior state is inconsistent: expected count(group_variances) <= count(group_means) <= "
-                f"count(rewards), got {counts[0]!r}, {counts[1]!r}, {counts[2]!r}"
+                f"count(rewards), got {counts[0]!r}, {counts[1]!r}, {counts[2]!r} ({name})"
             )
         if prior.group_variances.mean < 0:
             raise ValueError(
-                f"prior state is inconsistent: the mean group variance is negative ({prior.group_variances.mean!r})"
+                f"prior state is inconsistent: the mean group variance is negative ({name}.group_variances.mean = "
+                f"{prior.group_variances.mean!r})"
             )
         return prior
 
@@ -253,7 +257,7 @@ class EBPO(AdvantageEstimator):
         self._check_state_owner(state)
         self._check_state_options(state, self._state_options())
         try:
-            global_prior = Prior.from_state_dict(state["global"])
+            global_prior = Prior.from_state_dict(state["global"], "global")
             clusters = _cluster_priors_from_state(state.get("clusters", []))
             steps = state["steps"]
         except (KeyError, TypeError, ValueError) as error:
@@ -281,6 +285,8 @@ class EBPO(AdvantageEstimator):
 
         ``other`` must be the same estimator with the same state-defining options (see
         :meth:`load_state_dict`). Either every statistic is merged or, on error, none is.
+        Thread-safe: ``other`` is copied under its lock, then merged under ours (never both at
+        once: merges in opposite directions cannot deadlock).
         """
         if not isinstance(other, EBPO) or other.name != self.name:
             raise ValueError(
@@ -293,11 +299,15 @@ class EBPO(AdvantageEstimator):
                     f"cannot merge an estimator with {option}={getattr(other, option)!r} into one with "
                     f"{option}={getattr(self, option)!r}"
                 )
-        global_prior = self.global_prior.copy().merge(other.global_prior)
-        cluster_priors = {label: prior.copy() for label, prior in self.cluster_priors.items()}
-        for label, prior in other.cluster_priors.items():
-            cluster_priors.setdefault(label, Prior()).merge(prior)
-        self.global_prior, self.cluster_priors = global_prior, cluster_priors
+        with other._state_lock:
+            other_global = other.global_prior.copy()
+            other_clusters = {label: prior.copy() for label, prior in other.cluster_priors.items()}
+        with self._state_lock:
+            global_prior = self.global_prior.copy().merge(other_global)
+            cluster_priors = {label: prior.copy() for label, prior in self.cluster_priors.items()}
+            for label, prior in other_clusters.items():
+                cluster_priors.setdefault(label, Prior()).merge(prior)
+            self.global_prior, self.cluster_priors = global_prior, cluster_priors
         return self
 
     # ------------------------------------------------------------------ step 1: running statistics
@@ -436,5 +446,5 @@ def _cluster_priors_from_state(entries: Any) -> dict[Hashable, Prior]:
         label = _label(entry[0])
         if label in priors:
             raise ValueError(f"cluster label {label!r} appears twice in 'clusters'")
-        priors[label] = Prior.from_state_dict(entry[1])
+        priors[label] = Prior.from_state_dict(entry[1], f"clusters[{label!r}]")
     return priors

@@ -24,6 +24,7 @@ Labels = torch.Tensor | np.ndarray
 __all__ = [
     "Labels",
     "check_positional",
+    "check_tensor_data",
     "factorize",
     "plain_labels",
     "segment_sum",
@@ -34,6 +35,7 @@ __all__ = [
     "shrinkage_factor",
     "empirical_bayes_baseline",
     "normalize_advantages",
+    "token_whiten",
     "masked",
     "masked_std",
 ]
@@ -105,11 +107,37 @@ _WIDE_UNSIGNED = tuple(
 
 
 def check_positional(argument: str, values: Any) -> None:
-    """Refuse containers that have a length but no order: one entry per response is positional."""
+    """Refuse containers that have a length but no order: one entry per response is positional.
+    A tensor must also hold its values (:func:`check_tensor_data`)."""
     if isinstance(values, (str, bytes, set, frozenset, Mapping)):
         raise ValueError(
             f"{argument} must be a 1-D sequence with one entry per response (list, tuple, array or "
             f"tensor), got a {type(values).__name__}"
+        )
+    check_tensor_data(argument, values)
+
+
+def check_tensor_data(argument: str, values: Any) -> None:
+    """Refuse tensors whose values cannot be read as a plain array (torch would raise
+    NotImplementedError or RuntimeError deep inside): a meta tensor (shape, no data), a sparse one
+    (COO, CSR, CSC, BSR, BSC), a nested one, a quantized one. Anything else passes."""
+    if not isinstance(values, torch.Tensor):
+        return
+    if values.is_meta:
+        raise ValueError(
+            f"{argument} must be a tensor holding values, got a meta tensor (a shape without data)"
+        )
+    if values.is_nested:
+        raise ValueError(f"{argument} must be a 1-D tensor, got a nested tensor")
+    if values.layout != torch.strided:
+        raise ValueError(
+            f"{argument} must be a dense tensor, got a sparse tensor (layout "
+            f"{str(values.layout).removeprefix('torch.')}); pass {argument}.to_dense()"
+        )
+    if values.is_quantized:
+        raise ValueError(
+            f"{argument} must be a plain tensor, got a quantized {values.dtype} tensor; pass "
+            f"{argument}.dequantize()"
         )
 
 
@@ -348,3 +376,34 @@ def normalize_advantages(
             return torch.zeros_like(raw)
         centred = centred / (std + eps)
     return masked(centred, weight)
+
+
+#: verl's constant in ``masked_mean`` (added to the token count) and ``masked_whiten`` (added to
+#: the variance); :func:`token_whiten` uses the same one, whatever the estimator's ``eps``
+VERL_WHITEN_EPS = 1e-8
+
+
+def token_whiten(raw: torch.Tensor, token_counts: torch.Tensor) -> torch.Tensor:
+    """verl's ``masked_whiten`` of per-response values broadcast over their tokens, in closed form.
+
+    Response ``i`` has value ``a_i`` on each of its ``L_i`` tokens (``token_counts``; 0 on invalid
+    rows). With ``L = Σ L_i`` and verl's constant ``c = 1e-8`` (:data:`VERL_WHITEN_EPS`)::
+
+        mean = Σ L_i a_i / (L + c)
+        var  = Σ L_i (a_i − mean)² / (L + c) · L / (L − 1)        (Bessel over tokens)
+        Â_i  = (a_i − mean) / sqrt(var + c)
+
+    which is what ``verl.utils.torch_functional.masked_whiten(a ⊗ 1_T · mask, mask)`` gives on
+    each response token. A batch of fewer than 2 tokens, where verl raises, gets ``var = 0``. Rows
+    with ``L_i = 0`` get a value but weigh nothing (verl multiplies them by their empty mask).
+    """
+    total = float(token_counts.sum())
+    if total == 0:
+        return torch.zeros_like(raw)
+    weighted = raw * token_counts  # raw is finite everywhere; counts are 0 on invalid rows
+    mean = weighted.sum() / (total + VERL_WHITEN_EPS)
+    centred = raw - mean
+    variance = (token_counts * centred**2).sum() / (total + VERL_WHITEN_EPS)
+    variance = variance * (total / (total - 1)) if total > 1 else torch.zeros_like(variance)
+    _check_finite_spread(float(variance))
+    return centred / torch.sqrt(variance + VERL_WHITEN_EPS)

@@ -13,8 +13,10 @@ import torch
 from ebpo.estimators.base import AdvantageEstimator, Batch
 from ebpo.estimators.functional import (
     leave_one_out_mean,
+    masked,
     masked_std,
     normalize_advantages,
+    token_whiten,
 )
 from ebpo.estimators.registry import register_estimator
 from ebpo.utils.checks import check_choice
@@ -22,6 +24,7 @@ from ebpo.utils.checks import check_choice
 __all__ = ["GRPO", "DrGRPO", "RLOO", "ReinforcePlusPlusBaseline"]
 
 GRPO_SCALES = ("group", "batch", "none")
+WHITEN_MODES = ("responses", "tokens")
 
 
 @register_estimator("grpo")
@@ -87,14 +90,41 @@ class RLOO(AdvantageEstimator):
 class ReinforcePlusPlusBaseline(AdvantageEstimator):
     """REINFORCE++ with a group baseline (Hu, 2025): subtract ``r̄_m``, then whiten over the batch.
 
-    ``A = (a − mean(a)) / (std(a) + eps)`` with ``a = r − r̄_m`` over all valid responses. This is also
-    the revision's "GRPO + batch normalisation" ablation: EBPO with no shrinkage. verl whitens over
-    tokens (long responses weigh more); here every response weighs one.
+    Args:
+        whiten: ``"responses"`` (default): ``A = (a − mean(a)) / (std(a) + eps)`` with
+            ``a = r − r̄_m`` over all valid responses, each weighing one (the revision's "GRPO +
+            batch normalisation" ablation: EBPO with no shrinkage). ``"tokens"``: as verl's
+            ``reinforce_plus_plus_baseline`` (``compute_reinforce_plus_plus_baseline_outcome_advantage``),
+            which whitens ``a`` broadcast over the response tokens with ``masked_whiten``: mean
+            weighted by each response's token count, unbiased variance over the tokens,
+            ``A = (a − mean) / sqrt(var + 1e-8)`` (verl's constant; ``eps`` is not used); see
+            :func:`~ebpo.estimators.functional.token_whiten`. It needs ``token_counts`` in every
+            call (verl: ``response_mask.sum(-1)``). The variant ``reinforce_pp_verl`` selects it.
+
+    A singleton group's baseline is 0 (verl's convention). To reproduce verl's function row for
+    row, pass its padding rows (an all-zero response mask) unmasked with a token count of 0: verl
+    counts them in their group's mean (and size), and leaves them out of the whitening only.
     """
+
+    def __init__(
+        self, *, whiten: str = "responses", eps: float = 1e-6, nan_policy: str = "raise"
+    ) -> None:
+        super().__init__(eps=eps, nan_policy=nan_policy)
+        self.whiten = check_choice("whiten", whiten, WHITEN_MODES)
+
+    @property
+    def uses_token_counts(self) -> bool:
+        """True with ``whiten="tokens"``."""
+        return self.whiten == "tokens"
 
     def _compute(self, batch: Batch, *, update: bool):
         baseline = batch.per_row(_group_mean_baseline(batch))
-        advantage = normalize_advantages(batch.rewards - baseline, batch.weight, "batch", self.eps)
+        raw = batch.rewards - baseline
+        if self.whiten == "tokens":
+            assert batch.token_counts is not None  # prepare() requires them (uses_token_counts)
+            advantage = masked(token_whiten(raw, batch.token_counts), batch.weight)
+        else:
+            advantage = normalize_advantages(raw, batch.weight, "batch", self.eps)
         return baseline, advantage, torch.zeros_like(baseline), {}
 
 

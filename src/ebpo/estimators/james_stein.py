@@ -24,6 +24,7 @@ from ebpo.estimators.functional import (
     time_weighted_ema_decay,
 )
 from ebpo.estimators.registry import register_estimator
+from ebpo.estimators.statistics import MAX_STATE_MEAN
 from ebpo.estimators.validation import check_outputs
 from ebpo.utils.checks import check_choice
 
@@ -114,6 +115,8 @@ class JSPO(AdvantageEstimator):
 JSPO_PP_STATE_OPTIONS = ("smooth_coef",)
 #: relative rounding allowed when checking the bounds of a loaded smoother state
 _STATE_TOLERANCE = 1e-9
+#: the largest step count whose float64 arithmetic in the smoothing is exact
+_MAX_STEPS = 2**53
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,9 @@ class ShrinkageSmoother:
     def from_state_dict(cls, state: Mapping[str, Any]) -> ShrinkageSmoother:
         """Rebuild from :meth:`state_dict`, refusing what no run produces: every step adds 1 to
         ``weight`` after decaying it by at most 1, so ``1 ≤ weight ≤ steps`` once a step was taken
-        (all 0 before); λ lies in [0, 1], so ``0 ≤ lambda_sum ≤ weight``; everything is finite."""
+        (all 0 before); λ lies in [0, 1], so ``0 ≤ lambda_sum ≤ weight``; everything is finite.
+        Also refused: a smoothed mean ``mean_sum / weight`` beyond ``MAX_STATE_MEAN`` (1e150) in
+        magnitude and more than 2**53 steps, with which later calls would overflow."""
         try:
             steps = state["steps"]
             numbers = {key: state[key] for key in ("weight", "lambda_sum", "mean_sum")}
@@ -171,6 +176,11 @@ class ShrinkageSmoother:
             ) from error
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+        if steps > _MAX_STEPS:
+            raise ValueError(
+                "steps must be at most 2**53 (the smoothing computes with it in float64), got "
+                + (repr(steps) if steps < 10**20 else f"an integer of {len(str(steps))} digits")
+            )
         for key, value in numbers.items():
             if (
                 isinstance(value, bool)
@@ -190,7 +200,14 @@ class ShrinkageSmoother:
             raise ValueError(
                 f"lambda_sum must lie in [0, weight] = [0, {weight!r}] (λ is in [0, 1]), got {lambda_sum!r}"
             )
-        return cls(steps, weight, lambda_sum, float(numbers["mean_sum"]))
+        mean_sum = float(numbers["mean_sum"])
+        if abs(mean_sum) > MAX_STATE_MEAN * max(weight, 1.0):
+            raise ValueError(
+                f"mean_sum = {mean_sum!r} is too large: the smoothed mean mean_sum/weight must be at "
+                f"most {MAX_STATE_MEAN:g} in magnitude, or the advantages' statistics overflow "
+                "float64 (every later call would fail)"
+            )
+        return cls(steps, weight, lambda_sum, mean_sum)
 
 
 @register_estimator("jspo_plus_plus")

@@ -40,7 +40,9 @@ def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
     failed = nonempty & (positive == 0)
     n = max(num_valid, 1)
     adv_mean = float(advantage.sum()) / n
-    adv_var = (float(advantage_sq.sum()) - num_valid * adv_mean**2) / max(num_valid - 1, 1)
+    # adv_mean * adv_mean, not adv_mean**2: a Python float power raises OverflowError instead of
+    # giving inf (which _result reports as an overflow, in a ValueError)
+    adv_var = (float(advantage_sq.sum()) - num_valid * adv_mean * adv_mean) / max(num_valid - 1, 1)
     return {
         "num_responses": float(num_valid),
         "num_groups": float(num_groups),

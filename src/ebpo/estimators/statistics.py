@@ -19,7 +19,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["RunningMoments", "batch_moments", "pooled_group_moments"]
+__all__ = ["MAX_STATE_MEAN", "RunningMoments", "batch_moments", "pooled_group_moments"]
+
+#: The largest |mean| (and standard deviation) a loaded state may describe. Folding a batch into
+#: running moments adds ``δ²·w`` to M2, with ``δ`` the difference of the means and ``w`` up to the
+#: batch size: at 1e150 that is 1e300 per unit of weight, which leaves room for batches of 1e8
+#: responses; at 1e154 and beyond it overflows float64 on the first ordinary batch, so a state
+#: there (``mean: 1e308``) would make every later call fail. Rewards the batch checks accept
+#: (|r| below ~1e154) but that push a prior past this bound are refused at load with the rest.
+MAX_STATE_MEAN = 1e150
 
 
 def batch_moments(
@@ -129,24 +137,39 @@ class RunningMoments:
         return {"count": self.count, "mean": self.mean, "m2": self.m2}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, float]) -> RunningMoments:
+    def from_state_dict(cls, state: dict[str, float], name: str = "moments") -> RunningMoments:
         """Rebuild from :meth:`state_dict`; refuses what no sequence of updates can produce:
-        non-finite or negative count/M2, or a mean or M2 without any observation."""
+        non-finite or negative count/M2, or a mean or M2 without any observation; and moments so
+        large that the next update would overflow float64: ``|mean|`` above
+        :data:`MAX_STATE_MEAN`, or a variance ``m2 / count`` above its square. ``name`` (e.g.
+        ``global.rewards``) names the statistic in the messages."""
         try:
             moments = cls(*(_as_float(state[key]) for key in ("count", "mean", "m2")))
         except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ValueError(
-                f"running moments state must have finite numbers 'count', 'mean', 'm2'; got {state!r}"
+                f"running moments state must have finite numbers 'count', 'mean', 'm2' ({name}); got {state!r}"
             ) from error
         if not all(math.isfinite(v) for v in (moments.count, moments.mean, moments.m2)):
-            raise ValueError(f"running moments state must be finite; got {state!r}")
+            raise ValueError(f"running moments state must be finite ({name}); got {state!r}")
         if moments.count < 0 or moments.m2 < 0:
             raise ValueError(
-                f"running moments state must have count >= 0 and m2 >= 0; got {state!r}"
+                f"running moments state must have count >= 0 and m2 >= 0 ({name}); got {state!r}"
             )
         if moments.count == 0 and (moments.mean != 0 or moments.m2 != 0):
             raise ValueError(
-                f"running moments state with count 0 must have mean 0 and m2 0; got {state!r}"
+                f"running moments state with count 0 must have mean 0 and m2 0 ({name}); got {state!r}"
+            )
+        if abs(moments.mean) > MAX_STATE_MEAN:
+            raise ValueError(
+                f"{name}.mean = {moments.mean!r} is too large: |mean| must be at most "
+                f"{MAX_STATE_MEAN:g}, or the next update overflows float64 (every later call "
+                "would fail)"
+            )
+        if moments.count > 0 and not moments.m2 / moments.count <= MAX_STATE_MEAN**2:
+            raise ValueError(
+                f"{name}.m2 = {moments.m2!r} is too large for count {moments.count!r}: the "
+                f"variance m2/count must be at most {MAX_STATE_MEAN**2:g}, or later updates "
+                "overflow float64"
             )
         return moments
 

@@ -17,12 +17,19 @@ import numpy as np
 import torch
 
 from ebpo.estimators.batch import Batch
-from ebpo.estimators.functional import Labels, check_positional, factorize, plain_labels
+from ebpo.estimators.functional import (
+    Labels,
+    check_positional,
+    check_tensor_data,
+    factorize,
+    plain_labels,
+)
 
 __all__ = [
     "as_mask",
     "as_real_array",
     "as_reward_tensor",
+    "as_token_counts",
     "check_finite_statistics",
     "check_json_label",
     "check_length",
@@ -39,6 +46,7 @@ def as_reward_tensor(rewards: Any) -> tuple[torch.Tensor, torch.dtype, torch.dev
     on the CPU.
     """
     if isinstance(rewards, torch.Tensor):
+        check_tensor_data("rewards", rewards)
         if rewards.dtype.is_complex:
             raise ValueError(f"rewards must be real numbers, got a {rewards.dtype} tensor")
         out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
@@ -60,35 +68,36 @@ def as_reward_tensor(rewards: Any) -> tuple[torch.Tensor, torch.dtype, torch.dev
     return tensor, out_dtype, out_device
 
 
-def as_real_array(rewards: Any) -> np.ndarray:
+def as_real_array(rewards: Any, argument: str = "rewards") -> np.ndarray:
     """float64 numpy copy of ``rewards``; refuses what numpy would convert silently or lossily
-    (complex numbers lose their imaginary part, strings such as "1" become numbers)."""
+    (complex numbers lose their imaginary part, strings such as "1" become numbers).
+    ``argument`` names the input in error messages."""
     try:
         raw = np.asarray(rewards)
     except (TypeError, ValueError, OverflowError) as error:
         raise ValueError(
-            f"rewards must be numbers (a 1-D tensor, array or list); {error}"
+            f"{argument} must be numbers (a 1-D tensor, array or list); {error}"
         ) from error
     kind = raw.dtype.kind
     if kind == "c":
-        raise ValueError(f"rewards must be real numbers, got complex values ({raw.dtype})")
+        raise ValueError(f"{argument} must be real numbers, got complex values ({raw.dtype})")
     if kind in "USV":
         raise ValueError(
-            f"rewards must be numbers, got {raw.dtype} values such as {raw.reshape(-1)[:1].tolist()}"
+            f"{argument} must be numbers, got {raw.dtype} values such as {raw.reshape(-1)[:1].tolist()}"
         )
     if kind == "O":  # mixed Python objects: numpy would turn None into NaN and "1" into 1.0
         for row, value in enumerate(raw.reshape(-1).tolist()):
             if isinstance(value, complex) or not isinstance(value, numbers.Real):
                 raise ValueError(
-                    f"rewards must be real numbers, got {type(value).__name__} {value!r} at row {row}"
+                    f"{argument} must be real numbers, got {type(value).__name__} {value!r} at row {row}"
                 )
     elif kind not in "biuf":
-        raise ValueError(f"rewards must be numbers, got {raw.dtype} values")
+        raise ValueError(f"{argument} must be numbers, got {raw.dtype} values")
     try:
         return np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as error:
         raise ValueError(
-            f"rewards must be finite real numbers (a 1-D tensor, array or list); {error}"
+            f"{argument} must be finite real numbers (a 1-D tensor, array or list); {error}"
         ) from error
 
 
@@ -165,6 +174,35 @@ def as_mask(mask: Any, n: int) -> torch.Tensor:
 
 def _outside_01(values: list[Any]) -> list[Any]:
     return [v for v in values if v not in (0, 1)][:3]
+
+
+def as_token_counts(token_counts: Any, n: int, valid: torch.Tensor) -> torch.Tensor:
+    """``[n]`` float64 number of tokens of each response, 0 on the rows that are not ``valid``.
+
+    Counts are real numbers ≥ 0 (a fractional count is a token weight: verl's mask may be
+    float); a valid row may have 0 tokens (it then weighs nothing in a token-weighted statistic).
+    Rows that are not valid may hold anything (padding).
+    """
+    check_length("token_counts", token_counts, n)
+    if isinstance(token_counts, torch.Tensor):
+        if token_counts.dtype == torch.bool or token_counts.dtype.is_complex:
+            raise ValueError(
+                f"token_counts must be numbers of tokens, got a {token_counts.dtype} tensor"
+            )
+        counts = token_counts.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    else:
+        array = as_real_array(token_counts, "token_counts")
+        if np.asarray(token_counts).dtype.kind == "b":
+            raise ValueError("token_counts must be numbers of tokens, got booleans")
+        counts = torch.from_numpy(array.copy()).reshape(-1)
+    bad = valid & ~(torch.isfinite(counts) & (counts >= 0))
+    if bad.any():
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            "token_counts must be finite numbers >= 0 (tokens of each response), got "
+            f"{float(counts[row])!r} at row {row}"
+        )
+    return torch.where(valid, counts, torch.zeros_like(counts))
 
 
 # ---------------------------------------------------------------------- clusters

@@ -56,6 +56,12 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType(
                 "reinforce_pp_baseline",
                 description="REINFORCE++ with baseline: group mean, whitened over the batch",
             ),
+            Variant(
+                "reinforce_pp_verl",
+                "reinforce_pp_baseline",
+                {"whiten": "tokens"},
+                "REINFORCE++ with baseline as verl: whitened over tokens (needs token_counts)",
+            ),
             Variant("jspo", "jspo", description="JSPO: James-Stein baseline (batch statistics)"),
             Variant(
                 "jspo_plus_plus",

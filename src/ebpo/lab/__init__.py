@@ -13,6 +13,7 @@ module                 concept
 ``policy``             the tiny model, pretrained models, the cached supervised warm start
 ``evaluate``           Pass@1 on a fixed problem set, per problem / topic / tier
 ``rundir``             the run directory: manifest, replace / resume decisions, metrics file
+``runlock``            the OS file lock that keeps one process per run directory
 ``callbacks``          progress bar, metrics, periodic evaluation, stop-on-signal (TRL callback)
 ``plots``              a run's plots
 ``job_config``         ``TrainJobConfig``: a job's options, defaults and validation

@@ -6,13 +6,14 @@ with one progress bar showing the step, the training reward and the last held-ou
 record still goes to ``metrics.jsonl`` and to TensorBoard.
 
 Ctrl-C or SIGTERM sets a flag; at the end of the current step the job saves a checkpoint and
-stops (``--resume`` continues). A second Ctrl-C stops at once.
+stops (``--resume`` continues). A second Ctrl-C stops at once. A step whose loss, gradient norm
+or weights are NaN or infinite stops training without a checkpoint (``.diverged`` says what).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import signal
 import sys
 import threading
@@ -21,15 +22,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
+
+from ebpo.lab.rundir import append_metrics
 
 __all__ = [
     "StopFlag",
+    "finite_weights",
     "graceful_interrupts",
     "make_job_callback",
     "quiet_transformers",
     "quiet_trl_console",
 ]
+
+
+#: the metrics of a log record that must stay finite (else the training has diverged)
+_WATCHED = ("loss", "grad_norm")
 
 
 class StopFlag:
@@ -93,6 +102,11 @@ def quiet_trl_console(trainer: Any) -> None:
         trainer.remove_callback(callback)
 
 
+def finite_weights(model: Any) -> bool:
+    """Whether every weight of ``model`` is a finite number."""
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
 def make_job_callback(
     metrics_path: Path,
     *,
@@ -105,7 +119,9 @@ def make_job_callback(
     """A ``TrainerCallback`` that writes every log record to ``metrics_path``, calls
     ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
     ``overall`` / ``topics`` as ``heldout/pass@1[/topic]``, shows the progress bar, calls
-    ``on_checkpoint(step)`` after each save, and stops on its :class:`StopFlag` (``.flag``).
+    ``on_checkpoint(step)`` after each save, and stops on its :class:`StopFlag` (``.flag``), or,
+    without saving, on a non-finite loss, gradient norm or weight (``.diverged``: what it saw,
+    else None; the weights are checked after every step, a pass over them).
 
     Install it first among the trainer's callbacks so that the held-out numbers it adds to a
     record reach TensorBoard as well."""
@@ -117,6 +133,7 @@ def make_job_callback(
             self.pending: dict[str, float] = {}
             self.last_pass1: float | None = None
             self.bar: Any = None
+            self.diverged: str | None = None
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.bar = tqdm(
@@ -130,6 +147,11 @@ def make_job_callback(
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
+            if self.diverged is None and model is not None and not finite_weights(model):
+                self.diverged = "weights not finite"
+            if self.diverged is not None:
+                control.should_training_stop = True
+                return control
             if eval_every and step % eval_every == 0 and step < total_steps:
                 result = evaluate(model, step)
                 self.last_pass1 = result["overall"]
@@ -153,8 +175,17 @@ def make_job_callback(
                 "time": time.time(),
                 **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))},
             }
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            append_metrics(metrics_path, record)
+            bad = [
+                f"{key} {logs[key]}"
+                for key in _WATCHED
+                if isinstance(logs.get(key), float) and not math.isfinite(logs[key])
+            ]
+            if bad and self.diverged is None:
+                self.diverged = ", ".join(bad)
+            if self.diverged is not None:  # called before TRL saves this step's checkpoint
+                control.should_training_stop = True
+                control.should_save = False  # a checkpoint of NaN weights resumes nothing
             if self.bar is not None and "reward" in logs:
                 self.bar.n = state.global_step
                 postfix = {"reward": f"{logs['reward']:.3f}"}

@@ -28,23 +28,30 @@ A run directory holds::
     estimator_state.json the estimator's running statistics at the end
 
 Everything that can fail cheaply (options, dataset, model) is checked and loaded before a run
-directory is created or an old run replaced. Ctrl-C or SIGTERM during RL saves a checkpoint at
-the end of the current step; ``resume=True`` continues from it.
+directory is created or an old run replaced (:mod:`ebpo.lab.rundir`: only the entries the old run
+created go; a user's own files in the directory stay). The job holds the directory's lock for its
+life (:mod:`ebpo.lab.runlock`): a second job on it is refused. Ctrl-C or SIGTERM during RL saves a
+checkpoint at the end of the current step; ``resume=True`` continues from it. Training that
+diverges (NaN or infinite loss or weights) stops with a ValueError; so does a resume of a run
+whose files are not what the run wrote (each message names the file).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import importlib.util
-import json
+import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ebpo.integrations.trl import EBPOTrainer, make_config
-from ebpo.lab import job_data, policy, rundir
+from ebpo.lab import job_data, policy, rundir, runlock
 from ebpo.lab.callbacks import (
+    finite_weights,
     graceful_interrupts,
     make_job_callback,
     quiet_transformers,
@@ -64,6 +71,9 @@ __all__ = [
     "warm_start_pending",
     "warm_start_recipe",
 ]
+
+#: free bytes under which a failed write of a checkpoint or model counts as a full disk
+_FULL_BYTES = 1 << 20
 
 
 # ====================================================================== the job
@@ -86,28 +96,53 @@ def run_train_job(config: TrainJobConfig | None = None) -> dict[str, Any]:
 
 
 def _run(config: TrainJobConfig, started: float) -> dict[str, Any]:
-    say = print if config.progress else (lambda *a, **k: None)
     identity = config.identity()
-    run = rundir.check_run_dir(
-        _output_dir(config), identity, resume=config.resume, overwrite=config.overwrite
-    )
-    if run.manifest is not None and run.manifest.get("status") == "completed":
+    path = _output_dir(config)
+    options = {"resume": config.resume, "overwrite": config.overwrite}
+    runlock.check_not_in_use(path)  # refused before anything is touched
+    rundir.check_run_dir(path, identity, **options)
+    with runlock.lock_run_dir(path):
+        # decided again under the lock: another job may have changed the directory meanwhile
+        run = rundir.check_run_dir(path, identity, **options)
+        try:
+            return _run_locked(config, run, identity, started)
+        except Exception as error:
+            full = _disk_full(error, run.path)
+            if full is not None:
+                raise full from error
+            raise
+
+
+def _run_locked(
+    config: TrainJobConfig, run: rundir.RunDir, identity: dict[str, Any], started: float
+) -> dict[str, Any]:
+    say = print if config.progress else (lambda *a, **k: None)
+    if run.manifest is not None and run.manifest["status"] == "completed":
         say(f"{run.path} already holds a completed run; nothing to resume")
-        return json.loads((run.path / "results.json").read_text())
+        return rundir.completed_results(run.path)
+    before = None
+    if run.manifest is not None:  # a resume: the run's files are checked before anything loads
+        before = rundir.read_evaluation(run.path / "eval_before.json")
+        rundir.read_metrics(run.path / "metrics.jsonl")
 
     # Everything that can fail is loaded before the run directory is touched.
     data = job_data.load_job_data(config)
+    if len(data.rl_rows) < config.prompts_per_step:
+        raise ValueError(
+            f"prompts_per_step ({config.prompts_per_step}) exceeds the {len(data.rl_rows)} "
+            f"training prompts of dataset {config.dataset!r}"
+        )
     trainer_args = _trainer_args(config, run.path, data)  # also checks the preset's options
     model, tokenizer, cached = _policy(config, data)
     if run.replace:
-        shutil.rmtree(run.path)
+        rundir.clear_run(run)  # only what the old run created; the user's own files stay
     run.path.mkdir(parents=True, exist_ok=True)
     rundir.write_manifest(run.path, identity, "starting", 0)
 
     evaluate = _evaluator(config, data, tokenizer)
-    before = _cached_json(
-        run.path / "eval_before.json", lambda: evaluate(model, "held-out eval (before)")
-    )
+    if before is None:
+        before = evaluate(model, "held-out eval (before)")
+        _write(run.path / "eval_before.json", before)
     say(format_pass_table(before))
 
     trainer, callback = _build_trainer(
@@ -124,9 +159,16 @@ def _run(config: TrainJobConfig, started: float) -> dict[str, Any]:
             else "no checkpoint yet: starting RL from step 0"
         )
     rundir.write_manifest(run.path, identity, "running", trainer.state.global_step)
-    with graceful_interrupts(callback.flag):
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    try:
+        with graceful_interrupts(callback.flag):
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except RuntimeError as error:  # sampling from NaN probabilities: torch.multinomial refuses
+        if finite_weights(trainer.model):
+            raise
+        _diverged(config, run.path, identity, trainer.state.global_step, error)
     step = trainer.state.global_step
+    if callback.diverged or not finite_weights(trainer.model):
+        _diverged(config, run.path, identity, step, callback.diverged)
     result: dict[str, Any] = {
         "run_dir": str(run.path),
         "metrics_path": str(run.path / "metrics.jsonl"),
@@ -170,6 +212,32 @@ def _run(config: TrainJobConfig, started: float) -> dict[str, Any]:
     say(format_pass_table(before, after))
     say(f"run directory: {run.path}  ({result['wall_time_s']:.0f} s)")
     return result
+
+
+def _diverged(config: TrainJobConfig, path: Path, identity: Any, step: int, cause: Any) -> NoReturn:
+    """Stop a run whose training produced NaN or infinite numbers: mark it failed, one line."""
+    rundir.write_manifest(path, identity, "failed", step)
+    detail = f" ({cause})" if isinstance(cause, str) else ""
+    raise ValueError(
+        f"training diverged at step {step}{detail}: the policy's weights or loss are no longer "
+        f"finite; lower learning_rate (now {config.learning_rate}) and start again with --overwrite"
+    )
+
+
+def _disk_full(error: BaseException, directory: Path) -> OSError | None:
+    """A full disk behind another error type (torch.save's RuntimeError, safetensors' error), as
+    the OSError (ENOSPC) naming ``directory`` that ``ebpo train`` turns into one line; None for any
+    other error."""
+    if isinstance(error, (OSError, ValueError)) or not isinstance(error, Exception):
+        return None  # already a storage error, or a user error
+    text = str(error)
+    full = "No space left on device" in text or "os error 28" in text
+    if not full and (isinstance(error, RuntimeError) or type(error).__name__ == "SafetensorError"):
+        with contextlib.suppress(OSError):
+            full = shutil.disk_usage(directory).free < _FULL_BYTES
+    if not full:
+        return None
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
 
 
 def _output_dir(config: TrainJobConfig) -> Path:
@@ -350,15 +418,6 @@ def _build_trainer(config, run_dir, data, model, tokenizer, trainer_args, evalua
         if isinstance(cb, TensorBoardCallback):
             cb.logging_dir = str(run_dir / "tensorboard")
     return trainer, callback
-
-
-def _cached_json(path: Path, compute):
-    """``path``'s content when it exists (a resumed run), else ``compute()`` written there."""
-    if path.is_file():
-        return json.loads(path.read_text())
-    value = compute()
-    _write(path, value)
-    return value
 
 
 def _write(path: Path, value: Any) -> None:

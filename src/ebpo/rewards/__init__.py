@@ -8,16 +8,20 @@ Modules:
 
 * :mod:`~ebpo.rewards.extract` — the final answer of a response (last ``Answer:`` line or
   ``\\boxed{}``), :func:`normalize_answer`, canonical forms, inputs as text;
-* :mod:`~ebpo.rewards.verify` — math-verify under a time limit: in-process timer, helper-process
-  pool, fork handling, :func:`shutdown_workers`;
+* :mod:`~ebpo.rewards.verify` — math-verify under a time limit: options, helper-process pool,
+  fork handling, :func:`shutdown_workers`;
+* :mod:`~ebpo.rewards.timer` — the in-process timer, and math-verify loaded outside the limit
+  (the limit measures verification only; imports are never interrupted);
 * :mod:`~ebpo.rewards.score` — :func:`score_math`, :func:`score_math_detailed`,
   :func:`score_math_batch` and :class:`ScoreResult` (the pipeline is described there);
 * :mod:`~ebpo.rewards.stats` — :data:`STATUSES` and the counters of :func:`reward_stats`;
 * :mod:`~ebpo.rewards.shaping` — :func:`overlong_penalty` (DAPO's length shaping).
 
 Nothing here raises on any response or ground truth: a missing ground truth (None, NaN,
-pandas.NA, empty) or an input that is neither text nor a number scores 0 and is counted
-(statuses ``missing_ground_truth`` and ``bad_input``). Only bad options raise (ValueError):
+pandas.NA, empty or invisible-only text, or a missing value written as text — ``nan``, ``None``,
+``null``, ``N/A``, ``NA``, ``[]``…, listed in :mod:`~ebpo.rewards.extract`) or an input that is
+neither text nor a number scores 0 and is counted (statuses ``missing_ground_truth`` and
+``bad_input``). Only bad options raise (ValueError):
 ``timeout`` must be finite, in (0, ``MAX_TIMEOUT`` = 3600] seconds.
 
 The trainer adapters live with their frameworks: the TRL reward in

@@ -2,11 +2,37 @@
 ``Answer: ...`` line and its last ``\\boxed{...}``), the canonical form compared by the fast path,
 the integer key, and the conversion of a response or ground truth (text, number or missing value)
 to text. Everything here runs in linear time on any string and never calls math-verify.
+
+**Missing ground truths written as text** (:func:`is_missing_text`, issue #21 item 4). A missing
+value that went through ``str()``, JSON, a CSV or a spreadsheet arrives as text, and scoring it
+would reward a policy for writing the same text (``score_math("Answer: None", "None")`` was 1.0).
+A ground truth is missing when, after removing whitespace and invisible characters (zero-width
+space / joiner / non-joiner, word joiner, BOM, soft hyphen, NBSP and every other Unicode space,
+control and format character, Hangul and Braille blank fillers), NFKC normalisation (full-width
+letters), at most four wrappers (``$...$``, ``\\(...\\)``, ``\\[...\\]``, ``\\text{...}``,
+``\\mathrm{...}`` and the other text-font commands, surrounding quotes) and a trailing period, it
+is (case-insensitive unless said otherwise):
+
+* empty;
+* ``nan`` with an optional sign and ``q``/``s`` prefix or payload (``-nan``, ``+NaN``, ``sNaN``,
+  ``-nan(ind)``), or the C runtime's ``1.#IND``, ``-1.#IND``, ``1.#QNAN``, ``-1.#QNAN``;
+* ``None`` (Python), ``null`` / ``NULL`` (JSON, SQL), ``NaT`` and ``<NA>`` (pandas);
+* ``NA`` or ``na`` (R, CSV) — **case-sensitive**: ``Na`` (sodium) is an answer;
+* ``N/A``, ``#N/A``, ``#N/A N/A``, ``#NA`` (spreadsheets; pandas reads all of the above as
+  missing), and the spreadsheet errors ``#NULL!``, ``#DIV/0!``, ``#VALUE!``, ``#REF!``,
+  ``#NAME?``, ``#NUM!``;
+* an empty container or string written out: ``[]``, ``{}``, ``()``, ``""``, ``''``.
+
+Not missing, because they are real answers: ``undefined``, ``\\infty`` / ``inf``, ``\\{\\}`` and
+``\\emptyset`` (the empty set), ``Na``, ``none of the above``, ``no solution``. A genuine answer
+"none" cannot be told from a stringified ``None``: it counts as missing (0, counted in
+``reward_stats()["missing_ground_truth"]``, logged once); write it as ``none of them``.
 """
 
 from __future__ import annotations
 
 import decimal
+import functools
 import numbers
 import re
 import unicodedata
@@ -18,7 +44,7 @@ __all__ = [
     "INTEGER",
     "MAX_ANSWER_CHARS",
     "MAX_BRACE_DEPTH",
-    "MISSING_TEXTS",
+    "MISSING_SPELLINGS",
     "TOO_LONG",
     "brace_depth",
     "canonical_form",
@@ -26,6 +52,7 @@ __all__ = [
     "final_answer",
     "input_text",
     "integer_key",
+    "is_missing_text",
     "normalize_answer",
     "strip_math_delimiters",
 ]
@@ -170,10 +197,100 @@ def integer_key(text: str) -> tuple[bool, str]:
 
 
 # ---------------------------------------------------------------------------------- input text
-#: Text a missing value turns into when a caller (or pandas' astype(str)) stringified it, lower
-#: case; no math answer is "nan", and scoring "Answer: nan" as correct would reward the policy for
-#: writing it.
-MISSING_TEXTS = frozenset({"nan", "<na>"})
+#: What a missing value becomes as text (see the module docstring): compared case-insensitively,
+#: after invisible characters and wrappers are removed; "NA" only as "NA" or "na". A "nan" may
+#: also carry a sign, a q/s prefix or a payload: :data:`_NAN`.
+MISSING_SPELLINGS = (
+    "",
+    "nan",
+    "None",
+    "null",
+    "NaT",
+    "<NA>",
+    "NA",
+    "N/A",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "1.#IND",
+    "1.#QNAN",
+    "#NULL!",
+    "#DIV/0!",
+    "#VALUE!",
+    "#REF!",
+    "#NAME?",
+    "#NUM!",
+    "[]",
+    "{}",
+    "()",
+    '""',
+    "''",
+)
+_CASE_SENSITIVE_MISSING = frozenset({"NA", "na"})  # not "Na": sodium
+_MISSING_KEYS = frozenset(
+    "".join(t.split()).lower() for t in MISSING_SPELLINGS if t not in _CASE_SENSITIVE_MISSING
+)
+_NAN = re.compile(r"[+\-\u2212]?(?:[qs]?nan(?:\([0-9a-z_]*\))?|1\.#(?:ind|qnan|snan)0*)")
+_TEXT_WRAPPER = re.compile(
+    r"\\(?:text|textrm|textnormal|textit|textbf|textsf|texttt|mathrm|mathit|mathbf|mathsf|mathtt"
+    r"|mbox|operatorname)\{(.*)\}",
+    re.DOTALL,
+)
+# Characters that show nothing: besides spaces, controls (Cc) and format characters (Cf: zero-width
+# space/joiners, BOM, soft hyphen, bidi marks...), these letters and marks that render blank.
+_BLANK_LETTERS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+# The longest text checked for a missing spelling: the spellings are short, so longer text is an
+# answer (and the check stays cheap on a megabyte of it).
+_MISSING_SCAN_CHARS = 256
+
+
+def _visible(text: str, limit: int) -> str | None:
+    """``text`` without invisible characters, or None once more than ``limit`` visible ones are
+    found (then it is an answer, not a missing spelling; the scan stops there)."""
+    kept: list[str] = []
+    for ch in text:
+        if (
+            ch.isspace()
+            or ch in _BLANK_LETTERS
+            or unicodedata.category(ch) in _INVISIBLE_CATEGORIES
+        ):
+            continue
+        kept.append(ch)
+        if len(kept) > limit:
+            return None
+    return "".join(kept)
+
+
+def is_missing_text(text: str) -> bool:
+    """Whether the ground truth ``text`` spells a missing value (the list and the rules are in the
+    module docstring): empty or invisible only, ``nan``, ``None``, ``null``, ``N/A``, ``[]``...
+    Linear time; stops early on long text."""
+    if len(text) <= _MISSING_SCAN_CHARS:
+        return _is_missing_short(text)
+    visible = _visible(text, _MISSING_SCAN_CHARS)
+    return visible is not None and _is_missing_short(visible)
+
+
+@functools.lru_cache(maxsize=4096)  # ground truths repeat G times per prompt
+def _is_missing_short(text: str) -> bool:
+    key = _visible(unicodedata.normalize("NFKC", text), _MISSING_SCAN_CHARS)
+    if key is None:
+        return False
+    for _ in range(4):  # at most four wrappers, e.g. $\text{"nan"}$
+        previous = key
+        key = strip_math_delimiters(key)
+        wrapped = _TEXT_WRAPPER.fullmatch(key)
+        if wrapped:
+            key = wrapped.group(1)
+        elif len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'`":
+            key = key[1:-1]
+        if key == previous:
+            break
+    if key in _CASE_SENSITIVE_MISSING:
+        return True
+    key = key.lower()
+    return key in _MISSING_KEYS or _NAN.fullmatch(key) is not None
 
 
 def input_text(value: Any, max_chars: int) -> tuple[str, str | None]:

@@ -19,7 +19,10 @@ Pipeline (each step is cheap and bounded; only the last one is expensive):
 4. **math-verify** (Kydlíček et al., HuggingFace): both sides are parsed as LaTeX/expressions and
    compared mathematically (numbers within 1e-6 relative rounding, fractions, symbolic
    simplification, intervals, sets, tuples, equations ``x = 5`` vs ``5``), under the time limit
-   of :mod:`ebpo.rewards.verify` (``timeout`` seconds for parse + verify).
+   of :mod:`ebpo.rewards.verify` (``timeout`` seconds for parse + verify). The limit measures
+   verification only: the first such call of a process (or of a thread whose helper process has
+   to start) first waits for math-verify to load — 0.3 s on an idle machine, seconds on a loaded
+   one — and that wait is not counted, nor is an import sympy makes on first use.
 
 A call that runs out of time scores 0 and is counted (:func:`~ebpo.rewards.stats.reward_stats`).
 Nothing here raises on any response or ground truth; only bad options raise (ValueError).
@@ -38,12 +41,12 @@ from ebpo.rewards.extract import (
     INTEGER,
     MAX_ANSWER_CHARS,
     MAX_BRACE_DEPTH,
-    MISSING_TEXTS,
     brace_depth,
     canonical_form,
     final_answer,
     input_text,
     integer_key,
+    is_missing_text,
     strip_math_delimiters,
 )
 from ebpo.rewards.stats import count
@@ -69,7 +72,10 @@ class ScoreResult:
 
 _WARNED: set[str] = set()
 _UNSCORABLE_WARNINGS = {  # one per status of stats.UNSCORABLE
-    "missing_ground_truth": "a ground truth is missing (None, NaN, pandas.NA or empty)",
+    "missing_ground_truth": (
+        "a ground truth is missing (None, NaN, pandas.NA, empty, or text such as 'nan', 'None', "
+        "'null', 'N/A', '[]': see ebpo.rewards.extract)"
+    ),
     "bad_input": "a response or ground truth is neither text nor a number",
 }
 
@@ -105,8 +111,9 @@ def score_math_detailed(
     trip per parsed call).
 
     Inputs never raise: ``response`` and ``ground_truth`` are text or numbers (a float equal to an
-    integer compares as the integer). A missing ground truth (None, NaN, pandas.NA, empty, or the
-    text ``"nan"`` / ``"<NA>"`` of a stringified missing value) scores 0 with status
+    integer compares as the integer). A missing ground truth (None, NaN, pandas.NA, empty or
+    invisible-only text, or the text of a stringified missing value: ``nan``, ``None``, ``null``,
+    ``N/A``, ``NA``, ``[]``..., listed in :mod:`ebpo.rewards.extract`) scores 0 with status
     ``missing_ground_truth``; bytes, lists, dicts and other objects on either side score 0 with
     status ``bad_input``; an integer with more digits than ``max_answer_chars`` scores 0 with
     status ``too_long``. Each is counted in :func:`~ebpo.rewards.stats.reward_stats`, and the
@@ -122,16 +129,14 @@ def score_math_detailed(
         )
     gold, gold_problem = input_text(ground_truth, max_answer_chars)
     text, response_problem = input_text(response, max_answer_chars)
-    gold = strip_math_delimiters(gold)
-    if gold_problem == "missing" or (
-        gold_problem is None and (not gold or gold.lower() in MISSING_TEXTS)
-    ):
+    if gold_problem == "missing" or (gold_problem is None and is_missing_text(gold)):
         result = ScoreResult(0.0, "missing_ground_truth", None)
     elif gold_problem is not None:
         result = ScoreResult(0.0, gold_problem, None)
     elif response_problem in ("bad_input", "too_long"):
         result = ScoreResult(0.0, response_problem, None)
     else:  # a missing response is "" here: no answer
+        gold = strip_math_delimiters(gold)
         result = _score(text, gold, timeout, max_answer_chars, max_brace_depth, isolation)
     count("calls", result.status, *(("correct",) if result.score == 1.0 else ()))
     _warn_once(result.status)

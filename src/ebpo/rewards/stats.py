@@ -21,7 +21,7 @@ STATUSES = (
     "too_long",  # answer exceeds max_answer_chars / max_brace_depth: not parsed
     "timeout",  # math-verify exceeded the time limit
     "error",  # any exception inside math-verify
-    "missing_ground_truth",  # ground truth None, NaN, pandas.NA, empty, or "nan" / "<NA>" text
+    "missing_ground_truth",  # None, NaN, pandas.NA, blank, or "nan"/"None"/"N/A"... (extract.py)
     "bad_input",  # response or ground truth neither text nor a number (bytes, list, object...)
 )
 #: Statuses of pairs that could not be compared at all (the adapters report them as unscorable).

@@ -1,6 +1,6 @@
-"""math-verify under a wall-clock time limit: the parse + verify call, the in-process interval
-timer (``SIGALRM``), the pool of persistent helper processes used where signals are not usable,
-and its fork handling.
+"""math-verify under a wall-clock time limit: the options, the choice between the in-process
+interval timer (:mod:`ebpo.rewards.timer`) and the pool of persistent helper processes used where
+signals are not usable, the pool and its fork handling.
 
 math-verify's own timeouts use ``signal.alarm`` and raise in any thread but the main one, and
 verl's reward loop calls ``compute_score`` from a thread pool (``loop.run_in_executor``). So:
@@ -14,20 +14,23 @@ verl's reward loop calls ``compute_score`` from a thread pool (``loop.run_in_exe
 
 Fork safety: the helper pool belongs to the process that started it; a ``fork``ed child (a
 multiprocessing or DataLoader worker) starts its own helpers and never talks to the parent's.
+
+The time limit measures verification only (issue #21 item 8): math-verify is loaded before any
+timer is armed and imports are never interrupted (:mod:`ebpo.rewards.timer`); a helper loads it
+before it says ``ready``, and waiting for a helper to start or to be free is not counted. Helpers
+skip the ``ebpo`` package's ``__init__`` (which imports torch), so they start in a fraction of a
+second on an idle machine.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import json
-import logging
 import math
 import numbers
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +38,7 @@ import weakref
 from typing import IO, Any
 
 from ebpo.rewards.stats import STATUSES, count
+from ebpo.rewards.timer import load_math_verify, signals_usable, verify_with_alarm
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -53,19 +57,27 @@ DEFAULT_TIMEOUT = (
 # or a way to say "no limit", which this module does not offer: the limit is what keeps a
 # pathological expression from stalling a training step. (setitimer overflows above ~3e8 s.)
 MAX_TIMEOUT = 3600.0
-# Extra seconds a helper process gets beyond ``timeout`` before the caller kills it: its own timer
-# should have fired by then; the margin covers pipe latency on a loaded machine.
+# Extra seconds a helper process gets beyond twice ``timeout`` before the caller kills it: its own
+# timer should have fired by then (after ``timeout``, or, when the limit expired during an import,
+# ``timeout`` after the import); the margin covers pipe latency on a loaded machine.
 _KILL_GRACE = 2.0
 _WORKER_START_TIMEOUT = 120.0  # importing sympy + math-verify on a busy machine can be slow
 # The directory holding the ``ebpo`` package, put on a helper process's PYTHONPATH.
 _SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# What a helper process runs (a plain function, so the caller's __main__ is never re-imported).
-_WORKER_COMMAND = "from ebpo.rewards.verify import worker_main; worker_main()"
-
-# math-verify logs a warning when its own (signal) timeouts are disabled, which we do on purpose,
-# and one per parse timeout, which we count instead; keep them out of training logs.
-for _name in ("math_verify.parser", "math_verify.grader", "math_verify.utils"):
-    logging.getLogger(_name).setLevel(logging.ERROR)
+# What a helper process runs: a plain function, so the caller's __main__ is never re-imported;
+# ``ebpo`` and ``ebpo.rewards`` are registered as bare packages first, so that their __init__
+# files are skipped: ``ebpo`` imports torch (2 s of every helper's start-up, and its memory), and
+# the helper needs only this module and ebpo.rewards.stats.
+_PACKAGES = (("ebpo", ("ebpo",)), ("ebpo.rewards", ("ebpo", "rewards")))
+_WORKER_COMMAND = (
+    "import sys, types\n"
+    f"for name, path in {tuple((n, os.path.join(_SRC_DIR, *p)) for n, p in _PACKAGES)!r}:\n"
+    "    package = types.ModuleType(name)\n"
+    "    package.__path__ = [path]\n"
+    "    sys.modules[name] = package\n"
+    "from ebpo.rewards.verify import worker_main\n"
+    "worker_main()\n"
+)
 
 
 # ------------------------------------------------------------------------------------- options
@@ -97,69 +109,13 @@ def check_timeout(timeout: Any) -> float:
     return value
 
 
-# --------------------------------------------------------------------------------- math-verify
-@functools.lru_cache(maxsize=4096)
-def _parse_cached(latex: str) -> tuple:
-    # Ground truths repeat G times per prompt: cache their parse. Results are immutable sympy trees.
-    from math_verify import parse  # optional heavy dependency (the rewards extra)
-
-    return tuple(parse(latex, parsing_timeout=None))
-
-
-def _verify_unguarded(prediction: str, gold: str) -> bool:
-    from math_verify import parse, verify  # optional heavy dependency (the rewards extra)
-
-    gold_parsed = list(_parse_cached(f"${gold}$"))
-    pred_parsed = parse(f"${prediction}$", parsing_timeout=None)
-    if not gold_parsed or not pred_parsed:
-        return False
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
-
-
-class _Deadline(BaseException):
-    """Raised by our SIGALRM handler. A BaseException so math-verify's ``except Exception`` blocks
-    (which swallow parse errors) do not swallow it."""
-
-
-def _alarm_handler(signum: int, frame: Any) -> None:
-    raise _Deadline
-
-
-def _signals_usable() -> bool:
-    if (
-        not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        return False
-    # Another SIGALRM timer pending (e.g. pytest-timeout, a caller's own alarm): do not steal it.
-    return signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
-
-
-def _verify_with_alarm(prediction: str, gold: str, timeout: float) -> str:
-    """Run math-verify under an interval timer in this (main) thread. Returns a status."""
-    previous = signal.signal(signal.SIGALRM, _alarm_handler)
-    try:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            try:
-                equal = _verify_unguarded(prediction, gold)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        except _Deadline:
-            return "timeout"
-        except Exception:  # includes RecursionError from deeply nested expressions
-            return "error"
-        return "verified" if equal else "rejected"
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-
-
 # ------------------------------------------------------------------------------ helper processes
 def worker_main() -> None:
     """Entry point of a helper process: one JSON request ``{"p": prediction, "g": gold,
     "t": timeout}`` per stdin line, one status per stdout line (after a first ``ready`` line).
-    Runs math-verify in its own main thread, so the in-process timer works."""
-    import math_verify  # noqa: F401  optional heavy dependency (the rewards extra); before 'ready'
+    Runs math-verify in its own main thread, so the in-process timer works; loads it (imports and
+    warm-up, which take seconds on a loaded machine) before saying ``ready``, outside any limit."""
+    load_math_verify()
 
     out = sys.stdout
     out.write("ready\n")
@@ -167,7 +123,7 @@ def worker_main() -> None:
     for line in sys.stdin:
         try:
             request = json.loads(line)
-            status = _verify_with_alarm(request["p"], request["g"], float(request["t"]))
+            status = verify_with_alarm(request["p"], request["g"], float(request["t"]))
         except Exception:
             status = "error"
         out.write(status + "\n")
@@ -207,14 +163,15 @@ class _Worker:
         return line.strip() if line else None
 
     def call(self, prediction: str, gold: str, timeout: float) -> str | None:
-        """The worker's status, or None if it did not answer within timeout + grace."""
+        """The worker's status, or None if it did not answer within 2 * timeout + grace (its own
+        timer answers after ``timeout``, or ``timeout`` after an import that overran it)."""
         request = json.dumps({"p": prediction, "g": gold, "t": timeout})
         try:
             self.stdin.write(request + "\n")
             self.stdin.flush()
         except (BrokenPipeError, OSError):
             return None
-        return self._read_line(timeout + _KILL_GRACE)
+        return self._read_line(2 * timeout + _KILL_GRACE)
 
     def detach(self) -> None:
         """In a forked child: let go of the parent's helper without talking to it or killing it.
@@ -354,11 +311,11 @@ def verify_with_time_limit(prediction: str, gold: str, timeout: float, isolation
     ``"auto"`` (the in-process timer where signals are usable, a helper process elsewhere),
     ``"signal"`` (ValueError where signals are not usable) or ``"process"``."""
     if isolation == "auto":
-        isolation = "signal" if _signals_usable() else "process"
+        isolation = "signal" if signals_usable() else "process"
     if isolation == "signal":
-        if not _signals_usable():
+        if not signals_usable():
             raise ValueError(
                 "isolation='signal' needs the main thread and no pending SIGALRM timer"
             )
-        return _verify_with_alarm(prediction, gold, timeout)
+        return verify_with_alarm(prediction, gold, timeout)
     return _POOL.verify(prediction, gold, timeout)

@@ -10,28 +10,44 @@ interrupt leaves either the old file or the new one, never half of one.
         frame.to_parquet(tmp)
     write_json(run_dir / "results.json", result)
 
+The replaced file keeps its permission bits; a new file gets those of ``open(path, "w")`` (0o666
+minus the umask); a write to a symbolic link replaces the link's target, not the link; a file with
+other hard links gets a new inode under this name only, the other names keep the old content (see
+:func:`atomic_path`).
+
 Every check raises ``ValueError`` naming the option and what was expected; ``ebpo``'s command line
-turns it into one line on stderr and exit code 2 (:func:`ebpo.cli.main`).
+turns it into one line on stderr and exit code 2 (:func:`ebpo.cli.main`). A full or failing disk
+raises an ``OSError`` naming the file; :func:`storage_error` makes it one line for a command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
 __all__ = [
+    "STORAGE_ERRNOS",
     "atomic_path",
     "atomic_write",
     "check_output_path",
+    "hard_links",
     "read_json",
+    "resolve_target",
     "same_path",
+    "storage_error",
     "write_json",
 ]
+
+#: ``errno`` values of a storage that cannot take a write: disk full, quota exceeded, file too
+#: large, read-only file system, I/O error.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
 def check_output_path(
@@ -66,6 +82,10 @@ def check_output_path(
         raise ValueError(
             f"{option} {text!r} lies below {str(existing)!r}, which is not a directory"
         )
+    if kind == "file" and target.is_symlink():  # the write lands in the target's directory
+        existing = resolve_target(target).parent
+        while not existing.exists():
+            existing = existing.parent
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {text!r}: directory {str(existing)!r} is not writable")
     for source in inputs:
@@ -91,16 +111,41 @@ def same_path(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block ends without an exception, rename it
-    to ``path`` (atomic on POSIX), otherwise delete it. Parent directories are created."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(name)
+    """Yield a temporary path beside ``path``'s file; when the block ends without an exception,
+    rename it to that file (atomic on POSIX), otherwise delete it. Parent directories are created.
+
+    What the new file keeps of the old one:
+
+    * **mode** — an existing file's permission bits (and, where allowed, its owner and group) are
+      copied to the new one; a new file gets ``0o666`` minus the umask, as ``open(path, "w")``
+      would give it;
+    * **symbolic links** — ``path`` is resolved first: a link stays a link and its target gets the
+      new content (the temporary file lives in the target's directory, renamed over the target);
+    * **hard links** — not kept: the rename gives the name a new inode, so the file's other names
+      (``st_nlink > 1``) keep the old content. That is the price of never showing a half-written
+      file; :func:`hard_links` tells a caller that wants to warn about it.
+
+    An ``OSError`` of a full or failing storage (:data:`STORAGE_ERRNOS`) raised in the block, on
+    ``fsync`` or on the rename names ``path`` (its ``filename``); :func:`storage_error` turns it
+    into a one-line ``ValueError`` for a command line. The previous file is then unchanged.
+    """
+    target = resolve_target(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        previous = _stat_or_none(target)
+        tmp = _create_temporary(target)
+    except OSError as error:
+        _name_target(error, path)
+        raise
     try:
         yield tmp
+        if previous is not None:
+            _copy_mode(previous, tmp)
+        _fsync_file(tmp)
         os.replace(tmp, target)
+    except OSError as error:
+        _name_target(error, path, tmp)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -110,8 +155,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 def atomic_write(
     path: str | os.PathLike[str], mode: str = "w", **open_kwargs: Any
 ) -> Iterator[IO[Any]]:
-    """``open(path, mode)`` through a temporary file: readers never see a partial file, and on an
-    exception the previous content of ``path`` (if any) stays as it was."""
+    """``open(path, mode)`` through a temporary file (:func:`atomic_path`): readers never see a
+    partial file, on an exception the previous content of ``path`` (if any) stays as it was, and
+    the new file keeps the old one's mode and writes through a symbolic link (hard links are not
+    kept: see :func:`atomic_path`)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
     if mode == "w":
@@ -119,7 +166,83 @@ def atomic_write(
     with atomic_path(path) as tmp, open(tmp, mode, **open_kwargs) as handle:
         yield handle
         handle.flush()
-        os.fsync(handle.fileno())
+
+
+def resolve_target(path: str | os.PathLike[str]) -> Path:
+    """The file a write to ``path`` changes: ``path`` with every symbolic link resolved (that of a
+    dangling link is its missing target; ``~`` is expanded)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def hard_links(path: str | os.PathLike[str]) -> int:
+    """How many other names (hard links) the existing file ``path`` has; they keep the old content
+    when :func:`atomic_path` replaces it. 0 for a missing file."""
+    info = _stat_or_none(resolve_target(path))
+    return 0 if info is None else max(info.st_nlink - 1, 0)
+
+
+def storage_error(error: BaseException) -> ValueError | None:
+    """A one-line ValueError for an OSError of a full or failing storage (:data:`STORAGE_ERRNOS`:
+    disk full, quota, file too large, read-only file system, I/O error), naming the file; None for
+    any other error. The ``ebpo`` commands raise it so that a full disk ends in one line and exit
+    code 2; the writes of this module leave the previous file as it was."""
+    if not isinstance(error, OSError) or error.errno not in STORAGE_ERRNOS:
+        return None
+    reason = error.strerror or os.strerror(error.errno or 0)
+    where = f"cannot write {error.filename!r}" if error.filename else "cannot write"
+    return ValueError(f"{where}: {reason}; the previous file, if any, is unchanged")
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+
+
+def _create_temporary(target: Path) -> Path:
+    """A new empty file beside ``target``, created with mode 0o666 so that the kernel applies the
+    umask (``tempfile.mkstemp`` always gives 0o600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        name = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(name, flags, 0o666))
+        except FileExistsError:
+            continue
+        return name
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(target.parent))
+
+
+def _copy_mode(previous: os.stat_result, tmp: Path) -> None:
+    """Give ``tmp`` the permission bits (and, if allowed, the owner and group) of the file it
+    replaces."""
+    if previous.st_uid != os.geteuid() or previous.st_gid != os.getegid():
+        with contextlib.suppress(OSError):  # allowed for root, or a group the user is in
+            os.chown(tmp, previous.st_uid, previous.st_gid)
+    try:
+        os.chmod(tmp, stat.S_IMODE(previous.st_mode))
+    except OSError as error:  # a file system without modes (vfat, some FUSE): the umask's mode
+        if error.errno in STORAGE_ERRNOS:
+            raise
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush ``path``'s data to the storage before the rename makes it the file: after a crash the
+    name holds the old content or the whole new one, never an empty file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _name_target(error: OSError, path: str | os.PathLike[str], tmp: Path | None = None) -> None:
+    """Make a storage error name the file being written (``path``) instead of the temporary file,
+    or instead of nothing (a failed ``write`` names no file)."""
+    if error.errno in STORAGE_ERRNOS and error.filename in (None, str(tmp) if tmp else None):
+        error.filename = os.fspath(path)
+        error.filename2 = None
 
 
 def write_json(

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ebpo.utils.checks import is_integer
+from ebpo.utils.files import atomic_path
 
 __all__ = ["moving_average", "plot_intervals", "plot_lines", "plot_panels"]
 
@@ -120,8 +121,11 @@ def _save(fig, path: str | Path, plt) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:  # a full disk leaves the previous plot, not half of one
+            fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return path
 
 

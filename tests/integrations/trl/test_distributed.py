@@ -69,6 +69,8 @@ def test_two_processes_resume_inside_a_generation_batch_exactly(tmp_path):
     run_workers(tmp_path, "resume")
     ranks = [json.loads((tmp_path / f"resume{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["buffers"] == ["ebpo_generation_buffer_0.pt", "ebpo_generation_buffer_1.pt"]
+    # the checkpoint was marked complete once every rank had written its files
+    assert {*ranks[0]["buffers"], "rng_state_0.pth", "rng_state_1.pth"} <= set(ranks[0]["listed"])
     for rank in ranks:
         assert rank["generations"] == [2, 1]  # the resumed run generated only the second batch
         assert rank["resumed_state"] == rank["full_state"] == ranks[0]["full_state"]

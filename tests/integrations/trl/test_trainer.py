@@ -23,10 +23,12 @@ from ebpo.integrations.trl import (  # noqa: E402
     GENERATION_STATE_FILE,
     EBPOConfig,
     EBPOTrainer,
+    checkpointing,
     has_lone_response_baseline,
     make_config,
     zero_variance_groups,
 )
+from ebpo.utils.checkpoints import incomplete_reason  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -459,7 +461,44 @@ def test_checkpoints_written_after_a_resume_are_the_uninterrupted_runs(tokenizer
     )
 
 
-def test_resume_without_the_buffered_batch_warns_and_still_counts_it_once(
+def test_an_incomplete_checkpoint_is_refused_and_true_takes_the_newest_complete_one(
+    tokenizer, tmp_path, caplog
+):
+    setting = "steps_per_generation"
+    full = build(tokenizer, resumable_args(tmp_path / "full", setting), RecordingReward())
+    full.train()
+    out = tmp_path / "full" / "out"
+    assert all(incomplete_reason(out / f"checkpoint-{step}") is None for step in (1, 2, 3, 4))
+
+    # a checkpoint inside a generation batch that lost its buffered batch: refused, nothing trained
+    (out / "checkpoint-1" / "ebpo_generation_buffer_0.pt").unlink()
+    refused = build(tokenizer, resumable_args(tmp_path / "refused", setting), RecordingReward())
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint-1' is not a complete checkpoint: ebpo_generation_buffer_0\.pt is missing; "
+        r"the newest complete one beside it is .*checkpoint-4'",
+    ):
+        refused.train(resume_from_checkpoint=str(out / "checkpoint-1"))
+    assert refused.outputs == [] and refused.state.global_step == 0
+
+    # resume_from_checkpoint=True passes over the newest checkpoint, which lost its RNG state
+    (out / "checkpoint-4" / "rng_state.pth").unlink()
+    again = build(tokenizer, resumable_args(tmp_path / "full", setting), RecordingReward())
+    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.checkpointing"):
+        again.train(resume_from_checkpoint=True)
+    assert (
+        "checkpoint-4 is incomplete (rng_state.pth is missing): resuming from checkpoint-3"
+        in caplog.text
+    )
+    assert again.estimator.state_dict() == full.estimator.state_dict()
+    for (name, a), (_, b) in zip(
+        full.model.named_parameters(), again.model.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=name, rtol=0, atol=0)
+    assert incomplete_reason(out / "checkpoint-4") is None  # written again, complete
+
+
+def test_resume_with_another_generation_layout_warns_and_counts_each_batch_once(
     tokenizer, tmp_path, caplog
 ):
     full = build(
@@ -469,21 +508,58 @@ def test_resume_without_the_buffered_batch_warns_and_still_counts_it_once(
         cls=EBPOTrainer,
     )
     full.train()
-    checkpoint = tmp_path / "full" / "out" / "checkpoint-1"
-    (checkpoint / "ebpo_generation_buffer_0.pt").unlink()
-    resumed = build(
-        tokenizer, resumable_args(tmp_path / "resumed", "steps_per_generation"), RecordingReward()
+    checkpoint = tmp_path / "full" / "out" / "checkpoint-1"  # micro-step 2 of a 4-step cycle
+    # the resumed run generates every 2 micro-steps instead of 4
+    other_layout = tiny_args(
+        tmp_path / "resumed",
+        max_steps=4,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        steps_per_generation=2,
     )
-    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.trainer"):
+    resumed = build(tokenizer, other_layout, RecordingReward())
+    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.checkpointing"):
         resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert (
-        "inside a generation batch" in caplog.text and "ebpo_generation_buffer_0.pt" in caplog.text
-    )
-    # the interrupted batch is generated again (2 batches in this run) but counted once in total
-    assert len(resumed.outputs) == 2
-    assert resumed.estimator.state_dict()["steps"] == full.estimator.state_dict()["steps"] == 2
-    # and the second batch is generated where the uninterrupted run generated it: after micro-step 4
-    assert len(resumed.loss_advantages) == 6
+    assert "inside a generation batch" in caplog.text and "generation layout changed" in caplog.text
+    # the interrupted batch is generated again and counted once: the estimator resumed from its
+    # state before that batch (no batch yet) and counted each batch the resumed run generated
+    assert len(resumed.outputs) == 3
+    assert resumed.estimator.state_dict()["steps"] == 3
+
+
+def test_a_checkpoint_is_marked_complete_last_and_older_ones_go_only_then(
+    tokenizer, tmp_path, monkeypatch
+):
+    seen = []
+    real_mark = checkpointing.mark_complete
+
+    def mark(path, **kwargs):
+        present = sorted(p.name for p in Path(path).iterdir())
+        others = sorted(p.name for p in Path(path).parent.glob("checkpoint-*"))
+        seen.append((Path(path).name, present, others))
+        real_mark(path, **kwargs)
+
+    monkeypatch.setattr(checkpointing, "mark_complete", mark)
+    args = tiny_args(tmp_path, save_strategy="steps", save_steps=1, save_total_limit=1)
+    build(tokenizer, args, RecordingReward(), cls=EBPOTrainer).train()
+    assert [name for name, _, _ in seen] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    for name, present, others in seen:
+        # everything is written when the marker is; ours, TRL's and the RNG state included
+        assert {
+            "model.safetensors",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng_state.pth",
+            "trainer_state.json",
+            ESTIMATOR_STATE_FILE,
+            GENERATION_STATE_FILE,
+        } <= set(present), present
+        # the previous (complete) checkpoint is still there: the limit of 1 is applied afterwards
+        step = int(name.split("-")[1])
+        assert others == sorted({f"checkpoint-{step - 1}", name} - {"checkpoint-0"}), others
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
+    assert incomplete_reason(out / "checkpoint-3") is None
 
 
 # ---------------------------------------------------------------------- DAPO
@@ -794,3 +870,24 @@ def test_kl_reference_is_a_copy_of_an_in_memory_policy(tokenizer, tmp_path):
     ):
         assert torch.equal(ours, ref), name
         assert ours.data_ptr() != ref.data_ptr(), name
+
+
+def test_token_weighted_estimators_get_the_completion_token_counts(tokenizer, tmp_path):
+    # reinforce_pp_verl whitens over tokens as verl does: the trainer must hand it each
+    # completion's token count (completion_mask row sums), in the order of the gathered rewards.
+    args = tiny_args(tmp_path, "reinforce_pp_verl", max_steps=1)
+    reward = RecordingReward()
+    trainer = build(tokenizer, args, reward)
+    trainer.train()
+    output = trainer.outputs[0]
+    counts = output["completion_mask"].sum(1).cpu()
+    rewards = torch.tensor(reward.calls[0])
+    group_ids = torch.arange(len(rewards)) // G
+    expected = ebpo.make_variant("reinforce_pp_verl", nan_policy="mask")(
+        rewards, group_ids, token_counts=counts
+    )
+    torch.testing.assert_close(output["advantages"], expected.advantages.float())
+    uniform = ebpo.make_variant("reinforce_pp_verl", nan_policy="mask")(
+        rewards, group_ids, token_counts=torch.ones_like(counts)
+    )
+    assert not torch.allclose(expected.advantages, uniform.advantages)  # the counts mattered

@@ -22,6 +22,7 @@ import torch
 from test_trainer import RecordingTrainer, build, parity_reward, tiny_args
 
 from ebpo.evaluation.models import build_char_tokenizer
+from ebpo.utils.checkpoints import MARKER
 
 
 def make_trainer(run_dir: Path, **overrides) -> RecordingTrainer:
@@ -81,6 +82,8 @@ def resume(out_dir: str) -> None:
         "buffers": sorted(
             name for name in os.listdir(checkpoint) if name.startswith("ebpo_generation_buffer")
         ),
+        # what the completeness marker (written by rank 0 after a barrier) lists
+        "listed": sorted(json.loads((checkpoint / MARKER).read_text())["files"]),
         "full_state": full.estimator.state_dict(),
         "resumed_state": resumed.estimator.state_dict(),
         "full_loss_advantages": [a.tolist() for a in full.loss_advantages],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -88,3 +89,18 @@ def test_load_refuses_a_truncated_state_file(tmp_path):
     ):
         STORE.load(tmp_path)
     assert STORE.restored_from is None
+
+
+@pytest.mark.parametrize("value", [1e308, -1e200])
+def test_load_refuses_a_prior_whose_next_update_overflows_and_keeps_the_store(tmp_path, value):
+    """Issue #21 item 12: ``mean: 1e308`` is finite and used to load, after which every step
+    failed; it is refused at load, naming the file and the field, and the live store is kept."""
+    state = _store_with_one_step()
+    (tmp_path / STATE_FILENAME).write_text(json.dumps(_poisoned(state, value)))
+    with pytest.raises(
+        ValueError,
+        match=rf"cannot restore EBPO estimator state from {tmp_path}/{STATE_FILENAME}: "
+        rf"invalid ebpo state: global\.rewards\.mean = {re.escape(repr(value))} is too large",
+    ):
+        STORE.load(tmp_path)
+    assert STORE.state_dict() == state and STORE.restored_from is None

@@ -20,9 +20,14 @@ Files (JSON via :func:`ebpo.utils.files.write_json`, tensors via ``torch.save``,
   completions not yet consumed (TRL's ``_buffered_inputs``), with their advantages.
 
 On resume inside a generation batch, the buffers and the counter are restored, so TRL does not
-generate again and the run is identical to an uninterrupted one. If a buffer is missing or the
-cycle's layout changed, the estimator falls back to the state from before the batch (TRL then
-generates the batch again and it is counted once) and a warning says the run is no longer identical.
+generate again and the run is identical to an uninterrupted one. If the cycle's layout changed
+(another ``steps_per_generation``, ``num_iterations`` or number of processes), the estimator falls
+back to the state from before the batch (TRL then generates the batch again and it is counted
+once) and a warning says the run is no longer identical.
+
+A checkpoint is resumed from only when it is complete: ``ebpo_checkpoint_complete.json``, written
+last, lists every file with its size (:mod:`ebpo.utils.checkpoints`; the order of the writes is in
+:mod:`.checkpointing`).
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from transformers.trainer import TRAINER_STATE_NAME
 
 from ebpo.utils.files import atomic_path, read_json, write_json
 
 __all__ = [
     "ESTIMATOR_STATE_FILE",
     "GENERATION_STATE_FILE",
+    "REQUIRED_FILES",
     "GenerationCycle",
     "generation_buffer_file",
     "read_buffer",
@@ -50,6 +57,8 @@ __all__ = [
 ESTIMATOR_STATE_FILE = "ebpo_estimator_state.json"
 #: the position in TRL's generation cycle and the estimator state before the current batch
 GENERATION_STATE_FILE = "ebpo_generation_state.json"
+#: what a complete checkpoint of EBPOTrainer holds at least (besides what TRL saves)
+REQUIRED_FILES = (TRAINER_STATE_NAME, ESTIMATOR_STATE_FILE, GENERATION_STATE_FILE)
 
 
 def generation_buffer_file(process_index: int) -> str:

@@ -21,10 +21,11 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
    compares the accuracy (the user's reward functions, without the overlong punishment) by default.
 4. Clip-Cov wraps ``_get_per_token_logps_and_entropies`` while ``_compute_loss`` runs with
    gradients on, detaching the chosen tokens' log-probabilities (see :mod:`.clip_cov`).
-5. The estimator state is written as JSON next to every checkpoint (``_save_checkpoint``) and read
-   back on ``resume_from_checkpoint`` (``_load_optimizer_and_scheduler``), like TRL's own
-   adaptive-entropy state; with TRL's position in its generation cycle and, for a checkpoint inside
-   a generation batch, the batch itself, so that resuming is exact (see :mod:`.checkpoint`).
+5. The estimator state is written as JSON into every checkpoint and read back on
+   ``resume_from_checkpoint``, like TRL's own adaptive-entropy state; with TRL's position in its
+   generation cycle and, for a checkpoint inside a generation batch, the batch itself, so that
+   resuming is exact (see :mod:`.checkpoint`). A checkpoint is marked complete once every file is
+   written, and only a complete one is resumed from (see :mod:`.checkpointing`).
 
 TRL still computes its own advantages inside the method (a few vector ops, discarded): that is the
 price of not copying the method, and it is negligible next to generation.
@@ -32,26 +33,23 @@ price of not copying the method, and it is negligible next to generation.
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any
 
 import torch
 from accelerate.utils import gather, gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.rewards import get_soft_overlong_punishment
 from trl.trainer.utils import get_config_model_id
 
 import ebpo
-from ebpo.integrations.trl import checkpoint as ckpt
 from ebpo.integrations.trl.aggregation import (
     combine_rewards,
     lone_response_rows,
     unscorable_rows,
     zero_variance_groups,
 )
-from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE, GenerationCycle
+from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE
+from ebpo.integrations.trl.checkpointing import CheckpointingMixin
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.reference_model import reference_from_policy
@@ -64,8 +62,6 @@ __all__ = [
     "has_lone_response_baseline",
     "zero_variance_groups",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: prefix of the estimator's metrics in TRL's logs (tensorboard, wandb, trackio)
 METRIC_PREFIX = "ebpo/"
@@ -88,7 +84,7 @@ def has_lone_response_baseline(estimator_name: str) -> bool:
     return ebpo.make_estimator(estimator_name).uses_prior
 
 
-class EBPOTrainer(GRPOTrainer):
+class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from ``ebpo.make_estimator(args.advantage_estimator)``.
 
     Same constructor as ``GRPOTrainer``; ``args`` must be an :class:`EBPOConfig`. ``args=None`` does
@@ -233,8 +229,18 @@ class EBPOTrainer(GRPOTrainer):
         group_ids = torch.arange(num_total) // num_generations
         if mode == "train":
             self._ebpo_state_before_batch = self.estimator.state_dict()
+        token_counts = None
+        if (
+            self.estimator.uses_token_counts
+        ):  # e.g. reinforce_pp_verl: verl's token-weighted whitening
+            # Same process order as TRL's gather of the rewards: row i is completion i.
+            token_counts = gather(output["completion_mask"].sum(1)).cpu()
         result = self.estimator(
-            estimator_rewards, group_ids, clusters=clusters, update=(mode == "train")
+            estimator_rewards,
+            group_ids,
+            clusters=clusters,
+            token_counts=token_counts,
+            update=(mode == "train"),
         )
         advantages = result.advantages.to(
             device=output["advantages"].device, dtype=output["advantages"].dtype
@@ -337,89 +343,6 @@ class EBPOTrainer(GRPOTrainer):
             self.accelerator.gather(fraction).mean().item()
         )
         return torch.where(selected, logps.detach(), logps), entropies, aux_loss
-
-    # ------------------------------------------------------------------ checkpoints
-    def _generation_cycle(self) -> GenerationCycle:
-        return GenerationCycle(
-            micro_step=self._step,
-            generate_every=self.args.steps_per_generation * self.num_iterations,
-            steps_per_generation=self.args.steps_per_generation,
-            num_processes=self.accelerator.num_processes,
-        )
-
-    def _save_checkpoint(self, model, trial):
-        """TRL's checkpoint, plus the estimator state and TRL's position in its generation cycle
-        (and, inside a generation batch, each process's buffered completions): see :mod:`.checkpoint`."""
-        super()._save_checkpoint(model, trial)
-        checkpoint_dir = os.path.join(
-            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        )
-        cycle = self._generation_cycle()
-        if self.args.should_save:
-            ckpt.write_state(
-                checkpoint_dir, self.estimator.state_dict(), cycle, self._ebpo_state_before_batch
-            )
-        if cycle.inside_batch and self._buffered_inputs is not None:
-            ckpt.write_buffer(checkpoint_dir, self.accelerator.process_index, self._buffered_inputs)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self._restore_generation_state(checkpoint)
-
-    def _restore_generation_state(self, checkpoint: str) -> None:
-        """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""
-        estimator_state, saved, state_before_batch = ckpt.read_state(checkpoint)
-        if estimator_state is None:
-            logger.warning(
-                "checkpoint %s has no %s: the estimator starts from empty statistics",
-                checkpoint,
-                ESTIMATOR_STATE_FILE,
-            )
-            return
-        current = self._generation_cycle()
-        if saved is None or not saved.inside_batch:
-            # On a generation boundary (or an older checkpoint): the next micro-step generates anyway.
-            self.estimator.load_state_dict(estimator_state)
-            if saved is not None and saved.same_layout(current):
-                self._step = saved.micro_step
-            return
-        if state_before_batch is None:
-            raise ValueError(
-                f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch"
-            )
-        process = self.accelerator.process_index
-        same_layout = saved.same_layout(current)
-        have_buffer = os.path.exists(os.path.join(checkpoint, ckpt.generation_buffer_file(process)))
-        # Collective: every process takes the same branch, or some would generate while others not.
-        replay = same_layout and all(gather_object([have_buffer]))
-        if replay:
-            self._buffered_inputs = ckpt.read_buffer(checkpoint, process, self.accelerator.device)
-            self._step = saved.micro_step
-            self.estimator.load_state_dict(estimator_state)
-            self._ebpo_state_before_batch = (
-                state_before_batch  # for checkpoints later in this batch
-            )
-            return
-        self.estimator.load_state_dict(state_before_batch)
-        if same_layout:
-            self._step = saved.micro_step
-        reason = (
-            f"the buffered completions of a process are missing (this one: {ckpt.generation_buffer_file(process)}"
-            f"{' present' if have_buffer else ' missing'})"
-            if same_layout
-            else f"the generation layout changed (saved {saved}, now {current})"
-        )
-        logger.warning(
-            "checkpoint %s was saved inside a generation batch (micro-step %d of a %d-step cycle) and "
-            "%s: TRL generates that batch again with the restored policy, so this run is no longer "
-            "identical to an uninterrupted one. The estimator resumes from its state before that "
-            "batch, so the batch is still counted once.",
-            checkpoint,
-            saved.micro_step % saved.generate_every,
-            saved.generate_every,
-            reason,
-        )
 
 
 # ---------------------------------------------------------------------- helpers

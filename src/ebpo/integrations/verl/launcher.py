@@ -18,15 +18,22 @@ bad value fails in a second on the command line instead of after the first rollo
 A dry run (:func:`dry_run`) composes the config with Hydra exactly as ``main_ppo`` would
 (``verl/trainer/config/ppo_trainer.yaml`` + overrides), resolves every interpolation, runs verl's
 own ``validate_config`` and then our checks (estimator registered, ``algorithm.ebpo.*`` options
-valid, checkpoint callback and reward function importable). Nothing needs a GPU.
+valid, checkpoint callback and reward function importable). Nothing needs a GPU. Whatever makes
+the configuration invalid — an override Hydra cannot apply, an assertion of verl's validation, one
+of our checks — is a ValueError (``ebpo verl … --dry-run`` exits 2 with one line); only verl failing
+on a configuration nothing refused is reported as "dry run FAILED" (exit 1). verl's warnings about
+the machine (no accelerator) and its Python warnings become notes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -151,8 +158,8 @@ def validate(config: Any) -> list[str]:
     )
 
     # Checks verl leaves to run time (minutes into a job, inside an actor).
-    mini = config.actor_rollout_ref.actor.ppo_mini_batch_size
-    if mini > config.data.train_batch_size:
+    mini = _positive_int(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    if mini > _positive_int(config, "data.train_batch_size"):
         raise ValueError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size "
             f"({config.data.train_batch_size})"
@@ -181,16 +188,18 @@ def validate(config: Any) -> list[str]:
     if fqn:
         from verl.utils.import_utils import load_class_from_fqn  # optional heavy dependency
 
-        load_class_from_fqn(fqn, "CheckpointCallback")
+        with _names_override("trainer.checkpoint_callback_class", fqn):
+            load_class_from_fqn(fqn, "CheckpointCallback")
     reward_fn = config.reward.get("custom_reward_function") or {}
     if reward_fn.get("path"):
         from verl.utils.import_utils import load_extern_object  # optional heavy dependency
 
         path = reward_fn["path"]
         if path.startswith("pkg://") or os.path.exists(path.removeprefix("file://")):
-            load_extern_object(
-                module_path=path, object_name=reward_fn.get("name") or "compute_score"
-            )
+            with _names_override("reward.custom_reward_function", path):
+                load_extern_object(
+                    module_path=path, object_name=reward_fn.get("name") or "compute_score"
+                )
         else:
             notes.append(f"WARNING: reward function file {path} does not exist here")
     for key in ("train_files", "val_files"):
@@ -204,10 +213,87 @@ def validate(config: Any) -> list[str]:
     return notes
 
 
+def _positive_int(config: Any, key: str) -> int:
+    """``config.<key>`` (a dotted path), which must be a positive integer: a ValueError naming
+    the key otherwise (``data.train_batch_size=abc`` composes, as a string)."""
+    from omegaconf import OmegaConf  # optional heavy dependency (verl extra)
+
+    value = OmegaConf.select(config, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
+@contextlib.contextmanager
+def _names_override(key: str, value: str) -> Iterator[None]:
+    """Turn the failure to import what ``key=value`` names into a ValueError naming the key."""
+    try:
+        yield
+    except (ImportError, AttributeError, FileNotFoundError) as error:
+        raise ValueError(f"{key}={value!r} cannot be loaded: {error}") from error
+
+
 def dry_run(overrides: Sequence[str]) -> tuple[Any, list[str]]:
-    """Compose and validate; returns ``(config, notes)``. Raises on an invalid configuration."""
-    config = compose(overrides)
-    return config, validate(config)
+    """Compose and validate; returns ``(config, notes)``.
+
+    Raises:
+        ValueError: the configuration is invalid — the overrides do not compose with verl's
+            config (an unknown key without ``+``, a missing config group, a bad interpolation),
+            verl's ``validate_config`` refuses it (its assertions included), or one of our
+            checks does. The message is one the user can act on (``ebpo verl`` exits 2).
+        Exception: anything else — verl or its dependencies failing on a configuration nothing
+            refused (``ebpo verl`` reports "dry run FAILED" and exits 1).
+    """
+    from hydra.errors import HydraException  # optional heavy dependencies (verl extra)
+    from omegaconf.errors import OmegaConfBaseException
+
+    with _warnings_as_notes() as noise:
+        try:
+            config = compose(overrides)
+        except (HydraException, OmegaConfBaseException) as error:
+            raise ValueError(f"the overrides do not compose into verl's config: {error}") from error
+        try:
+            notes = validate(config)
+        except (AssertionError, HydraException, OmegaConfBaseException) as error:
+            raise ValueError(f"verl refuses the configuration: {error}") from error
+    return config, notes + noise
+
+
+#: loggers whose warnings describe the machine a dry run runs on (no accelerator, by design)
+#: rather than the configuration: reported as notes instead of on stderr
+MACHINE_LOGGERS = ("verl.plugin.platform.platform_manager",)
+
+
+class _Collect(logging.Filter):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__()
+        self.into = into
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:  # errors stay where verl sends them
+            return True
+        self.into.append(f"verl: {record.getMessage()}")
+        return False
+
+
+@contextlib.contextmanager
+def _warnings_as_notes() -> Iterator[list[str]]:
+    """Python warnings and the machine loggers' records raised inside the block, collected as
+    notes (``verl: …``) rather than printed: a dry run's stderr holds only its error, if any."""
+    notes: list[str] = []
+    collect = _Collect(notes)
+    # a logger's filters survive the setLevel() its module runs when first imported
+    loggers = [logging.getLogger(name) for name in MACHINE_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(collect)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield notes
+        notes.extend(f"verl: {w.category.__name__}: {w.message}" for w in caught)
+    finally:
+        for logger in loggers:
+            logger.removeFilter(collect)
 
 
 def _parse_overrides(overrides: Sequence[str]) -> list[Any]:

@@ -1,0 +1,220 @@
+"""How :class:`~ebpo.integrations.trl.EBPOTrainer` saves and resumes: a checkpoint is complete or
+it is not resumed from.
+
+A save, on every process, in this order:
+
+1. the main process removes the completeness marker of an older checkpoint of the same step
+   (:func:`ebpo.utils.checkpoints.unmark`); a barrier;
+2. ebpo's files (:mod:`.checkpoint`): the estimator state and the generation-cycle record (main
+   process), each process's buffered generation batch when the checkpoint falls inside one;
+3. TRL's and transformers' own save (model, tokenizer, optimizer, scheduler, RNG states, trainer
+   state, TRL's extras), with their deletion of old checkpoints (``save_total_limit``) held back;
+4. a barrier (every process's files are written), then the main process flushes the files to the
+   storage and writes the marker last (:func:`ebpo.utils.checkpoints.mark_complete`: every file
+   with its size);
+5. only then are old checkpoints deleted (:func:`rotate`), so the newest complete checkpoint
+   exists at every moment, and incomplete leftovers of an interrupted save do not take the place
+   of complete ones.
+
+A kill, a full disk or any error at any point leaves the new checkpoint unmarked. On resume,
+``train(resume_from_checkpoint=path)`` refuses a checkpoint that is not complete (ValueError naming
+what is missing); ``resume_from_checkpoint=True`` takes the newest complete checkpoint of
+``output_dir`` and logs a warning naming the newer incomplete ones it skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
+
+from ebpo.integrations.trl import checkpoint as ckpt
+from ebpo.integrations.trl.checkpoint import REQUIRED_FILES, GenerationCycle
+from ebpo.utils.checkpoints import (
+    checkpoint_dirs,
+    incomplete_reason,
+    mark_complete,
+    newest_complete,
+    unmark,
+)
+
+__all__ = ["CheckpointingMixin", "resolve_checkpoint", "rotate"]
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_checkpoint(resume_from_checkpoint: Any, output_dir: str) -> Any:
+    """What ``train(resume_from_checkpoint=...)`` should resume from: a complete checkpoint's path,
+    or the argument unchanged when it asks for no resume (None, False) or when ``output_dir`` has
+    no checkpoint at all (``True``: transformers then says so). Raises ValueError for an incomplete
+    checkpoint, or when ``True`` finds only incomplete ones."""
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return resume_from_checkpoint
+    if resume_from_checkpoint is True:
+        found, skipped = newest_complete(output_dir, PREFIX_CHECKPOINT_DIR, required=REQUIRED_FILES)
+        if found is None and not skipped:
+            return True
+        if found is None:
+            raise ValueError(
+                f"resume_from_checkpoint=True: no complete checkpoint in {output_dir!r}: "
+                + "; ".join(f"{path.name}: {reason}" for path, reason in skipped)
+            )
+        for path, reason in skipped:
+            logger.warning(
+                "%s is incomplete (%s): resuming from %s instead", path, reason, found.name
+            )
+        return str(found)
+    if not isinstance(resume_from_checkpoint, (str, os.PathLike)):
+        raise ValueError(
+            "resume_from_checkpoint must be a checkpoint directory, True or None, "
+            f"got {resume_from_checkpoint!r}"
+        )
+    path = Path(resume_from_checkpoint)
+    reason = incomplete_reason(path, required=REQUIRED_FILES)
+    if reason is not None:
+        newest, _ = newest_complete(path.parent, PREFIX_CHECKPOINT_DIR, required=REQUIRED_FILES)
+        hint = f"; the newest complete one beside it is {str(newest)!r}" if newest else ""
+        raise ValueError(
+            f"resume_from_checkpoint {os.fspath(resume_from_checkpoint)!r} is not a complete "
+            f"checkpoint: {reason}{hint}"
+        )
+    return os.fspath(resume_from_checkpoint)
+
+
+def rotate(run_dir: str, save_total_limit: int | None, protected: list[str | None]) -> None:
+    """Keep at most ``save_total_limit`` complete checkpoints in ``run_dir`` (transformers' order:
+    by modification time, the ``protected`` ones kept), and delete incomplete ones: resume never
+    takes them, and counted among the kept ones they would push out complete ones. Nothing is
+    deleted without a limit, as in transformers."""
+    if save_total_limit is None or save_total_limit <= 0:
+        return
+    keep = {str(Path(p)) for p in protected if p is not None}
+    ordered = sort_checkpoints(run_dir, PREFIX_CHECKPOINT_DIR, use_mtime=True)
+    complete = [p for p in ordered if incomplete_reason(p) is None]
+    remaining = len(complete)
+    for path in complete:
+        if remaining <= max(save_total_limit, len(keep)):
+            break
+        if str(Path(path)) not in keep:
+            shutil.rmtree(path, ignore_errors=True)
+            remaining -= 1
+    for path in checkpoint_dirs(run_dir, PREFIX_CHECKPOINT_DIR):
+        if str(path) not in keep and incomplete_reason(path) is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class CheckpointingMixin:
+    """The save and resume half of EBPOTrainer (mixed in before ``trl.GRPOTrainer``). Uses the
+    trainer's ``estimator``, ``_ebpo_state_before_batch`` and TRL's ``_step`` /
+    ``_buffered_inputs``."""
+
+    estimator: Any
+    _ebpo_state_before_batch: dict[str, Any]
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``GRPOTrainer.train``, resuming only from a complete checkpoint (see the module)."""
+        checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        return super().train(checkpoint, *args, **kwargs)
+
+    def _generation_cycle(self) -> GenerationCycle:
+        return GenerationCycle(
+            micro_step=self._step,
+            generate_every=self.args.steps_per_generation * self.num_iterations,
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+        )
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """TRL's checkpoint plus ebpo's files, marked complete last (see the module)."""
+        args, accelerator = self.args, self.accelerator
+        run_dir = self._get_output_dir(trial=trial)
+        checkpoint_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if args.should_save:
+            unmark(checkpoint_dir)
+        accelerator.wait_for_everyone()  # no process rewrites a file of a still-marked checkpoint
+
+        cycle = self._generation_cycle()
+        if args.should_save:
+            ckpt.write_state(
+                checkpoint_dir, self.estimator.state_dict(), cycle, self._ebpo_state_before_batch
+            )
+        buffered = self._buffered_inputs
+        if cycle.inside_batch and buffered is not None:
+            ckpt.write_buffer(checkpoint_dir, accelerator.process_index, buffered)
+
+        limit = args.save_total_limit
+        args.save_total_limit = None  # old checkpoints go only once this one is complete
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            args.save_total_limit = limit
+
+        accelerator.wait_for_everyone()  # every process's files are written
+        if args.should_save:
+            mark_complete(
+                checkpoint_dir, required=REQUIRED_FILES, global_step=self.state.global_step
+            )
+            rotate(run_dir, limit, [checkpoint_dir, self.state.best_model_checkpoint])
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self._restore_generation_state(checkpoint)
+
+    def _restore_generation_state(self, checkpoint: str) -> None:
+        """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""
+        estimator_state, saved, state_before_batch = ckpt.read_state(checkpoint)
+        if estimator_state is None or saved is None:  # train() checked; changed since?
+            raise ValueError(
+                f"checkpoint {checkpoint!r} lacks {ckpt.ESTIMATOR_STATE_FILE} or "
+                f"{ckpt.GENERATION_STATE_FILE}: it is not a complete EBPOTrainer checkpoint"
+            )
+        current = self._generation_cycle()
+        if not saved.inside_batch:
+            # On a generation boundary: the next micro-step generates anyway.
+            self.estimator.load_state_dict(estimator_state)
+            if saved.same_layout(current):
+                self._step = saved.micro_step
+            return
+        if state_before_batch is None:
+            raise ValueError(
+                f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch"
+            )
+        accelerator = self.accelerator
+        process = accelerator.process_index
+        same_layout = saved.same_layout(current)
+        have_buffer = os.path.exists(os.path.join(checkpoint, ckpt.generation_buffer_file(process)))
+        # Collective: every process takes the same branch, or some would generate while others not.
+        replay = same_layout and all(gather_object([have_buffer]))
+        if replay:
+            self._buffered_inputs = ckpt.read_buffer(checkpoint, process, accelerator.device)
+            self._step = saved.micro_step
+            self.estimator.load_state_dict(estimator_state)
+            self._ebpo_state_before_batch = (
+                state_before_batch  # for checkpoints later in this batch
+            )
+            return
+        self.estimator.load_state_dict(state_before_batch)
+        if same_layout:
+            self._step = saved.micro_step
+        reason = (
+            f"the buffered completions of a process are missing (this one: {ckpt.generation_buffer_file(process)}"
+            f"{' present' if have_buffer else ' missing'})"
+            if same_layout
+            else f"the generation layout changed (saved {saved}, now {current})"
+        )
+        logger.warning(
+            "checkpoint %s was saved inside a generation batch (micro-step %d of a %d-step cycle) and "
+            "%s: TRL generates that batch again with the restored policy, so this run is no longer "
+            "identical to an uninterrupted one. The estimator resumes from its state before that "
+            "batch, so the batch is still counted once.",
+            checkpoint,
+            saved.micro_step % saved.generate_every,
+            saved.generate_every,
+            reason,
+        )
