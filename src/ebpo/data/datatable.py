@@ -29,7 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from ebpo.data.tables import READ_SUFFIXES, check_write_suffix, read_file_rows, read_parquet_table
+from ebpo.data.tables import (
+    check_write_suffix,
+    local_input_path,
+    read_file_rows,
+    read_parquet_table,
+)
 from ebpo.utils.files import atomic_path, atomic_write
 
 __all__ = ["DataTable"]
@@ -64,14 +69,8 @@ class DataTable:
 
         Raises ValueError naming the file: missing, not a regular file, empty, a line that is not
         a JSON object (with its line number), not Parquet."""
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be a positive number of rows, got {limit}")
-        path = Path(source).expanduser()
+        path = local_input_path(source, limit)
         suffix = path.suffix.lower()
-        if suffix not in READ_SUFFIXES:
-            raise ValueError(f"data file must end in one of {READ_SUFFIXES}, got {str(path)!r}")
-        if not path.exists():
-            raise ValueError(f"input file {str(path)!r} does not exist")
         if suffix != ".parquet":
             return cls.from_rows(read_file_rows(path).rows[:limit])
         if not path.is_file():

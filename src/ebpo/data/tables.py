@@ -36,6 +36,7 @@ __all__ = [
     "read_file_rows",
     "read_parquet_table",
     "read_rows",
+    "local_input_path",
     "read_table",
     "write_rows",
     "write_table",
@@ -201,6 +202,26 @@ def write_rows(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) 
 
 
 # ----------------------------------------------------------------------------------- frames
+
+
+def local_input_path(
+    source: str | os.PathLike[str],
+    limit: int | None,
+    *,
+    missing: type[Exception] = ValueError,
+) -> Path:
+    """``source`` as a path, after the checks every local table reader makes: ``limit`` is None or
+    >= 1, the suffix is one we read, the file exists (else ``missing`` naming it)."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be a positive number of rows, got {limit}")
+    path = Path(source).expanduser()
+    if path.suffix.lower() not in READ_SUFFIXES:
+        raise ValueError(f"data file must end in one of {READ_SUFFIXES}, got {str(path)!r}")
+    if not path.exists():
+        raise missing(f"input file {str(path)!r} does not exist")
+    return path
+
+
 def read_table(source: str | os.PathLike[str], *, limit: int | None = None) -> Any:
     """A pandas DataFrame of a local .jsonl/.json/.parquet file, every column kept as stored
     (the first ``limit`` rows if given). A missing file raises FileNotFoundError; an empty input,
@@ -208,14 +229,8 @@ def read_table(source: str | os.PathLike[str], *, limit: int | None = None) -> A
     file."""
     import pandas as pd  # optional heavy dependency (ebpo[data])
 
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be a positive number of rows, got {limit}")
-    path = Path(source).expanduser()
+    path = local_input_path(source, limit, missing=FileNotFoundError)
     suffix = path.suffix.lower()
-    if suffix not in READ_SUFFIXES:
-        raise ValueError(f"data file must end in one of {READ_SUFFIXES}, got {str(path)!r}")
-    if not path.exists():
-        raise FileNotFoundError(f"input file {str(path)!r} does not exist")
     # JSON through the rows reader: its errors name the file and the line.
     frame = _read_parquet_frame(path) if suffix == ".parquet" else pd.DataFrame(read_rows(path))
     if len(frame) == 0:
