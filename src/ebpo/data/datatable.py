@@ -31,6 +31,7 @@ import numpy as np
 
 from ebpo.data.tables import (
     check_write_suffix,
+    json_line,
     local_input_path,
     read_file_rows,
     read_parquet_table,
@@ -162,7 +163,7 @@ class DataTable:
         if check_write_suffix(destination, "destination") == ".jsonl":
             rows = self._arrow.to_pylist() if self._arrow is not None else self._rows
             assert rows is not None
-            lines = [_json_line(row, at) for row, at in zip(rows, self._origin, strict=True)]
+            lines = [json_line(row, at) for row, at in zip(rows, self._origin, strict=True)]
             with atomic_write(path) as handle:
                 handle.writelines(lines)
             return path
@@ -201,37 +202,3 @@ def _arrow_array(name: str, values: list) -> Any:
 def _plain(value: Any) -> Any:
     """A numpy scalar as the Python number it holds (labels computed with numpy)."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _json_line(row: Mapping[str, Any], at: int) -> str:
-    try:
-        line = json.dumps(row, ensure_ascii=False, allow_nan=False, default=_json_default)
-        if not line.isascii():
-            try:
-                line.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate ("\ud800" read from an escape): escape it
-                line = json.dumps(row, allow_nan=False, default=_json_default)
-        return line + "\n"
-    except (TypeError, ValueError):
-        for column, value in row.items():
-            try:
-                json.dumps(value, allow_nan=False, default=_json_default)
-            except (TypeError, ValueError) as error:
-                raise ValueError(
-                    f"input row {at} (counting from 0), column {column!r}: {_short(value)} cannot "
-                    f"be stored in JSON ({error}); fix that row or write .parquet"
-                ) from None
-        raise
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "read_file_rows",
     "read_parquet_table",
     "read_rows",
+    "json_line",
     "local_input_path",
     "read_table",
     "write_rows",
@@ -269,35 +270,52 @@ def write_table(frame: Any, destination: str | os.PathLike[str]) -> None:
             ) from None
         return
     records = frame.to_dict(orient="records")
-    lines = [_json_line(record, row) for row, record in zip(frame.index, records, strict=True)]
+    lines = [
+        json_line(record, row, convert=_clean)
+        for row, record in zip(frame.index, records, strict=True)
+    ]
     with atomic_write(path) as handle:
         handle.writelines(lines)
 
 
-def _json_line(record: dict[str, Any], row: Any) -> str:
+def json_line(
+    record: Mapping[str, Any], at: Any, *, convert: Callable[[Any], Any] = lambda value: value
+) -> str:
+    """``record`` as one JSONL line (with its newline), after ``convert`` (e.g. NaN → None for a
+    frame; the identity keeps a row as it was read). numpy values become the Python values they
+    hold; a lone surrogate is written escaped. A value JSON cannot hold raises ValueError naming
+    row ``at`` (counting from 0) and the column."""
+
+    def default(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return convert(value.tolist())
+        if isinstance(value, np.generic):
+            return convert(value.item())
+        raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
     try:
-        return (
-            json.dumps(_clean(record), ensure_ascii=False, default=_json_default, allow_nan=False)
-            + "\n"
-        )
+        line = json.dumps(convert(record), ensure_ascii=False, allow_nan=False, default=default)
+        if not line.isascii():
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate ("\ud800" read from an escape): escape it
+                line = json.dumps(convert(record), allow_nan=False, default=default)
+        return line + "\n"
     except (TypeError, ValueError):
         for column, value in record.items():
             try:
-                json.dumps(_clean(value), default=_json_default, allow_nan=False)
+                json.dumps(convert(value), allow_nan=False, default=default)
             except (TypeError, ValueError) as error:
                 raise ValueError(
-                    f"input row {row} (counting from 0), column {column!r}: {value!r} cannot be "
-                    f"stored in JSON ({error}); fix that row or write .parquet"
+                    f"input row {at} (counting from 0), column {column!r}: {_short(value)} cannot "
+                    f"be stored in JSON ({error}); fix that row or write .parquet"
                 ) from None
         raise
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return _clean(value.tolist())
-    if isinstance(value, np.generic):
-        return _clean(value.item())
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _clean(value: Any) -> Any:
