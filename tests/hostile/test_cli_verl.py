@@ -261,6 +261,33 @@ CASES = [
         ["verl", "prepare-data", "--template", "chatml"],
         r"--template must be one of .*got 'chatml'",
     ),
+    # -- ebpo verl smoke: refused before Ray, verl or a model is touched
+    CliCase(
+        "smoke-unknown-estimator",
+        ["verl", "smoke", "--estimator", "grpo"],
+        r"^ebpo verl smoke: error: argument --estimator: invalid choice: 'grpo'",
+    ),
+    CliCase(
+        "smoke-all-and-estimator",
+        ["verl", "smoke", "--all", "--estimator", "ebpo"],
+        r"^ebpo verl smoke: error: pass either --all or --estimator, not both",
+    ),
+    CliCase(
+        "smoke-work-dir-is-a-file",
+        ["verl", "smoke", "--work-dir", "{tmp}/out.txt"],
+        r"^ebpo verl smoke: error: --work-dir .*out.txt' is a file, expected a directory",
+        setup=_file("out.txt"),
+    ),
+    CliCase(
+        "smoke-unknown-flag",
+        ["verl", "smoke", "--steps", "9"],
+        r"^ebpo verl smoke: error: unrecognized arguments: --steps 9",
+    ),
+    CliCase(
+        "smoke-typo",
+        ["verl", "smoek"],
+        r"^ebpo verl: error: unknown subcommand 'smoek'; did you mean 'smoke'\?",
+    ),
 ]
 
 
@@ -325,3 +352,20 @@ def test_a_verl_failure_on_a_config_nothing_refused_exits_1_in_one_line(
     assert main(["verl", "recipe", "ebpo", "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert err == "dry run FAILED: RuntimeError: CUDA driver exploded second line\n"
+
+
+@pytest.mark.verl
+def test_a_smoke_failing_inside_verl_exits_1_in_one_line(tmp_path, monkeypatch, capsys):
+    """A failure inside verl or Ray (a RayTaskError can be a ValueError too) is not the user's
+    error: exit 1, one stderr line, the runs kept — never exit 2."""
+    import ebpo.lab.verl_cpu.smoke as smoke
+    from ebpo.cli import main
+
+    def broken(settings, report):
+        raise ValueError("Total available GPUs 0 is less than total desired GPUs 1\nsecond line")
+
+    monkeypatch.setattr(smoke, "run_smoke", broken)
+    assert main(["verl", "smoke", "--work-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("verl CPU smoke FAILED: ValueError: Total available GPUs 0 is less")
+    assert err.count("\n") == 1 and "second line" in err

@@ -4,6 +4,7 @@
     ebpo verl [run] [--dry-run] OVERRIDES...  verl's PPO entry point with the plug-in and our defaults
     ebpo verl recipe NAME [--dry-run] [OVERRIDES...]   the paper's runs (--list to see them)
     ebpo verl prepare-data --out-dir DIR      DAPO-Math-17K + eval sets as verl parquet files
+    ebpo verl smoke [--all]                   verl's own fit() loop on CPU with ebpo inside (~1 min)
 
 OVERRIDES are Hydra overrides of ``verl/trainer/config/ppo_trainer.yaml``; EBPO's options go under
 ``algorithm.ebpo`` with a ``+``, e.g. ``+algorithm.ebpo.prior=ema +algorithm.ebpo.half_life=20``.
@@ -13,21 +14,25 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import shutil
 import sys
+import tempfile
 
 from ebpo.commands import Parser, one_line, user_error
 from ebpo.integrations.verl import launcher
 from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
-from ebpo.integrations.verl.doctor import run_checks
+from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
+from ebpo.lab.verl_cpu.settings import ESTIMATORS, SmokeSettings
+from ebpo.utils.files import check_output_path
 
-SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data")
+SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data", "smoke")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "verl",
-        help="run EBPO on verl (doctor, run, recipe, prepare-data)",
+        help="run EBPO on verl (doctor, run, recipe, prepare-data, smoke)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -108,6 +113,36 @@ def _prepare_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _smoke_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="ebpo verl smoke",
+        description=(
+            "Run verl's own RayPPOTrainer.fit() on this CPU with ebpo inside: a tiny model on the "
+            "arithmetic task, 4 steps, a checkpoint at step 2 and a resumed run that must repeat "
+            "steps 3-4 exactly. Exit 0 when every check passes. Checks an install before GPUs."
+        ),
+    )
+    p.add_argument(
+        "--estimator",
+        action="append",
+        choices=list(ESTIMATORS),
+        help="estimator configuration to run (repeatable; default: ebpo)",
+    )
+    p.add_argument(
+        "--all", action="store_true", help=f"run all of {', '.join(ESTIMATORS)} (~2-3 min)"
+    )
+    p.add_argument(
+        "--work-dir",
+        default=None,
+        help="where the runs go (default: a temporary directory, removed when the smoke passes)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    p.add_argument(
+        "--verbose", action="store_true", help="show verl's console output (default: into files)"
+    )
+    return p
+
+
 # ---------------------------------------------------------------------- dispatch
 def run(args: argparse.Namespace) -> int:
     rest = list(args.rest or [])
@@ -136,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
             return _recipe(*_recipe_parser().parse_known_args(argv))
         if command == "prepare-data":
             return run_prepare(_prepare_parser().parse_args(argv))
+        if command == "smoke":
+            return _smoke(_smoke_parser().parse_args(argv))
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
         return user_error(f"ebpo verl {command}", error)
@@ -176,6 +213,8 @@ def _doctor(args: argparse.Namespace) -> int:
         for line in more:
             print(f"       {line}")
     print("verl plug-in is BROKEN" if failed else "verl plug-in OK")
+    if not failed:
+        print(SMOKE_HINT)
     return 1 if failed else 0
 
 
@@ -234,3 +273,48 @@ def _recipe(args: argparse.Namespace, extra: list[str]) -> int:
             args.print_config,
         )
     return launcher.run(overrides)
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    if args.all and args.estimator:
+        raise ValueError("pass either --all or --estimator, not both")
+    names = tuple(ESTIMATORS) if args.all else tuple(dict.fromkeys(args.estimator or ["ebpo"]))
+    if args.work_dir is not None:
+        check_output_path(args.work_dir, "--work-dir", kind="dir")
+    # every argument is checked before anything is written or anything slow is imported
+    SmokeSettings(work_dir=args.work_dir or ".", estimators=names).check()
+    temporary = args.work_dir is None
+    work = args.work_dir or tempfile.mkdtemp(prefix="ebpo-verl-smoke-")
+    settings = SmokeSettings(work_dir=work, estimators=names, verbose=args.verbose)
+
+    from ebpo.lab.verl_cpu.smoke import run_smoke  # imports verl, ray, transformers
+
+    print(
+        f"ebpo verl smoke: verl's RayPPOTrainer.fit() on CPU with {', '.join(names)} "
+        "(Ray workers take ~10 s to start)...",
+        flush=True,
+    )
+    try:
+        result = run_smoke(settings, report=lambda line: print(line, flush=True))
+    except Exception as error:  # verl / Ray failing on this machine: exit 1, not a user error
+        message = one_line(error)
+        print(
+            f"verl CPU smoke FAILED: {type(error).__name__}: {message[:2000]} (runs kept in {work})",
+            file=sys.stderr,
+        )
+        return 1
+    for check in result.checks:
+        print(f"[{'ok  ' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    failed = [check for check in result.checks if not check.ok]
+    if failed:
+        print(
+            f"verl CPU smoke FAILED: {len(failed)} of {len(result.checks)} checks; runs kept in {work}"
+        )
+        return 1
+    if temporary and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+        where = "(temporary runs removed)"
+    else:
+        where = f"(runs in {work})"
+    print(f"verl CPU smoke OK: {len(result.checks)} checks passed {where}")
+    return 0

@@ -44,3 +44,13 @@ def test_doctor_fresh_interpreter_probe():
     checks = {c.name: c for c in run_checks(fresh_process=True)}
     probe = checks["fresh `import verl` registers"]
     assert probe.ok and probe.detail == "ebpo, ebpo_bb, jspo, jspo_plus_plus"
+
+
+def test_doctor_points_to_the_cpu_smoke_when_healthy(capsys):
+    """After its checks pass, the doctor names the deeper check: verl's own loop on CPU."""
+    from ebpo.cli import main
+    from ebpo.integrations.verl.doctor import SMOKE_HINT
+
+    assert main(["verl", "doctor", "--no-fresh-process"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(SMOKE_HINT) and "ebpo verl smoke" in SMOKE_HINT

@@ -13,6 +13,10 @@ verl reports that deep inside a Ray actor, minutes into a job. The doctor checks
    show the real traceback;
 4. verl's ``compute_advantage`` runs with each of these estimators on a tiny batch with a padding row;
 5. the checkpoint callback class loads through verl's own loader.
+
+These checks stop at verl's ``compute_advantage``. ``ebpo verl smoke`` (:data:`SMOKE_HINT`) goes
+further: verl's own ``RayPPOTrainer.fit()`` on this CPU with the plug-in inside — validation,
+reward, metrics, checkpoint and an exact resume — in about a minute.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ from ebpo.integrations.verl.advantage import REGISTERED_NAMES
 from ebpo.integrations.verl.launcher import CALLBACK_FQN, PLUGIN_MODULE, entry_point_active
 from ebpo.integrations.verl.state import EstimatorStore
 
-__all__ = ["Check", "run_checks"]
+__all__ = ["SMOKE_HINT", "Check", "run_checks"]
+
+#: printed after the doctor's checks: the next, deeper check of an install
+SMOKE_HINT = (
+    "next: `ebpo verl smoke` runs verl's own RayPPOTrainer.fit() on this CPU with the plug-in "
+    "inside (validation, compute_score, metrics, checkpoint, exact resume; ~1 min)"
+)
 
 PROBE = textwrap.dedent(
     f"""

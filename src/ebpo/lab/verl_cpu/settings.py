@@ -1,0 +1,102 @@
+"""The settings of ``ebpo verl smoke`` (checked before anything slow is imported): which estimator
+configurations it runs (:data:`ESTIMATORS`), its sizes (:class:`SmokeSettings`) and the shape of
+its results (:class:`Check`). Imports nothing from verl."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ebpo.integrations.verl.recipes import EBPO_OVERRIDES
+from ebpo.utils.checks import check_int, check_positive_int
+
+__all__ = ["ESTIMATORS", "Check", "EstimatorRun", "SmokeSettings"]
+
+
+@dataclass(frozen=True)
+class EstimatorRun:
+    """One estimator configuration of the smoke: its Hydra overrides, the training file order it
+    reads and whether ebpo's curriculum sampler feeds verl's dataloader."""
+
+    name: str
+    registry_name: str  # verl's adv_estimator (the prefix of its metrics)
+    overrides: tuple[str, ...]
+    order: str = "file"
+    curriculum_sampler: bool = False
+    description: str = ""
+
+
+ESTIMATORS: dict[str, EstimatorRun] = {
+    run.name: run
+    for run in (
+        EstimatorRun(
+            "ebpo",
+            "ebpo",
+            ("algorithm.adv_estimator=ebpo",),
+            description="EBPO, whole-history prior (state across steps)",
+        ),
+        EstimatorRun(
+            "jspo_plus_plus",
+            "jspo_plus_plus",
+            ("algorithm.adv_estimator=jspo_plus_plus", "+algorithm.ebpo.smooth_coef=0.9"),
+            description="JSPO++, smoothing 0.9 (state across steps)",
+        ),
+        EstimatorRun(
+            "ebpo_topic",
+            "ebpo",
+            (*EBPO_OVERRIDES, "+data.curriculum.order=topic", "+data.curriculum.seed=0"),
+            order="shuffle",
+            curriculum_sampler=True,
+            description="the ebpo_topic recipe's estimator; ebpo's CurriculumSampler (topic order) "
+            "in verl's dataloader, resumed mid-epoch",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class SmokeSettings:
+    """Sizes of the smoke (defaults: ~10 s of training per run on one CPU core)."""
+
+    work_dir: str
+    estimators: tuple[str, ...] = ("ebpo",)
+    steps: int = 4
+    save_step: int = 2
+    batch_size: int = 4
+    group_size: int = 4
+    train_size: int = 16  # one epoch of 4 steps: the resume at step 2 is mid-epoch
+    val_size: int = 6
+    max_response_length: int = 12
+    warm_steps: int = 800
+    seed: int = 0
+    cache: str | None = None  # warm-start cache (None: ebpo's cache, ebpo.lab.policy.cache_dir)
+    verbose: bool = False  # show verl's console output instead of writing it to a file
+
+    def check(self) -> None:
+        """ValueError naming the first bad setting."""
+        unknown = [name for name in self.estimators if name not in ESTIMATORS]
+        if not self.estimators or unknown:
+            raise ValueError(
+                f"--estimator must be some of {', '.join(ESTIMATORS)}; got {list(self.estimators)}"
+            )
+        for name in ("steps", "save_step", "batch_size", "train_size", "val_size", "warm_steps"):
+            check_positive_int(f"--{name.replace('_', '-')}", getattr(self, name))
+        check_int("--group-size", self.group_size, low=2)
+        if not self.save_step < self.steps:
+            raise ValueError(
+                f"--save-step must be below --steps (a resume needs steps after the checkpoint); "
+                f"got {self.save_step} and {self.steps}"
+            )
+        if self.train_size < self.steps * self.batch_size:
+            raise ValueError(
+                f"--train-size must hold --steps × --batch-size = {self.steps * self.batch_size} "
+                f"prompts (one epoch); got {self.train_size}"
+            )
+
+
+@dataclass(frozen=True)
+class Check:
+    """One checked claim: ``name`` (what), ``ok``, ``detail`` (the evidence)."""
+
+    name: str
+    ok: bool
+    detail: str
