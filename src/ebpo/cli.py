@@ -29,11 +29,12 @@ __all__ = ["COMMANDS", "build_parser", "main", "missing_extra"]
 #: command -> its one-line summary in ``ebpo --help`` (the ``help=`` its module's parser gives)
 COMMANDS: dict[str, str] = {
     "train": "RL-train a causal LM with an ebpo estimator (no arguments: the built-in CPU default)",
+    "grpo": "trl grpo with an ebpo estimator: TRL's flags and YAML configs + --advantage_estimator",
     "eval": "Pass@k evaluation on math benchmarks",
     "simulate": "simulated experiments: baseline quality, saturated failure, bandit learning",
     "bench": "paired comparison of estimators with real token-level RL: differences to GRPO with intervals",
     "data": "label data with topics / difficulty and sort it into curriculum orders",
-    "verl": "run EBPO on verl (doctor, run, recipe, prepare-data)",
+    "verl": "run EBPO on verl (doctor, run, recipe, prepare-data, smoke)",
     "demo": "compare EBPO and GRPO advantages on a simulated batch (no model, seconds)",
 }
 
@@ -57,7 +58,13 @@ MODULE_EXTRAS: dict[str, str] = {
     "sentence_transformers": "embed",
 }
 #: the extra that brings ``transformers`` (several do) for each command that needs it
-TRANSFORMERS_EXTRA: dict[str, str] = {"train": "trl", "bench": "trl", "eval": "trl", "verl": "verl"}
+TRANSFORMERS_EXTRA: dict[str, str] = {
+    "train": "trl",
+    "grpo": "trl",
+    "bench": "trl",
+    "eval": "trl",
+    "verl": "verl",
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

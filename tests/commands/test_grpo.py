@@ -1,0 +1,115 @@
+"""``ebpo grpo``: a YAML written for ``trl grpo`` (TRL's documented shape) runs with one added line,
+``advantage_estimator: ebpo``; the trainer is EBPOTrainer and its state is in every checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+import trl  # noqa: E402
+
+from ebpo.cli import main  # noqa: E402
+from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
+from ebpo.integrations.trl import EBPOTrainer  # noqa: E402
+from ebpo.integrations.trl.grpo_script import parse  # noqa: E402
+
+pytestmark = [pytest.mark.trl]
+
+#: a `trl grpo` recipe as TRL documents it (flat GRPOConfig / ModelConfig keys, a `datasets:`
+#: mixture), for a tiny local model and 2 steps
+TRL_YAML = """\
+model_name_or_path: {model}
+datasets:
+  - path: json
+    data_files: {data}
+reward_funcs:
+  - ebpo.integrations.trl.math_reward
+num_generations: 2
+per_device_train_batch_size: 4
+max_completion_length: 8
+max_steps: 2
+save_steps: 1
+learning_rate: 1.0e-4
+beta: 0.0
+logging_steps: 1
+report_to: none
+use_cpu: true
+bf16: false
+output_dir: {out}
+"""
+
+
+@pytest.fixture(scope="module")
+def local_model_and_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpo")
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, seed=0)
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(8)]
+    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def write_yaml(root: Path, name: str, extra: str = "") -> Path:
+    text = TRL_YAML.format(model=root / "model", data=root / "data.jsonl", out=root / name)
+    path = root / f"{name}.yaml"
+    path.write_text(text + extra)
+    return path
+
+
+def test_a_trl_grpo_yaml_runs_with_one_added_line(local_model_and_data, monkeypatch):
+    root = local_model_and_data
+    built: list[type] = []
+    original_init = EBPOTrainer.__init__
+
+    def recording_init(self, *args, **kwargs):
+        built.append(type(self))
+        original_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(EBPOTrainer, "__init__", recording_init)
+    config = write_yaml(root, "run", "advantage_estimator: ebpo\n")
+    assert main(["grpo", "--config", str(config)]) == 0
+    assert built == [EBPOTrainer]
+    assert trl.GRPOTrainer is not EBPOTrainer  # the swap ends with the run
+    out = root / "run"
+    assert (out / "model.safetensors").is_file()  # TRL's script saved the final model
+    checkpoints = sorted(out.glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-1", "checkpoint-2"]
+    for step, checkpoint in enumerate(checkpoints, start=1):
+        saved = json.loads((checkpoint / "ebpo_estimator_state.json").read_text())
+        # the estimator saw every reward of every step: 4 completions (2 prompts x G = 2) a step
+        assert saved["estimator"] == "ebpo" and saved["steps"] == step
+        assert saved["global"]["rewards"]["count"] == 4 * step
+
+
+def test_trl_flags_override_the_yaml_and_ours_are_parsed(local_model_and_data):
+    config = write_yaml(local_model_and_data, "parsed", "advantage_estimator: ebpo\n")
+    script, training, model, _ = parse(
+        ["--config", str(config), "--max_steps", "7", "--use_peft", "--lora_r", "4",
+         "--reward_funcs", "math_reward", "--estimator_options", '{"prior": "ema"}']
+    )  # fmt: skip
+    assert training.max_steps == 7 and training.advantage_estimator == "ebpo"
+    assert training.estimator_options == {"prior": "ema"}
+    assert model.use_peft and model.lora_r == 4
+    assert script.reward_funcs == ["ebpo.integrations.trl.math_reward"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--reward_funcs", "acuracy_reward"], "reward_funcs: unknown name"),
+        (["--advantage_estimator", "ebpoo"], "ebpoo"),
+        (["--no_such_flag", "1"], "no_such_flag"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(local_model_and_data, capsys, argv, message):
+    config = write_yaml(local_model_and_data, "bad")
+    code = main(["grpo", "--config", str(config), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and message in err and err.startswith("ebpo grpo: error:")
