@@ -1,13 +1,21 @@
 """``ebpo grpo``: ``trl grpo`` with an ebpo estimator (:mod:`ebpo.integrations.trl.grpo_script`).
 Every argument after ``grpo`` goes to TRL's own parser (GRPOConfig, ModelConfig, the dataset
 mixture, ``--config recipe.yaml``) with ``EBPOConfig``'s ``--advantage_estimator`` and
-``--estimator_options`` added."""
+``--estimator_options`` added.
+
+``--dry-run`` (ebpo's own flag, :mod:`ebpo.integrations.trl.dry_run`) parses the same arguments,
+builds the trainer on this CPU with a tiny local model and a few rows in place of the model and
+the data, prints what the run would do and stops: ``ebpo grpo --config recipes/trl/qwen3-1.7b/
+ebpo.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
 
 from __future__ import annotations
 
 import argparse
 
-SUMMARY = "trl grpo with an ebpo estimator: TRL's flags and YAML configs + --advantage_estimator"
+SUMMARY = (
+    "trl grpo with an ebpo estimator: TRL's flags and YAML configs + --advantage_estimator "
+    "(--dry-run: check a recipe on CPU)"
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,8 +25,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    # heavy optional import: trl (the trl extra), and the trainer behind it
-    from ebpo.integrations.trl.grpo_script import main
+#: the spellings of ebpo's flag (TRL's parser never sees it; in a YAML it is an unknown key)
+DRY_RUN_FLAGS = ("--dry-run", "--dry_run")
 
-    return main(args.trl_args)
+
+def run(args: argparse.Namespace) -> int:
+    argv = [arg for arg in args.trl_args if arg not in DRY_RUN_FLAGS]
+    if len(argv) == len(args.trl_args):
+        # heavy optional import: trl (the trl extra), and the trainer behind it
+        from ebpo.integrations.trl.grpo_script import main
+
+        return main(argv)
+    # heavy optional import: trl, transformers, datasets
+    from ebpo.integrations.trl.dry_run import dry_run
+
+    built = dry_run(argv)
+    source = argv[argv.index("--config") + 1] if "--config" in argv else "the command line"
+    print("\n".join(built.summary(source)))
+    return 0

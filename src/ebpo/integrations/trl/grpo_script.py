@@ -15,15 +15,20 @@ when it runs and takes no trainer class, so :func:`ebpo_trainer_in_trl` swaps ``
 for :class:`EBPOTrainer` for the duration of the call (restored afterwards, also on error). That
 swap is the one thing repeated around TRL's script; ours is the reward-name alias table
 :data:`REWARD_ALIASES`, rewritten to import paths before TRL's registry sees them.
+
+``ebpo grpo --dry-run`` (:mod:`ebpo.integrations.trl.dry_run`) parses with :func:`parse` too and
+runs the same ``main`` up to the trainer's construction, on a tiny local model.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import trl
+import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
@@ -46,18 +51,40 @@ class GrpoParser(TrlParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
+#: what ``ebpo grpo --help`` says above TRL's flags
+DESCRIPTION = (
+    "trl grpo with an ebpo estimator: TRL's own script and flags (GRPOConfig, ModelConfig, the "
+    "datasets mixture, --config recipe.yaml) with EBPOConfig's fields added (advantage_estimator, "
+    "estimator_options, data_order, ...). ebpo's own flag: --dry-run parses the arguments exactly as "
+    "a run would, builds the trainer on this machine's CPU with a tiny local model and a few rows "
+    "in place of the model and the data, prints what the run would do and stops (no GPU, no Hub). "
+    "Recipes of the paper's methods: recipes/trl/README.md."
+)
+
+
 def make_parser(prog: str = "ebpo grpo") -> TrlParser:
     """``trl grpo``'s parser with :class:`EBPOConfig` in ``GRPOConfig``'s place."""
     types = (trl_grpo.GRPOScriptArguments, EBPOConfig, ModelConfig, DatasetMixtureConfig)
-    return GrpoParser(types, prog=prog)
+    return GrpoParser(types, prog=prog, description=DESCRIPTION)
 
 
 def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
     """The four argument objects of ``argv`` (flags and ``--config FILE``). Unknown flags or YAML
-    keys are an error (ValueError naming them), as are unknown reward names."""
-    script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(
-        args=list(argv), fail_with_unknown_args=True
-    )
+    keys are an error (ValueError naming them), as are unknown reward names, a ``--config`` file
+    that cannot be read and one that is not YAML."""
+    argv = list(argv)
+    if "--config" in argv:  # TRL reads the file after the first --config and ignores any other
+        index = argv.index("--config")
+        if argv.count("--config") > 1 or index + 1 == len(argv):
+            raise ValueError("--config takes one YAML file, given once")
+        if not Path(argv[index + 1]).is_file():
+            raise ValueError(f"--config {argv[index + 1]!r}: no such file")
+    try:
+        script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(
+            args=argv, fail_with_unknown_args=True
+        )
+    except yaml.YAMLError as error:
+        raise ValueError(f"--config: not valid YAML: {error}") from error
     script_args.reward_funcs = [REWARD_ALIASES.get(n, n) for n in script_args.reward_funcs or []]
     unknown = [n for n in script_args.reward_funcs if "." not in n and n not in TRL_REWARDS]
     if unknown:

@@ -1,0 +1,324 @@
+"""The TRL recipes (``recipes/trl/<model>/<method>.yaml``): every one dry-runs
+(``ebpo grpo --config R --dry-run``: parsed as a real run, EBPOTrainer built on a tiny model,
+stopped), has the paper's settings, and has exactly its paper preset's method settings — so a
+recipe and ``PAPER_METHODS`` cannot drift apart. The files are discovered: a new recipe is tested
+without being listed, and a missing one fails the count."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+import ebpo  # noqa: E402
+from ebpo.cli import main  # noqa: E402
+from ebpo.curriculum import is_contiguous  # noqa: E402
+from ebpo.data import load_dataset  # noqa: E402
+from ebpo.integrations.trl import EBPOTrainer, make_config  # noqa: E402
+from ebpo.integrations.trl import dry_run as dry_run_module  # noqa: E402
+from ebpo.integrations.trl.dry_run import METHOD_FIELDS  # noqa: E402
+from ebpo.integrations.verl.data_prep import prepare  # noqa: E402
+
+pytestmark = [pytest.mark.trl]
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES_DIR = REPO / "recipes" / "trl"
+RECIPES = sorted(RECIPES_DIR.glob("**/*.yaml"))
+FIXTURES = REPO / "tests" / "fixtures" / "datasets"
+
+#: recipe (file stem) -> the preset of PAPER_METHODS whose method settings it must have
+METHOD_PRESETS = {
+    "ebpo": "ebpo_batch",
+    "ebpo_topic": "ebpo_batch",
+    "ebpo_diff": "ebpo_batch",
+    "grpo": "grpo",
+    "dr_grpo": "dr_grpo",
+    "dapo": "dapo",
+    "entropy_mech": "entropy_mech",
+}
+#: model directory -> (hub id, LoRA?, dtype, learning rate)
+MODELS = {
+    "qwen3-1.7b": ("Qwen/Qwen3-1.7B", False, "float32", 1e-6),
+    "qwen3-8b-lora": ("Qwen/Qwen3-8B", True, "bfloat16", 1e-5),
+}
+#: the paper's batch (recipes/verl): G (the issue's 8), prompts per step, PPO mini-batch in prompts
+G, PROMPTS_PER_STEP, MINI_BATCH_PROMPTS = 8, 512, 128
+NODE_PROCESSES = 8
+#: YAML keys that may differ between the two models of one method, and between the methods of
+#: one model (beyond the method fields of the presets)
+MODEL_KEYS = {
+    "model_name_or_path", "dtype", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
+    "lora_target_modules", "learning_rate", "vllm_gpu_memory_utilization", "output_dir",
+}  # fmt: skip
+METHOD_KEYS = {
+    *METHOD_FIELDS, "dataset_config", "data_order", "shuffle_dataset", "num_train_epochs",
+    "estimator_options", "output_dir",
+}  # fmt: skip
+
+
+def recipe_id(path: Path) -> str:
+    return path.relative_to(RECIPES_DIR).with_suffix("").as_posix()
+
+
+def run_dry(argv: list[str], monkeypatch) -> tuple[int, list]:
+    """``ebpo grpo ARGV --dry-run`` through the CLI; (exit code, the DryRun objects built)."""
+    built: list = []
+    original = dry_run_module.dry_run
+
+    def recording(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(dry_run_module, "dry_run", recording)
+    return main(["grpo", *argv, "--dry-run"]), built
+
+
+@pytest.fixture(autouse=True)
+def _offline_elsewhere(tmp_path, monkeypatch):
+    # data/ebpo (the recipes' dataset_name) is relative: run where it does not exist, so the dry
+    # run takes its synthetic rows whatever the developer has under the repository.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_every_method_has_a_recipe_for_each_model():
+    found = sorted(recipe_id(p) for p in RECIPES)
+    assert found == sorted(f"{m}/{k}" for m in MODELS for k in METHOD_PRESETS)
+    assert len(found) == 14
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=recipe_id)
+def test_recipe_dry_runs_with_the_paper_settings(recipe, monkeypatch, capsys, tmp_path):
+    model_dir, method = recipe.parent.name, recipe.stem
+    preset = METHOD_PRESETS[method]
+    code, built = run_dry(["--config", str(recipe)], monkeypatch)
+    out = capsys.readouterr().out
+    assert code == 0 and len(built) == 1
+    run = built[0]
+    config, trainer = run.config, run.trainer
+    assert out.startswith(f"ebpo grpo --dry-run: {recipe} parsed as a real run")
+    assert f"paper preset: {preset}\n" in out
+
+    # The trainer is ours, with the recipe's estimator, built with the CPU substitutions.
+    assert isinstance(trainer, EBPOTrainer)
+    assert trainer.args.advantage_estimator == config.advantage_estimator
+    assert type(trainer.estimator) is type(ebpo.make_estimator(config.advantage_estimator))
+    assert trainer.args.estimator_kwargs == config.estimator_kwargs
+    assert not trainer.args.use_vllm and not trainer.args.bf16 and trainer.args.use_cpu
+
+    # Method settings = the preset's, on every field any paper preset sets (as a run parses them,
+    # and as the trainer got them).
+    reference = make_config(preset, output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    for field in METHOD_FIELDS:
+        assert getattr(config, field) == getattr(reference, field), field
+        assert getattr(trainer.args, field) == getattr(reference, field), field
+    assert run.preset == preset
+
+    # The paper's run on one node: G = 8, 512 prompts a generation batch, PPO mini-batch 128.
+    assert config.num_generations == G
+    assert config.generation_batch_size == PROMPTS_PER_STEP * G
+    optimizer_step = (
+        config.per_device_train_batch_size * config.gradient_accumulation_steps * NODE_PROCESSES
+    )
+    assert optimizer_step == MINI_BATCH_PROMPTS * G
+    steps_per_batch = config.generation_batch_size // optimizer_step  # optimizer steps a paper step
+    assert steps_per_batch == 4 and config.num_iterations == 1
+    assert (config.eval_strategy, config.eval_steps) == ("steps", 5 * steps_per_batch)
+    assert config.eval_on_start and config.num_generations_eval == 8
+    assert (config.save_strategy, config.save_steps) == ("steps", 10 * steps_per_batch)
+    assert config.use_vllm and config.vllm_mode == "colocate" and config.bf16
+    assert not config.vllm_importance_sampling_correction and not config.use_bias_correction_kl
+    assert (config.max_completion_length, config.temperature, config.top_p) == (8192, 1.0, 1.0)
+    assert config.vllm_max_model_length == 4096 + 8192
+    assert config.lr_scheduler_type == "constant" and config.weight_decay == 0.01
+    assert run.script_args.dataset_name == "data/ebpo"
+    assert (run.script_args.dataset_train_split, run.script_args.dataset_test_split) == (
+        "train",
+        "test",
+    )
+    assert run.script_args.reward_funcs == ["ebpo.integrations.trl.math_reward"]
+    assert config.output_dir == f"runs/trl/{model_dir}/{method}"
+
+    # The model: the full fine-tune or LoRA, with the learning rate that goes with it.
+    hub_id, lora, dtype, learning_rate = MODELS[model_dir]
+    model_args = run.model_args
+    assert (model_args.model_name_or_path, model_args.use_peft) == (hub_id, lora)
+    assert (model_args.dtype, config.learning_rate) == (dtype, learning_rate)
+    trainable = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+    if lora:
+        assert type(trainer.model).__name__.startswith("Peft")
+        assert (model_args.lora_r, model_args.lora_dropout) == (32, 0.0)
+        assert trainable and all("lora_" in n for n in trainable)
+        # the adapters train in fp32 over the bf16 base; the reference is the base without them
+        assert {p.dtype for p in trainable.values()} == {torch.float32}
+        frozen = {p.dtype for p in trainer.model.parameters() if not p.requires_grad}
+        assert frozen == {torch.bfloat16} and trainer.ref_model is None
+        # every linear layer of the tiny Llama carries an adapter (all-linear), not the lm_head
+        adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable}
+        assert adapted == {
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        }
+    else:
+        assert len(trainable) == len(list(trainer.model.parameters()))
+        assert {p.dtype for p in trainable.values()} == {torch.float32}
+        # a separate reference model exactly when the method has a KL term
+        assert (trainer.ref_model is not None) == (config.beta > 0)
+
+    # The data order of the method, applied to the rows the trainer got.
+    rows = trainer.train_dataset
+    if method == "ebpo":
+        assert (run.script_args.dataset_config, config.data_order) == ("file", "shuffle")
+        assert not config.shuffle_dataset
+    elif method == "ebpo_topic":
+        assert (run.script_args.dataset_config, config.data_order) == ("file", "topic")
+        assert not config.shuffle_dataset and is_contiguous(rows["topic"])
+        assert len(set(rows["topic"])) == 2
+    elif method == "ebpo_diff":
+        assert (run.script_args.dataset_config, config.data_order) == ("file", "difficulty")
+        assert rows["difficulty"] == sorted(rows["difficulty"]) and config.num_train_epochs == 1
+    else:
+        assert (run.script_args.dataset_config, config.data_order) == ("shuffle", "shuffle")
+        assert config.shuffle_dataset
+    if method not in ("ebpo_diff",):
+        assert config.num_train_epochs == 20
+
+    # The ground truth reaches the reward through TRL's columns: a correct answer scores 1.
+    assert run.rewards["math_reward"] == 1.0
+    if method == "dapo":
+        assert run.rewards["soft_overlong_punishment"] == 0.0  # a short completion
+    assert "synthetic rows" in run.data
+
+
+@pytest.mark.parametrize("method", list(METHOD_PRESETS))
+def test_the_two_models_of_a_method_differ_only_in_the_model(method):
+    small, large = (
+        yaml.safe_load((RECIPES_DIR / m / f"{method}.yaml").read_text()) for m in MODELS
+    )
+    differ = {k for k in small.keys() | large.keys() if small.get(k) != large.get(k)}
+    assert differ <= MODEL_KEYS, differ - MODEL_KEYS
+
+
+@pytest.mark.parametrize("model_dir", list(MODELS))
+def test_the_methods_of_a_model_share_everything_but_the_method(model_dir):
+    recipes = {
+        m: yaml.safe_load((RECIPES_DIR / model_dir / f"{m}.yaml").read_text())
+        for m in METHOD_PRESETS
+    }
+    base = recipes["grpo"]
+    for method, recipe in recipes.items():
+        differ = {k for k in base.keys() | recipe.keys() if base.get(k) != recipe.get(k)}
+        assert differ <= METHOD_KEYS, (method, differ - METHOD_KEYS)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--beta", "0.0"], ["--epsilon_high", "0.28"], ["--advantage_estimator", "dr_grpo"]],
+)
+def test_a_changed_method_setting_matches_no_preset(flags, monkeypatch, capsys):
+    code, built = run_dry(
+        ["--config", str(RECIPES_DIR / "qwen3-1.7b" / "grpo.yaml"), *flags], monkeypatch
+    )
+    assert code == 0 and built[0].preset is None
+    assert "paper preset: none" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """``ebpo verl prepare-data`` output for the fixture rows (topic and pass-rate labels, as
+    recipes/trl/README.md's commands give them) with the recipes' dataset card."""
+    out = tmp_path_factory.mktemp("data") / "ebpo"
+    rows = load_dataset("dapo-math-17k", data_files=FIXTURES / "dapo-math-17k.parquet")
+    labels = out.parent / "labels.jsonl"
+    labels.write_text(
+        "".join(
+            json.dumps(
+                {"id": r["id"], "topic": ["Geometry", "Algebra"][i % 2], "pass_rate": 0.3 * i}
+            )
+            + "\n"
+            for i, r in enumerate(rows)
+        )
+    )
+    prepare(
+        str(out),
+        train_file=str(FIXTURES / "dapo-math-17k.parquet"),
+        eval_sets=["aime-2024"],
+        eval_files={"aime-2024": str(FIXTURES / "aime-2024.parquet")},
+        labels_file=str(labels),
+    )
+    shutil.copy(RECIPES_DIR / "dataset_card.md", out / "README.md")
+    return out
+
+
+@pytest.mark.parametrize("method", ["ebpo_topic", "ebpo_diff", "dapo"])
+def test_dry_run_on_the_prepared_data(prepared, method, monkeypatch):
+    recipe = RECIPES_DIR / "qwen3-1.7b" / f"{method}.yaml"
+    code, built = run_dry(["--config", str(recipe), "--dataset_name", str(prepared)], monkeypatch)
+    assert code == 0
+    run = built[0]
+    trainer = run.trainer
+    assert run.data.startswith(f"{prepared}: train 3 rows, test 2 rows")
+    # the rows TRL's script loaded: DAPO template as a chat turn, the ground truth in reward_model
+    assert trainer.train_dataset[0]["prompt"][0]["role"] == "user"
+    assert "Answer:" in trainer.train_dataset[0]["prompt"][0]["content"]
+    assert len(trainer.eval_dataset) == 2  # AIME 2024 (the fixture's rows)
+    assert run.rewards["math_reward"] == 1.0
+    if method == "ebpo_topic":
+        assert is_contiguous(trainer.train_dataset["topic"])
+    if method == "ebpo_diff":
+        difficulty = trainer.train_dataset["difficulty"]
+        assert difficulty == sorted(difficulty) and not any(math.isnan(d) for d in difficulty)
+
+
+def test_without_the_dataset_card_or_its_file_the_dry_run_says_so(
+    prepared, tmp_path, monkeypatch, capsys
+):
+    recipe = RECIPES_DIR / "qwen3-1.7b" / "ebpo_diff.yaml"
+    bare = tmp_path / "bare"
+    shutil.copytree(prepared, bare)
+    (bare / "dapo_math_17k.difficulty.parquet").unlink()  # a config whose file is missing: fine
+    code, _ = run_dry(["--config", str(recipe), "--dataset_name", str(bare)], monkeypatch)
+    assert code == 0
+    capsys.readouterr()
+    (bare / "README.md").unlink()
+    code, built = run_dry(["--config", str(recipe), "--dataset_name", str(bare)], monkeypatch)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not built and len(err.splitlines()) == 1
+    assert err.startswith("ebpo grpo: error: cannot load the recipe's data") and "'file'" in err
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("dry_run: true\n", "dry_run"),
+        ("no_such_key: 1\n", "no_such_key"),
+        ("beta: [oops\n", "not valid YAML"),
+        ("advantage_estimator: ebpoo\n", "ebpoo"),
+    ],
+)
+def test_a_bad_recipe_is_one_line_and_exit_2(text, message, tmp_path, monkeypatch, capsys):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text((RECIPES_DIR / "qwen3-1.7b" / "grpo.yaml").read_text() + text)
+    code, built = run_dry(["--config", str(recipe)], monkeypatch)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not built
+    assert len(err.splitlines()) == 1 and err.startswith("ebpo grpo: error:") and message in err
+
+
+def test_a_missing_config_file_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    code, _ = run_dry(["--config", str(tmp_path / "nowhere.yaml")], monkeypatch)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "no such file" in err
