@@ -113,3 +113,12 @@ def test_bad_input_is_one_line_and_exit_2(local_model_and_data, capsys, argv, me
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and message in err and err.startswith("ebpo grpo: error:")
+
+
+def test_help_documents_the_dry_run(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["grpo", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert stop.value.code == 0
+    assert "--dry-run parses the arguments exactly as a run would" in out
+    assert "--advantage_estimator" in out and "recipes/trl/README.md" in out

@@ -7,8 +7,10 @@ without being listed, and a missing one fails the count."""
 from __future__ import annotations
 
 import json
-import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,10 @@ import ebpo  # noqa: E402
 from ebpo.cli import main  # noqa: E402
 from ebpo.curriculum import is_contiguous  # noqa: E402
 from ebpo.data import load_dataset  # noqa: E402
+from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import EBPOTrainer, make_config  # noqa: E402
 from ebpo.integrations.trl import dry_run as dry_run_module  # noqa: E402
 from ebpo.integrations.trl.dry_run import METHOD_FIELDS  # noqa: E402
-from ebpo.integrations.verl.data_prep import prepare  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 
@@ -57,10 +59,11 @@ NODE_PROCESSES = 8
 MODEL_KEYS = {
     "model_name_or_path", "dtype", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
     "lora_target_modules", "learning_rate", "vllm_gpu_memory_utilization", "output_dir",
+    "dataset_name",  # ebpo_diff only (tested with the recipe)
 }  # fmt: skip
 METHOD_KEYS = {
-    *METHOD_FIELDS, "dataset_config", "data_order", "shuffle_dataset", "num_train_epochs",
-    "estimator_options", "output_dir",
+    *METHOD_FIELDS, "data_order", "shuffle_dataset", "num_train_epochs",
+    "estimator_options", "output_dir", "dataset_name",
 }  # fmt: skip
 
 
@@ -139,7 +142,14 @@ def test_recipe_dry_runs_with_the_paper_settings(recipe, monkeypatch, capsys, tm
     assert (config.max_completion_length, config.temperature, config.top_p) == (8192, 1.0, 1.0)
     assert config.vllm_max_model_length == 4096 + 8192
     assert config.lr_scheduler_type == "constant" and config.weight_decay == 0.01
-    assert run.script_args.dataset_name == "data/ebpo"
+    # prepare_data.sh's directories; difficulty is the model's own pass rate: ebpo_diff reads a
+    # directory prepared for its model
+    order = "file" if method.startswith("ebpo") else "shuffle"
+    data_dir = (
+        "data/ebpo-" + model_dir.removesuffix("-lora") if method == "ebpo_diff" else "data/ebpo"
+    )
+    assert run.script_args.dataset_name == f"{data_dir}/trl/{order}"
+    assert run.script_args.dataset_config is None
     assert (run.script_args.dataset_train_split, run.script_args.dataset_test_split) == (
         "train",
         "test",
@@ -181,17 +191,17 @@ def test_recipe_dry_runs_with_the_paper_settings(recipe, monkeypatch, capsys, tm
     # The data order of the method, applied to the rows the trainer got.
     rows = trainer.train_dataset
     if method == "ebpo":
-        assert (run.script_args.dataset_config, config.data_order) == ("file", "shuffle")
+        assert config.data_order == "shuffle"
         assert not config.shuffle_dataset
     elif method == "ebpo_topic":
-        assert (run.script_args.dataset_config, config.data_order) == ("file", "topic")
+        assert config.data_order == "topic"
         assert not config.shuffle_dataset and is_contiguous(rows["topic"])
         assert len(set(rows["topic"])) == 2
     elif method == "ebpo_diff":
-        assert (run.script_args.dataset_config, config.data_order) == ("file", "difficulty")
+        assert config.data_order == "difficulty"
         assert rows["difficulty"] == sorted(rows["difficulty"]) and config.num_train_epochs == 1
     else:
-        assert (run.script_args.dataset_config, config.data_order) == ("shuffle", "shuffle")
+        assert config.data_order == "shuffle"
         assert config.shuffle_dataset
     if method not in ("ebpo_diff",):
         assert config.num_train_epochs == 20
@@ -236,68 +246,75 @@ def test_a_changed_method_setting_matches_no_preset(flags, monkeypatch, capsys):
     assert "paper preset: none" in capsys.readouterr().out
 
 
+def prepare_data(cwd: Path, data_dir: str, *args: str) -> None:
+    """``DATA_DIR=data_dir recipes/trl/prepare_data.sh ARGS`` in ``cwd``, offline: the hub datasets
+    come from the fixture copies (``EBPO_DATA_DIR``), only AIME 2024 is prepared for evaluation."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # ebpo
+        "DATA_DIR": data_dir,
+        "EBPO_DATA_DIR": str(FIXTURES),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        ["bash", str(RECIPES_DIR / "prepare_data.sh"), "--eval", "aime-2024", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    for order in ("file", "shuffle"):
+        assert f"wrote {data_dir}/trl/{order}: train.parquet" in done.stdout
+
+
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    """``ebpo verl prepare-data`` output for the fixture rows (topic and pass-rate labels, as
-    recipes/trl/README.md's commands give them) with the recipes' dataset card."""
-    out = tmp_path_factory.mktemp("data") / "ebpo"
+def prepared(tmp_path_factory) -> Path:
+    """recipes/trl/prepare_data.sh's directory for the fixture rows, with topic and pass-rate
+    labels (as the commands of recipes/trl/README.md give them)."""
+    root = tmp_path_factory.mktemp("data")
     rows = load_dataset("dapo-math-17k", data_files=FIXTURES / "dapo-math-17k.parquet")
-    labels = out.parent / "labels.jsonl"
-    labels.write_text(
-        "".join(
-            json.dumps(
-                {"id": r["id"], "topic": ["Geometry", "Algebra"][i % 2], "pass_rate": 0.3 * i}
-            )
-            + "\n"
-            for i, r in enumerate(rows)
-        )
-    )
-    prepare(
-        str(out),
-        train_file=str(FIXTURES / "dapo-math-17k.parquet"),
-        eval_sets=["aime-2024"],
-        eval_files={"aime-2024": str(FIXTURES / "aime-2024.parquet")},
-        labels_file=str(labels),
-    )
-    shutil.copy(RECIPES_DIR / "dataset_card.md", out / "README.md")
-    return out
+    labels = [
+        {"id": r["id"], "topic": ["Geometry", "Algebra"][i % 2], "pass_rate": [0.5, 0.9, 0.1][i]}
+        for i, r in enumerate(rows)
+    ]
+    (root / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
+    prepare_data(root, "ebpo", "--labels", "labels.jsonl")
+    return root / "ebpo"
 
 
 @pytest.mark.parametrize("method", ["ebpo_topic", "ebpo_diff", "dapo"])
 def test_dry_run_on_the_prepared_data(prepared, method, monkeypatch):
     recipe = RECIPES_DIR / "qwen3-1.7b" / f"{method}.yaml"
-    code, built = run_dry(["--config", str(recipe), "--dataset_name", str(prepared)], monkeypatch)
+    data = prepared / "trl" / ("shuffle" if method == "dapo" else "file")
+    code, built = run_dry(["--config", str(recipe), "--dataset_name", str(data)], monkeypatch)
     assert code == 0
     run = built[0]
     trainer = run.trainer
-    assert run.data.startswith(f"{prepared}: train 3 rows, test 2 rows")
-    # the rows TRL's script loaded: DAPO template as a chat turn, the ground truth in reward_model
-    assert trainer.train_dataset[0]["prompt"][0]["role"] == "user"
-    assert "Answer:" in trainer.train_dataset[0]["prompt"][0]["content"]
-    assert len(trainer.eval_dataset) == 2  # AIME 2024 (the fixture's rows)
+    assert run.data.startswith(f"{data}: train 3 rows, test 2 rows (2 topics in train)")
+    # the rows TRL's script loaded: the DAPO template as a chat turn, AIME 2024 for evaluation
+    prompt = trainer.train_dataset[0]["prompt"]
+    assert prompt[0]["role"] == "user" and "Answer:" in prompt[0]["content"]
+    assert [r["data_source"] for r in trainer.eval_dataset] == ["aime-2024", "aime-2024"]
+    # the ground truth (reward_model.ground_truth) reaches math_reward through TRL's columns
     assert run.rewards["math_reward"] == 1.0
     if method == "ebpo_topic":
         assert is_contiguous(trainer.train_dataset["topic"])
-    if method == "ebpo_diff":
-        difficulty = trainer.train_dataset["difficulty"]
-        assert difficulty == sorted(difficulty) and not any(math.isnan(d) for d in difficulty)
+    if method == "ebpo_diff":  # easy -> hard: 1 - pass rate
+        assert list(trainer.train_dataset["difficulty"]) == pytest.approx([0.1, 0.5, 0.9])
 
 
-def test_without_the_dataset_card_or_its_file_the_dry_run_says_so(
+def test_a_data_directory_without_its_test_split_is_one_line_and_exit_2(
     prepared, tmp_path, monkeypatch, capsys
 ):
-    recipe = RECIPES_DIR / "qwen3-1.7b" / "ebpo_diff.yaml"
-    bare = tmp_path / "bare"
-    shutil.copytree(prepared, bare)
-    (bare / "dapo_math_17k.difficulty.parquet").unlink()  # a config whose file is missing: fine
-    code, _ = run_dry(["--config", str(recipe), "--dataset_name", str(bare)], monkeypatch)
-    assert code == 0
-    capsys.readouterr()
-    (bare / "README.md").unlink()
-    code, built = run_dry(["--config", str(recipe), "--dataset_name", str(bare)], monkeypatch)
+    copy = tmp_path / "ebpo"
+    shutil.copytree(prepared, copy, symlinks=True)
+    (copy / "trl" / "file" / "test.parquet").unlink()
+    recipe = RECIPES_DIR / "qwen3-1.7b" / "ebpo.yaml"
+    code, built = run_dry(
+        ["--config", str(recipe), "--dataset_name", str(copy / "trl" / "file")], monkeypatch
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and not built and len(err.splitlines()) == 1
-    assert err.startswith("ebpo grpo: error: cannot load the recipe's data") and "'file'" in err
+    assert err.startswith("ebpo grpo: error:") and "no split ['test']" in err
 
 
 @pytest.mark.parametrize(
@@ -322,3 +339,44 @@ def test_a_missing_config_file_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
     code, _ = run_dry(["--config", str(tmp_path / "nowhere.yaml")], monkeypatch)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "no such file" in err
+
+
+def test_the_readme_data_commands_feed_the_ebpo_diff_recipe(tmp_path, monkeypatch, capsys):
+    """recipes/trl/README.md, "Data", as a user meets it, with a tiny model in place of Qwen3 (2
+    samples of 4 tokens), 2 TF-IDF topics and the fixture copies of the hub datasets: without
+    labels the ebpo_diff recipe refuses to start (no difficulty); ``ebpo data label`` then
+    ``prepare_data.sh --labels`` give it the pass rates, and the recipe, unchanged, dry-runs on
+    what they wrote, easy -> hard."""
+    monkeypatch.setenv("EBPO_DATA_DIR", str(FIXTURES))  # ebpo.data's local copies of the hub sets
+    recipe = str(RECIPES_DIR / "qwen3-1.7b" / "ebpo_diff.yaml")
+    data = "data/ebpo-qwen3-1.7b"  # the recipe's dataset_name is relative to the run
+    prepare_data(tmp_path, data, "--num-topics", "2")
+    code, built = run_dry(["--config", recipe], monkeypatch)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not built and len(err.splitlines()) == 1 and "difficulty" in err
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2).save_pretrained("tiny")
+    tokenizer.save_pretrained("tiny")
+    label = ["data", "label", "dapo-math-17k", "--output", "labels.jsonl", "--topic", "tfidf",
+             "--num-topics", "2", "--difficulty", "pass-rate", "--model", "tiny",
+             "--samples", "2", "--max-new-tokens", "4"]  # fmt: skip
+    assert main(label) == 0
+    # A random tiny model solves nothing (every pass rate 0): give the rows the distinct pass
+    # rates a real model would, in the file the command wrote, so that the order is visible.
+    written = [json.loads(line) for line in Path("labels.jsonl").read_text().splitlines()]
+    assert [r["pass_rate"] for r in written] == [0.0, 0.0, 0.0]
+    for row, pass_rate in zip(written, [0.25, 0.75, 0.5], strict=True):
+        row["pass_rate"] = pass_rate
+    Path("labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
+    prepare_data(tmp_path, data, "--labels", "labels.jsonl")
+
+    code, built = run_dry(["--config", recipe], monkeypatch)
+    assert code == 0
+    run = built[0]
+    assert run.data.startswith(f"{data}/trl/file: train 3 rows, test 2 rows")
+    labels = {r["id"]: r for r in written}
+    rows = run.trainer.train_dataset
+    expected = [1 - labels[info["id"]]["pass_rate"] for info in rows["extra_info"]]
+    assert list(rows["difficulty"]) == expected == [0.25, 0.5, 0.75]
+    assert run.rewards["math_reward"] == 1.0

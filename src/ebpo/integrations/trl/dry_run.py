@@ -10,10 +10,10 @@ three things are swapped while it runs, and the run stops inside ``main`` when t
 * ``trl.GRPOTrainer`` builds an :class:`EBPOTrainer` and stops there (``main`` calls
   ``trainer.train()`` next);
 * ``trl.get_dataset`` and ``datasets.load_dataset`` return a few rows: the first rows of the
-  recipe's own data when it is on this disk (then the files, splits and dataset-card configs are
-  checked for real), otherwise synthetic rows in the layout ``ebpo verl prepare-data`` writes
-  (the recipes' data: the DAPO template as a chat message, ``reward_model.ground_truth``, ``topic``,
-  ``difficulty``);
+  recipe's own data when it is on this disk (then its files and splits are checked for real, and
+  the trainer sees its columns and labels), otherwise synthetic rows in the layout of the recipes'
+  data (``recipes/trl/prepare_data.sh``: the DAPO template as a chat message,
+  ``reward_model.ground_truth``, ``topic``, ``difficulty``);
 * command-line flags appended after the user's (they win, as any flag over ``--config``): a tiny
   random Llama saved to a temporary directory in place of the model, ``use_cpu``, ``bf16`` /
   ``fp16`` / ``tf32`` off, ``use_vllm`` off, no reporting, no Hub push, no 4/8-bit loading, and a
@@ -266,7 +266,7 @@ def _sample_loader(
         source = _local_source(script_args, dataset_args)
         if source is None:
             note["note"] = (
-                f"{SAMPLE_ROWS} synthetic rows per split in the layout of `ebpo verl prepare-data` "
+                f"{SAMPLE_ROWS} synthetic rows per split in the layout of recipes/trl/prepare_data.sh "
                 "(the recipe's data is not on this disk)"
             )
             return datasets.DatasetDict(
