@@ -114,3 +114,51 @@ def test_concurrent_warm_starts_of_one_recipe_train_once(tmp_path, monkeypatch):
     assert len(trained) == 1 and sorted(results) == [False, True]
     # no half-written copy left
     assert not [p for p in (tmp_path / "warm-start").iterdir() if ".tmp" in p.name]
+
+
+def test_a_loading_process_waits_for_the_lock_and_never_trains(tmp_path, monkeypatch):
+    """The protocol of a launch's processes: the trainer calls ``on_locked`` once it holds the
+    cache lock (so a loader started then queues behind it); ``train=False`` loads what the trainer
+    cached, and refuses, naming the entry, when nothing was cached."""
+    trained = []
+    real = policy._supervised
+    monkeypatch.setattr(policy, "_supervised", lambda *a, **k: (trained.append(1), real(*a, **k)))
+    options = {
+        "steps": 20,
+        "batch_size": 4,
+        "lr": 1e-3,
+        "seed": 0,
+        "cache": tmp_path,
+        "recipe": {"r": 2},
+        "progress": False,
+    }
+
+    def fresh():
+        return policy.load_policy("tiny", tiny_layers=1, tiny_hidden_size=16, tiny_heads=2, seed=0)
+
+    model, tokenizer = fresh()
+    with pytest.raises(ValueError, match=r"the warm start '.*' is not in the cache"):
+        policy.warm_start(model, tokenizer, iter(()), train=False, **options)
+    assert not trained
+
+    loaded = []
+
+    def load_behind():
+        other, other_tokenizer = fresh()
+        loaded.append(policy.warm_start(other, other_tokenizer, iter(()), train=False, **options))
+
+    loader = threading.Thread(target=load_behind)
+    examples = iter(lambda: ("1+2=", "3"), None)
+    trainer_model, cached = policy.warm_start(
+        model, tokenizer, examples, on_locked=loader.start, **options
+    )
+    loader.join()
+    assert cached is False and len(trained) == 1
+    [(loaded_model, loaded_cached)] = loaded
+    assert loaded_cached is True
+    assert all(
+        (p == q).all()
+        for p, q in zip(
+            trainer_model.state_dict().values(), loaded_model.state_dict().values(), strict=True
+        )
+    )

@@ -17,6 +17,8 @@ module                 concept
 ``callbacks``          progress bar, metrics, periodic evaluation, stop-on-signal (TRL callback)
 ``plots``              a run's plots
 ``job_config``         ``TrainJobConfig``: a job's options, defaults and validation
+``processes``          the processes of a launch: rank, and exchanges that carry failures
+``job_policy``         a job's policy: loaded, warm-started once (by the main process)
 ``job``                ``run_train_job``: the job, top to bottom
 ``stats``              Student-t intervals, paired differences, steps-to-target
 ``bench_methods``      the bench's rows: methods (estimator variant, TRL preset, data order)

@@ -8,6 +8,11 @@ record still goes to ``metrics.jsonl`` and to TensorBoard.
 Ctrl-C or SIGTERM sets a flag; at the end of the current step the job saves a checkpoint and
 stops (``--resume`` continues). A second Ctrl-C stops at once. A step whose loss, gradient norm
 or weights are NaN or infinite stops training without a checkpoint (``.diverged`` says what).
+
+With several processes (``accelerate launch``) every process runs the callback; they decide
+together at the end of every step whether to stop (a signal may reach one process only: all stop
+at the end of the same step and save one checkpoint together), and only the main process writes
+the metrics file and shows the progress bar.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ebpo.lab.processes import Processes
 from ebpo.lab.rundir import append_metrics
 
 __all__ = [
@@ -108,28 +114,34 @@ def finite_weights(model: Any) -> bool:
 
 
 def make_job_callback(
-    metrics_path: Path,
+    metrics_path: Path | None,
     *,
     total_steps: int,
     eval_every: int,
     evaluate: Callable[[Any, int], dict[str, Any]],
     on_checkpoint: Callable[[int], None],
     progress: bool,
+    processes: Processes | None = None,
 ):
-    """A ``TrainerCallback`` that writes every log record to ``metrics_path``, calls
-    ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
+    """A ``TrainerCallback`` that writes every log record to ``metrics_path`` (None: none),
+    calls ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
     ``overall`` / ``topics`` as ``heldout/pass@1[/topic]``, shows the progress bar, calls
-    ``on_checkpoint(step)`` after each save, and stops on its :class:`StopFlag` (``.flag``), or,
-    without saving, on a non-finite loss, gradient norm or weight (``.diverged``: what it saw,
-    else None; the weights are checked after every step, a pass over them).
+    ``on_checkpoint(step)`` after each save, and stops on its :class:`StopFlag` (``.flag``;
+    ``.interrupted`` tells that it did), or, without saving, on a non-finite loss, gradient norm
+    or weight (``.diverged``: what it saw, else None; the weights are checked after every step, a
+    pass over them). ``processes``: the processes of a launch, which decide to stop together (one
+    all-reduce a step); every one of them calls ``evaluate`` at the same steps.
 
     Install it first among the trainer's callbacks so that the held-out numbers it adds to a
     record reach TensorBoard as well."""
     from transformers import TrainerCallback  # optional heavy dependency (trl extra)
 
+    together = processes or Processes()
+
     class JobCallback(TrainerCallback):
         def __init__(self) -> None:
             self.flag = StopFlag()
+            self.interrupted = False
             self.pending: dict[str, float] = {}
             self.last_pass1: float | None = None
             self.bar: Any = None
@@ -147,7 +159,11 @@ def make_job_callback(
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
-            if self.diverged is None and model is not None and not finite_weights(model):
+            broken = self.diverged is None and model is not None and not finite_weights(model)
+            # the same decisions on every process, at the end of the same step (a collective:
+            # before anything that returns early)
+            signalled, broken = together.any(bool(self.flag), broken)
+            if broken and self.diverged is None:
                 self.diverged = "weights not finite"
             if self.diverged is not None:
                 control.should_training_stop = True
@@ -160,7 +176,8 @@ def make_job_callback(
                     **{f"heldout/pass@1/{k}": v for k, v in result["topics"].items()},
                 }
                 control.should_log = True
-            if self.flag:
+            if signalled:
+                self.interrupted = True
                 control.should_save = True
                 control.should_training_stop = True
             return control
@@ -175,7 +192,8 @@ def make_job_callback(
                 "time": time.time(),
                 **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))},
             }
-            append_metrics(metrics_path, record)
+            if metrics_path is not None:
+                append_metrics(metrics_path, record)
             bad = [
                 f"{key} {logs[key]}"
                 for key in _WATCHED

@@ -34,6 +34,19 @@ life (:mod:`ebpo.lab.runlock`): a second job on it is refused. Ctrl-C or SIGTERM
 checkpoint at the end of the current step; ``resume=True`` continues from it. Training that
 diverges (NaN or infinite loss or weights) stops with a ValueError; so does a resume of a run
 whose files are not what the run wrote (each message names the file).
+
+**Several processes** (``accelerate launch --num_processes N -m ebpo train ...``, gloo on the
+CPU; :mod:`ebpo.lab.processes`). A step samples the same ``prompts_per_step × group_size``
+completions whatever N, each process an N-th of them (the product must divide by N). TRL trains
+on every process; the run directory is the main process's alone: it holds the lock, writes every
+file (the other processes write only their own RNG state into each checkpoint, as transformers
+does) and shows the progress bar. The warm start is trained once, by the main process, which the
+others wait for on the cache's lock before they load it. Held-out evaluations run on the main
+process (the same numbers as with one process) while the others wait. Every process checks the
+options before the first exchange; after it, an error of one process (the run directory, a
+missing file) is raised by all, so none waits for a process that is gone. A signal reaching any
+process stops all of them at the end of the same step, with one checkpoint. The number of
+processes is part of the run: a resume takes the same N.
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ import contextlib
 import datetime as _dt
 import errno
 import importlib.util
+import math
 import os
 import shutil
 import time
@@ -49,7 +63,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ebpo.integrations.trl import EBPOTrainer, make_config
-from ebpo.lab import job_data, policy, rundir, runlock
+from ebpo.lab import job_data, job_policy, rundir, runlock
 from ebpo.lab.callbacks import (
     finite_weights,
     graceful_interrupts,
@@ -59,8 +73,11 @@ from ebpo.lab.callbacks import (
 )
 from ebpo.lab.evaluate import evaluate_pass1, format_pass_table
 from ebpo.lab.job_config import TrainJobConfig
+from ebpo.lab.job_policy import warm_start_pending, warm_start_recipe
 from ebpo.lab.plots import plot_run
 from ebpo.lab.policy import BUILTIN_MODEL
+from ebpo.lab.processes import DEFAULT_TIMEOUT, Processes
+from ebpo.utils.checks import is_real
 from ebpo.utils.files import write_json
 from ebpo.utils.runtime import torch_threads
 
@@ -84,28 +101,40 @@ def run_train_job(config: TrainJobConfig | None = None) -> dict[str, Any]:
     "global_step", "wall_time_s", "warm_start_cached", "plots"}``; ``before`` / ``after`` hold
     held-out Pass@1 ``overall`` and per ``cells`` / ``topics`` / ``tiers`` (``after`` is None when
     the run was interrupted; ``validation`` is None unless ``eval_validation``). Raises ValueError
-    for bad options before anything is loaded or written.
+    for bad options before anything is loaded or written. Under a launcher every process calls
+    it and gets the main process's result (see "Several processes" above).
     """
     config = config or TrainJobConfig()
     started = time.time()
     config.validate()
+    processes = Processes.from_environment()
+    timeout = _check_processes(config, processes.count)
+    processes.start(timeout)  # the first exchange: every process has checked the options
     # One intra-op thread for the built-in model: its matrices are too small to gain from more,
     # and on a shared CPU extra threads spin against other processes.
     with torch_threads(1 if config.model == BUILTIN_MODEL else None), quiet_transformers():
-        return _run(config, started)
+        return _run(config, processes, started)
 
 
-def _run(config: TrainJobConfig, started: float) -> dict[str, Any]:
+def _run(config: TrainJobConfig, processes: Processes, started: float) -> dict[str, Any]:
     identity = config.identity()
-    path = _output_dir(config)
+    if processes.count > 1:  # another number of processes samples other completions
+        identity["num_processes"] = processes.count
     options = {"resume": config.resume, "overwrite": config.overwrite}
-    runlock.check_not_in_use(path)  # refused before anything is touched
-    rundir.check_run_dir(path, identity, **options)
-    with runlock.lock_run_dir(path):
-        # decided again under the lock: another job may have changed the directory meanwhile
-        run = rundir.check_run_dir(path, identity, **options)
+    with contextlib.ExitStack() as held:
+
+        def claim() -> rundir.RunDir:
+            path = _output_dir(config)
+            runlock.check_not_in_use(path)  # refused before anything is touched
+            rundir.check_run_dir(path, identity, **options)
+            held.enter_context(runlock.lock_run_dir(path))
+            # decided again under the lock: another job may have changed the directory meanwhile
+            return rundir.check_run_dir(path, identity, **options)
+
+        # the main process alone decides, holds the lock and writes; the others learn its decision
+        run = processes.on_main(claim)
         try:
-            return _run_locked(config, run, identity, started)
+            return _run_locked(config, processes, run, identity, started)
         except Exception as error:
             full = _disk_full(error, run.path)
             if full is not None:
@@ -114,61 +143,71 @@ def _run(config: TrainJobConfig, started: float) -> dict[str, Any]:
 
 
 def _run_locked(
-    config: TrainJobConfig, run: rundir.RunDir, identity: dict[str, Any], started: float
+    config: TrainJobConfig,
+    processes: Processes,
+    run: rundir.RunDir,
+    identity: dict[str, Any],
+    started: float,
 ) -> dict[str, Any]:
-    say = print if config.progress else (lambda *a, **k: None)
+    say = print if config.progress and processes.main else _silent
+    on_main = processes.on_main
     if run.manifest is not None and run.manifest["status"] == "completed":
         say(f"{run.path} already holds a completed run; nothing to resume")
-        return rundir.completed_results(run.path)
-    before = None
+        return on_main(lambda: rundir.completed_results(run.path))
+    resumed_before = None
     if run.manifest is not None:  # a resume: the run's files are checked before anything loads
-        before = rundir.read_evaluation(run.path / "eval_before.json")
-        rundir.read_metrics(run.path / "metrics.jsonl")
+        resumed_before = on_main(lambda: _resumed_files(run.path))
 
-    # Everything that can fail is loaded before the run directory is touched.
-    data = job_data.load_job_data(config)
-    if len(data.rl_rows) < config.prompts_per_step:
-        raise ValueError(
-            f"prompts_per_step ({config.prompts_per_step}) exceeds the {len(data.rl_rows)} "
-            f"training prompts of dataset {config.dataset!r}"
-        )
-    trainer_args = _trainer_args(config, run.path, data)  # also checks the preset's options
-    model, tokenizer, cached = _policy(config, data)
-    if run.replace:
-        rundir.clear_run(run)  # only what the old run created; the user's own files stay
-    run.path.mkdir(parents=True, exist_ok=True)
-    rundir.write_manifest(run.path, identity, "starting", 0)
-
+    # Everything that can fail is loaded (by every process) before the run directory is touched.
+    data, trainer_args, model, tokenizer = processes.agree(
+        lambda: _load(config, processes.count, run.path)
+    )
+    model, cached = job_policy.warm_start(config, processes, data, model, tokenizer)
     evaluate = _evaluator(config, data, tokenizer)
-    if before is None:
-        before = evaluate(model, "held-out eval (before)")
-        _write(run.path / "eval_before.json", before)
+
+    def start_run() -> dict[str, Any]:
+        if run.replace:
+            rundir.clear_run(run)  # only what the old run created; the user's own files stay
+        run.path.mkdir(parents=True, exist_ok=True)
+        rundir.write_manifest(run.path, identity, "starting", 0)
+        if resumed_before is not None:
+            return resumed_before
+        evaluation = evaluate(model, "held-out eval (before)")
+        _write(run.path / "eval_before.json", evaluation)
+        return evaluation
+
+    before = on_main(start_run)
     say(format_pass_table(before))
 
     trainer, callback = _build_trainer(
-        config, run.path, data, model, tokenizer, trainer_args, evaluate, identity
+        config, processes, run.path, data, model, tokenizer, trainer_args, evaluate, identity
     )
-    checkpoint = rundir.last_checkpoint(run.path / "checkpoints") if config.resume else None
-    if config.resume:
-        rundir.truncate_metrics(
-            run.path / "metrics.jsonl", int(checkpoint.name.split("-")[-1]) if checkpoint else 0
-        )
-        say(
-            f"resuming from {checkpoint}"
-            if checkpoint
-            else "no checkpoint yet: starting RL from step 0"
-        )
-    rundir.write_manifest(run.path, identity, "running", trainer.state.global_step)
+
+    def resume_point() -> Path | None:
+        checkpoint = rundir.last_checkpoint(run.path / "checkpoints") if config.resume else None
+        if config.resume:
+            rundir.truncate_metrics(
+                run.path / "metrics.jsonl", int(checkpoint.name.split("-")[-1]) if checkpoint else 0
+            )
+            say(
+                f"resuming from {checkpoint}"
+                if checkpoint
+                else "no checkpoint yet: starting RL from step 0"
+            )
+        rundir.write_manifest(run.path, identity, "running", trainer.state.global_step)
+        return checkpoint
+
+    checkpoint = on_main(resume_point)
     try:
         with graceful_interrupts(callback.flag):
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except RuntimeError as error:  # sampling from NaN probabilities: torch.multinomial refuses
         if finite_weights(trainer.model):
             raise
-        _diverged(config, run.path, identity, trainer.state.global_step, error)
+        _diverged(config, processes, run.path, identity, trainer.state.global_step, error)
     step = trainer.state.global_step
     if callback.diverged or not finite_weights(trainer.model):
-        _diverged(config, run.path, identity, step, callback.diverged)
+        _diverged(config, processes, run.path, identity, step, callback.diverged)
     result: dict[str, Any] = {
         "run_dir": str(run.path),
         "metrics_path": str(run.path / "metrics.jsonl"),
@@ -176,8 +215,8 @@ def _run_locked(
         "global_step": step,
         "warm_start_cached": cached,
     }
-    if callback.flag:
-        rundir.write_manifest(run.path, identity, "interrupted", step)
+    if callback.interrupted:
+        on_main(lambda: rundir.write_manifest(run.path, identity, "interrupted", step))
         say(
             f"interrupted at step {step}; checkpoint saved. Continue with: ebpo train --resume --output-dir {run.path}"
         )
@@ -190,33 +229,78 @@ def _run_locked(
             "plots": [],
         }
 
-    after = evaluate(trainer.model, "held-out eval (after)")
-    _write(run.path / "eval_after.json", after)
-    validation = None
-    if config.eval_validation:
-        validation = evaluate(trainer.model, "validation eval", rows=data.validation)
-        _write(run.path / "eval_validation.json", validation)
-    trainer.save_model(str(run.path / "final_model"))
-    tokenizer.save_pretrained(str(run.path / "final_model"))
-    _write(run.path / "estimator_state.json", trainer.estimator.state_dict())
-    plots = plot_run(run.path, before, after, step) if _has_matplotlib() else []
-    result.update(
-        status="completed",
-        after=_strip(after),
-        validation=_strip(validation) if validation else None,
-        wall_time_s=time.time() - started,
-        plots=[str(p) for p in plots],
-    )
-    _write(run.path / "results.json", result)
-    rundir.write_manifest(run.path, identity, "completed", step)
-    say(format_pass_table(before, after))
-    say(f"run directory: {run.path}  ({result['wall_time_s']:.0f} s)")
-    return result
+    def finish() -> dict[str, Any]:
+        after = evaluate(trainer.model, "held-out eval (after)")
+        _write(run.path / "eval_after.json", after)
+        validation = None
+        if config.eval_validation:
+            validation = evaluate(trainer.model, "validation eval", rows=data.validation)
+            _write(run.path / "eval_validation.json", validation)
+        trainer.save_model(str(run.path / "final_model"))
+        tokenizer.save_pretrained(str(run.path / "final_model"))
+        _write(run.path / "estimator_state.json", trainer.estimator.state_dict())
+        plots = plot_run(run.path, before, after, step) if _has_matplotlib() else []
+        result.update(
+            status="completed",
+            after=_strip(after),
+            validation=_strip(validation) if validation else None,
+            wall_time_s=time.time() - started,
+            plots=[str(p) for p in plots],
+        )
+        _write(run.path / "results.json", result)
+        rundir.write_manifest(run.path, identity, "completed", step)
+        say(format_pass_table(before, after))
+        say(f"run directory: {run.path}  ({result['wall_time_s']:.0f} s)")
+        return result
+
+    return on_main(finish)
 
 
-def _diverged(config: TrainJobConfig, path: Path, identity: Any, step: int, cause: Any) -> NoReturn:
+def _check_processes(config: TrainJobConfig, count: int) -> _dt.timedelta:
+    """The checks of a launch with ``count`` processes, made by each before any exchange; returns
+    the process group's timeout (``extra["ddp_timeout"]`` in seconds, as transformers takes it)."""
+    completions = config.prompts_per_step * config.group_size
+    if completions % count:
+        raise ValueError(
+            f"prompts_per_step × group_size ({config.prompts_per_step} × {config.group_size} = "
+            f"{completions} completions a step) must be divisible by the number of processes "
+            f"({count}): each process samples an equal share of every step's batch"
+        )
+    timeout = config.extra.get("ddp_timeout", DEFAULT_TIMEOUT.total_seconds())
+    if not (is_real(timeout) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            f"extra['ddp_timeout'] must be a positive number of seconds, got {timeout!r}"
+        )
+    return _dt.timedelta(seconds=timeout)
+
+
+def _resumed_files(path: Path) -> dict[str, Any] | None:
+    """The evaluation a resumed run made before RL (None if none yet), once its files are checked."""
+    before = rundir.read_evaluation(path / "eval_before.json")
+    rundir.read_metrics(path / "metrics.jsonl")
+    return before
+
+
+def _load(config: TrainJobConfig, num_processes: int, run_dir: Path) -> tuple[Any, Any, Any, Any]:
+    """(data, trainer arguments, policy before its warm start, tokenizer)."""
+    data = job_data.load_job_data(config)
+    if len(data.rl_rows) < config.prompts_per_step:
+        raise ValueError(
+            f"prompts_per_step ({config.prompts_per_step}) exceeds the {len(data.rl_rows)} "
+            f"training prompts of dataset {config.dataset!r}"
+        )
+    trainer_args = _trainer_args(
+        config, run_dir, data, num_processes
+    )  # checks the preset's options
+    model, tokenizer = job_policy.load(config)
+    return data, trainer_args, model, tokenizer
+
+
+def _diverged(
+    config: TrainJobConfig, processes: Processes, path: Path, identity: Any, step: int, cause: Any
+) -> NoReturn:
     """Stop a run whose training produced NaN or infinite numbers: mark it failed, one line."""
-    rundir.write_manifest(path, identity, "failed", step)
+    processes.on_main(lambda: rundir.write_manifest(path, identity, "failed", step))
     detail = f" ({cause})" if isinstance(cause, str) else ""
     raise ValueError(
         f"training diverged at step {step}{detail}: the policy's weights or loss are no longer "
@@ -248,67 +332,6 @@ def _output_dir(config: TrainJobConfig) -> Path:
     return (
         Path("runs") / f"{config.estimator}-{dataset}-g{config.group_size}-s{config.seed}-{stamp}"
     )
-
-
-def warm_start_recipe(config: TrainJobConfig) -> dict[str, Any]:
-    """Everything the job's warm start depends on: its cache key (:func:`ebpo.lab.policy.warm_start_key`)."""
-    return {
-        "model": config.model,
-        "tiny": [config.tiny_layers, config.tiny_hidden_size, config.tiny_heads]
-        if config.model == BUILTIN_MODEL
-        else None,
-        "dataset": config.dataset,
-        "cells": [list(config.topics), list(config.tiers)] if config.builtin_dataset else None,
-        "steps": config.warm_steps,
-        "batch": config.warm_start_batch_size,
-        "lr": config.warm_start_lr,
-        "clean_then_corrupt": [config.warm_start_clean, config.warm_start_corrupt]
-        if config.builtin_dataset
-        else None,
-        "seed": config.seed,
-    }
-
-
-def warm_start_pending(config: TrainJobConfig) -> bool:
-    """Whether the job will train a warm start (one is asked for and not cached yet)."""
-    if not config.warm_steps:
-        return False
-    path = policy.warm_start_path(policy.cache_dir(config.cache_dir), warm_start_recipe(config))
-    return not policy.warm_start_is_cached(path)
-
-
-def _policy(config: TrainJobConfig, data: Any) -> tuple[Any, Any, bool | None]:
-    """(model, tokenizer, warm start loaded from cache — None without a warm start)."""
-    model, tokenizer = policy.load_policy(
-        config.model,
-        tiny_layers=config.tiny_layers,
-        tiny_hidden_size=config.tiny_hidden_size,
-        tiny_heads=config.tiny_heads,
-        seed=config.seed,
-    )
-    if not config.warm_steps:
-        return model, tokenizer, None
-
-    def examples():
-        for row in data.warm_rows():
-            yield job_data.render_prompts([row], tokenizer, data.style)[0], str(row["answer"])
-
-    model, cached = policy.warm_start(
-        model,
-        tokenizer,
-        examples(),
-        steps=config.warm_steps,
-        batch_size=config.warm_start_batch_size,
-        lr=config.warm_start_lr,
-        seed=config.seed,
-        cache=policy.cache_dir(config.cache_dir),
-        recipe=warm_start_recipe(config),
-        progress=config.progress,
-    )
-    if config.progress:
-        how = "loaded from cache" if cached else "trained and cached"
-        print(f"warm start: {how} ({policy.cache_dir(config.cache_dir)})")
-    return model, tokenizer, cached
 
 
 def _evaluator(config: TrainJobConfig, data: Any, tokenizer: Any):
@@ -343,12 +366,15 @@ def _completion_length(config: TrainJobConfig, data: Any) -> int:
     return config.max_completion_length or data.completion_length
 
 
-def _trainer_args(config: TrainJobConfig, run_dir: Path, data: Any):
-    """The EBPOConfig of this run: the preset, then the job's settings, then ``config.extra``."""
+def _trainer_args(config: TrainJobConfig, run_dir: Path, data: Any, num_processes: int = 1):
+    """The EBPOConfig of this run: the preset, then the job's settings, then ``config.extra``.
+    TRL counts the batch per process and in completions: each of ``num_processes`` samples an equal
+    share of the step's ``prompts_per_step × group_size`` (a group may straddle two processes:
+    TRL gathers the rewards of the whole step before it groups them)."""
     overrides: dict[str, Any] = {
         "output_dir": str(run_dir / "checkpoints"),
         "num_generations": config.group_size,
-        "per_device_train_batch_size": config.prompts_per_step * config.group_size,
+        "per_device_train_batch_size": config.prompts_per_step * config.group_size // num_processes,
         "gradient_accumulation_steps": 1,
         "max_steps": config.steps,
         "learning_rate": config.learning_rate,
@@ -378,7 +404,9 @@ def _trainer_args(config: TrainJobConfig, run_dir: Path, data: Any):
     return make_config(config.estimator, **overrides)
 
 
-def _build_trainer(config, run_dir, data, model, tokenizer, trainer_args, evaluate, identity):
+def _build_trainer(
+    config, processes, run_dir, data, model, tokenizer, trainer_args, evaluate, identity
+):
     # optional heavy dependencies (trl extra)
     import datasets
     from transformers.integrations import TensorBoardCallback
@@ -402,15 +430,20 @@ def _build_trainer(config, run_dir, data, model, tokenizer, trainer_args, evalua
     quiet_trl_console(trainer)
 
     def periodic_eval(policy: Any, step: int) -> dict[str, Any]:
-        return evaluate(policy, f"held-out eval @ {step}")
+        return processes.on_main(lambda: evaluate(policy, f"held-out eval @ {step}"))
+
+    def on_checkpoint(step: int) -> None:
+        if processes.main:
+            rundir.write_manifest(run_dir, identity, "running", step)
 
     callback = make_job_callback(
-        run_dir / "metrics.jsonl",
+        run_dir / "metrics.jsonl" if processes.main else None,
         total_steps=config.steps,
         eval_every=config.eval_every,
         evaluate=periodic_eval,
-        on_checkpoint=lambda step: rundir.write_manifest(run_dir, identity, "running", step),
-        progress=config.progress,
+        on_checkpoint=on_checkpoint,
+        progress=config.progress and processes.main,
+        processes=processes,
     )
     # first, so the held-out metrics it adds to a log record reach TensorBoard (see make_job_callback)
     trainer.callback_handler.callbacks.insert(0, callback)
@@ -418,6 +451,10 @@ def _build_trainer(config, run_dir, data, model, tokenizer, trainer_args, evalua
         if isinstance(cb, TensorBoardCallback):
             cb.logging_dir = str(run_dir / "tensorboard")
     return trainer, callback
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    """``print`` on the processes that print nothing (all but the main one, or ``--quiet``)."""
 
 
 def _write(path: Path, value: Any) -> None:

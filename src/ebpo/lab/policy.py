@@ -23,7 +23,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,8 @@ def warm_start(
     cache: Path | None,
     recipe: Mapping[str, Any],
     progress: bool = True,
+    on_locked: Callable[[], None] | None = None,
+    train: bool = True,
 ) -> tuple[Any, bool]:
     """Supervised warm start, cached: ``(model, loaded_from_cache)``.
 
@@ -115,10 +117,16 @@ def warm_start(
     them (not on the prompt); AdamW with a one-cycle schedule peaking at ``lr``; gradients clipped
     at norm 1. With ``cache`` set, the result is saved to ``cache/warm-start/<key of recipe>``
     (written to a temporary directory, then renamed) and loaded from there next time.
+
+    One process trains a given warm start while the others wait on the cache entry's lock, then
+    load it. ``on_locked()`` is called once this process holds that lock (the main process of a
+    launch releases the other processes there, so that they queue behind it); ``train=False``
+    only loads: ValueError when the entry is still missing once the lock is free (the process
+    that was to train it did not).
     """
     from transformers import AutoModelForCausalLM  # optional heavy dependency (trl extra)
 
-    train = functools.partial(
+    supervised = functools.partial(
         _supervised,
         model,
         tokenizer,
@@ -130,16 +138,26 @@ def warm_start(
         progress=progress,
     )
     if cache is None:
-        train()
+        if not train:
+            raise ValueError("warm_start(train=False) needs a cache to load from")
+        supervised()
         return model, False
     path = warm_start_path(cache, recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # One process trains a given warm start; others (bench shards) wait for it, then load it.
+    # One process trains a given warm start; others (bench shards, the other processes of a
+    # launch) wait for it, then load it.
     with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if on_locked is not None:
+            on_locked()
         if warm_start_is_cached(path):
             return AutoModelForCausalLM.from_pretrained(path), True
-        train()
+        if not train:
+            raise ValueError(
+                f"the warm start {str(path)!r} is not in the cache: the process that was to "
+                "train it did not"
+            )
+        supervised()
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)

@@ -20,6 +20,9 @@ loaded.
 
 **One job at a time.** The job holds the directory's lock (:mod:`ebpo.lab.runlock`) for its
 life, and decides (:func:`check_run_dir`) again once it holds it.
+
+**Several processes.** A run of a launch with N > 1 processes records ``num_processes`` among
+its options (a run without it had one process); it is resumed only by a launch of as many.
 """
 
 from __future__ import annotations
@@ -113,6 +116,12 @@ def check_run_dir(
         if manifest is None:
             raise ValueError(
                 f"nothing to resume: {str(path)!r} holds no ebpo run ({MANIFEST} missing)"
+            )
+        ran, asked = manifest["config"].get("num_processes", 1), identity.get("num_processes", 1)
+        if ran != asked:
+            raise ValueError(
+                f"output_dir {str(path)!r} holds a run of {ran} process(es); resume it with as "
+                f"many (accelerate launch --num_processes {ran}), not {asked}"
             )
         if manifest["config"] != identity:
             diff = _differences(manifest["config"], identity)

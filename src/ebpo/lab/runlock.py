@@ -8,6 +8,8 @@ file holds the owner's pid, for the message a second job gets. The kernel releas
 the process ends, however it ends (``kill -9`` included), so a crash leaves no stale lock: the
 next job takes the file over. A job that ends removes the file (and the directories it created
 for it, if they are still empty). A child made with ``fork`` shares the lock while it lives.
+Under a launcher (several processes of one job) only the job's main process takes the lock; the
+others never touch the file (:mod:`ebpo.lab.job`).
 """
 
 from __future__ import annotations
