@@ -1,11 +1,14 @@
 """Two CPU processes (gloo, launched by torchrun): every rank ends with the same running statistics,
 equal to one estimator fed the gathered rewards, and each rank trains on its own slice; resuming
-inside a generation batch restores every rank's own buffered completions."""
+inside a generation batch restores every rank's own buffered completions (and the optimizer state,
+which transformers alone maps to ``cpu:0``); ranks whose estimator states differ stop with an error
+naming them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +81,14 @@ def test_two_processes_resume_inside_a_generation_batch_exactly(tmp_path):
         # micro-steps 2..7: each rank trained on its own slice, as in the uninterrupted run
         assert rank["resumed_loss_advantages"] == rank["full_loss_advantages"][2:]
     assert ranks[0]["full_loss_advantages"] != ranks[1]["full_loss_advantages"]
+
+
+def test_ranks_whose_estimator_states_differ_stop_at_the_first_batch(tmp_path):
+    run_workers(tmp_path, "diverge")
+    ranks = [json.loads((tmp_path / f"diverge{r}.json").read_text()) for r in range(2)]
+    for rank in ranks:  # both ranks stop, with the same message, before training on the batch
+        assert rank["error"] is not None and rank["generations"] == 0
+        assert "differs across the 2 processes" in rank["error"]
+        assert "global step 0 (micro-step 0)" in rank["error"]
+        assert re.search(r"rank 0: [0-9a-f]{16}; rank 1: [0-9a-f]{16}", rank["error"])
+    assert ranks[0]["error"] == ranks[1]["error"]

@@ -6,6 +6,8 @@ Run under ``torchrun --nproc_per_node 2`` (or any launcher that sets up a gloo p
                                                  # every generation batch, local advantages
     two_process_worker.py OUT_DIR resume         # resume<k>.json: an uninterrupted run and a run
                                                  # resumed inside a generation batch, side by side
+    two_process_worker.py OUT_DIR diverge        # diverge<k>.json: the error of a run whose rank 1
+                                                 # starts from another estimator state
 
 The setup (tiny Llama, char tokenizer, prompts, parity reward, recording trainer) is the one of
 test_trainer.py, imported from it (this file's directory is on ``sys.path`` when run as a script).
@@ -22,6 +24,7 @@ import torch
 from test_trainer import RecordingTrainer, build, parity_reward, tiny_args
 
 from ebpo.evaluation.models import build_char_tokenizer
+from ebpo.integrations.trl.consistency import RanksDisagreeError
 from ebpo.utils.checkpoints import MARKER
 
 
@@ -45,25 +48,10 @@ def main(out_dir: str) -> None:
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(record))
 
 
-def load_cpu_checkpoints_of_any_rank() -> None:
-    """transformers 5.10 loads the optimizer state of a multi-process run with
-    ``map_location=args.device``, which is ``cpu:0`` on every CPU process, and torch cannot restore
-    onto an indexed CPU device: resuming a multi-process CPU run fails inside transformers, before
-    EBPOTrainer is involved. Map such locations to plain "cpu" (test worker only)."""
-    original = torch.load
-
-    def load(*args, map_location=None, **kwargs):
-        if isinstance(map_location, torch.device) and map_location.type == "cpu":
-            map_location = "cpu"
-        return original(*args, map_location=map_location, **kwargs)
-
-    torch.load = load
-
-
 def resume(out_dir: str) -> None:
     """4 optimizer steps of 2 micro-steps, one generation batch every 4 micro-steps; resume from
-    checkpoint-1, which falls inside the first generation batch."""
-    load_cpu_checkpoints_of_any_rank()
+    checkpoint-1, which falls inside the first generation batch. (The optimizer state of a
+    multi-process CPU run is loaded by EBPOTrainer itself: transformers maps it to ``cpu:0``.)"""
     settings = {
         "max_steps": 4,
         "gradient_accumulation_steps": 2,
@@ -93,8 +81,25 @@ def resume(out_dir: str) -> None:
     (Path(out_dir) / f"resume{rank}.json").write_text(json.dumps(record))
 
 
+def diverge(out_dir: str) -> None:
+    """Rank 1's estimator has counted one extra batch before training: the first generation batch
+    must stop the run on every rank with the trainer's cross-rank check."""
+    trainer = make_trainer(Path(out_dir) / "run")
+    rank = trainer.accelerator.process_index
+    if rank == 1:
+        trainer.estimator(torch.tensor([0.0, 1.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]))
+    record: dict = {"rank": rank, "error": None}
+    try:
+        trainer.train()
+    except RanksDisagreeError as error:
+        record = {"rank": rank, "error": str(error), "generations": len(trainer.outputs)}
+    (Path(out_dir) / f"diverge{rank}.json").write_text(json.dumps(record))
+
+
 if __name__ == "__main__":
     if sys.argv[2:] == ["resume"]:
         resume(sys.argv[1])
+    elif sys.argv[2:] == ["diverge"]:
+        diverge(sys.argv[1])
     else:
         main(sys.argv[1])

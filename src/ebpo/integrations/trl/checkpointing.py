@@ -16,6 +16,10 @@ A save, on every process, in this order:
    exists at every moment, and incomplete leftovers of an interrupted save do not take the place
    of complete ones.
 
+On resume, every process checks that all processes restored the same estimator state (see
+:mod:`.consistency`). The optimizer state of a multi-process run on CPUs is loaded onto the CPU
+(:meth:`CheckpointingMixin._load_optimizer_and_scheduler`).
+
 A kill, a full disk or any error at any point leaves the new checkpoint unmarked. On resume,
 ``train(resume_from_checkpoint=path)`` refuses a checkpoint that is not complete (ValueError naming
 what is missing); ``resume_from_checkpoint=True`` takes the newest complete checkpoint of
@@ -27,11 +31,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate.utils import gather_object
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.trainer_pt_utils import reissue_pt_warnings
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
+from transformers.utils.import_utils import check_torch_load_is_safe
 
 from ebpo.integrations.trl import checkpoint as ckpt
 from ebpo.integrations.trl.checkpoint import REQUIRED_FILES, GenerationCycle
@@ -115,6 +124,7 @@ class CheckpointingMixin:
 
     estimator: Any
     _ebpo_state_before_batch: dict[str, Any]
+    _ebpo_check_state: Any  # EBPOTrainer._ebpo_check_state
 
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
         """``GRPOTrainer.train``, resuming only from a complete checkpoint (see the module)."""
@@ -162,9 +172,49 @@ class CheckpointingMixin:
             rotate(run_dir, limit, [checkpoint_dir, self.state.best_model_checkpoint])
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and self._loads_onto_indexed_cpu(checkpoint):
+            self._load_optimizer_and_scheduler_on_cpu(checkpoint)
+        else:
+            super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             self._restore_generation_state(checkpoint)
+            self._ebpo_check_state("resume", checkpoint=os.fspath(checkpoint))
+
+    def _loads_onto_indexed_cpu(self, checkpoint: str) -> bool:
+        """Whether transformers would load this checkpoint's optimizer state with
+        ``map_location=args.device`` and that device is an indexed CPU device.
+
+        transformers (5.10) loads the optimizer state of a multi-process run onto ``args.device``,
+        which on CPUs is ``cpu:0`` on every process — and ``torch.load`` cannot restore onto an
+        indexed CPU device ("don't know how to restore data location ... (tagged with cpu:0)"), so
+        a multi-process CPU run could not resume. DeepSpeed and FSDP load their own way."""
+        args = self.args
+        device = torch.device(args.device)
+        return (
+            args.world_size > 1
+            and device.type == "cpu"
+            and device.index is not None
+            and not self.is_deepspeed_enabled
+            and not self.is_fsdp_enabled
+            and os.path.isfile(os.path.join(checkpoint, OPTIMIZER_NAME))
+            and os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME))
+        )
+
+    def _load_optimizer_and_scheduler_on_cpu(self, checkpoint: str) -> None:
+        """transformers' loading of the optimizer and scheduler states (its plain path), with the
+        optimizer state mapped to "cpu", where the parameters are."""
+        check_torch_load_is_safe()
+        optimizer_state = torch.load(
+            os.path.join(checkpoint, OPTIMIZER_NAME), map_location="cpu", weights_only=True
+        )
+        self.optimizer.load_state_dict(optimizer_state)
+        with warnings.catch_warnings(record=True) as caught_warnings:
+            check_torch_load_is_safe()
+            scheduler_state = torch.load(
+                os.path.join(checkpoint, SCHEDULER_NAME), map_location="cpu", weights_only=True
+            )
+            self.lr_scheduler.load_state_dict(scheduler_state)
+        reissue_pt_warnings(caught_warnings)
 
     def _restore_generation_state(self, checkpoint: str) -> None:
         """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""

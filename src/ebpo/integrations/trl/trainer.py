@@ -26,6 +26,11 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
    generation cycle and, for a checkpoint inside a generation batch, the batch itself, so that
    resuming is exact (see :mod:`.checkpoint`). A checkpoint is marked complete once every file is
    written, and only a complete one is resumed from (see :mod:`.checkpointing`).
+6. In a multi-process run, every process checks after each estimator update (and after a resume)
+   that all processes hold the same estimator state: one all-gather of a 64-bit digest a
+   generation batch; a difference raises an error naming the ranks and the step (see
+   :mod:`.consistency`). ``EBPO_TRACE_DIR`` turns on a per-process diagnostic trace of the states,
+   advantages and losses (see :mod:`.trace`).
 
 TRL still computes its own advantages inside the method (a few vector ops, discarded): that is the
 price of not copying the method, and it is negligible next to generation.
@@ -52,7 +57,9 @@ from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE
 from ebpo.integrations.trl.checkpointing import CheckpointingMixin
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.reference_model import reference_from_policy
+from ebpo.integrations.trl.trace import RankTrace
 from ebpo.integrations.trl.train_data import check_columns, eval_splits, reorder
 
 __all__ = [
@@ -166,6 +173,10 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         self._ebpo_gathered_clusters: list[Any] | None = None
         # Set while _compute_loss runs, for the Clip-Cov wrapper.
         self._ebpo_loss_inputs: dict[str, Any] | None = None
+        # The diagnostic trace of this process (EBPO_TRACE_DIR), or None.
+        self._ebpo_trace = RankTrace.from_env(
+            self.accelerator.process_index, self.accelerator.num_processes
+        )
 
     # ------------------------------------------------------------------ DAPO soft overlong punishment
     def _add_overlong_reward(self, args: EBPOConfig) -> None:
@@ -242,6 +253,8 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
             token_counts=token_counts,
             update=(mode == "train"),
         )
+        if mode == "train":
+            self._ebpo_check_state("estimator", rewards=estimator_rewards)
         advantages = result.advantages.to(
             device=output["advantages"].device, dtype=output["advantages"].dtype
         )
@@ -273,6 +286,23 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         logged.extend(advantages[num_total - replaced :].tolist())
         return output
 
+    def _ebpo_check_state(self, event: str, **fields: Any) -> None:
+        """After the estimator state changed (an update, a resume): trace it (``EBPO_TRACE_DIR``),
+        then, with several processes, check that every process holds the same state — a
+        collective, so every process calls this at the same points (see :mod:`.consistency`)."""
+        num_processes, trace = self.accelerator.num_processes, self._ebpo_trace
+        if num_processes == 1 and trace is None:
+            return
+        state = self.estimator.state_dict()
+        digest = state_digest(state)
+        if trace is not None:
+            trace.write(
+                event, self.state.global_step, self._step, state=state, digest=digest, **fields
+            )
+        if num_processes > 1:
+            digests = gather_digests(self.accelerator, digest)
+            check_ranks_agree(digests, self.state.global_step, self._step)
+
     def _filter_metric(self, rewards_per_func: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
         """What DAPO's filter compares (``filter_groups_metric``): the accuracy (weighted sum of the
         user's reward functions) or the reward the estimator saw."""
@@ -297,13 +327,21 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ Clip-Cov
     def _compute_loss(self, model, inputs):
-        if self.args.clip_cov_ratio <= 0:
-            return super()._compute_loss(model, inputs)
-        self._ebpo_loss_inputs = inputs
+        if self.args.clip_cov_ratio > 0:
+            self._ebpo_loss_inputs = inputs  # for _get_per_token_logps_and_entropies
         try:
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
         finally:
             self._ebpo_loss_inputs = None
+        if self._ebpo_trace is not None and model.training:
+            self._ebpo_trace.write(
+                "loss",
+                self.state.global_step,
+                self._step,
+                advantages=inputs["advantages"],
+                loss=loss.item(),
+            )
+        return loss
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
