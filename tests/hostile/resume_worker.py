@@ -43,11 +43,9 @@ import transformers.modeling_utils
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-import ebpo.commands.train as train_command
 import ebpo.lab.job as job_module
 from ebpo.cli import main
 from ebpo.integrations.trl import EBPOTrainer
-from ebpo.lab.job import TrainJobConfig
 from ebpo.utils.checkpoints import MARKER
 
 #: exit status of a killed child (what a shell reports for SIGKILL)
@@ -174,11 +172,13 @@ def in_child(job: Any, out: Path) -> int:
 
 
 def cli(argv: list[str], run_dir: Path, *, resume: bool = False) -> int:
-    """``ebpo train`` on the tiny job (the options the CLI lacks are set through TINY; no plots:
-    they take most of a tiny job's time and play no part in what is compared)."""
-    train_command.TrainJobConfig = functools.partial(TrainJobConfig, **TINY)  # type: ignore[misc]
+    """``ebpo train`` on the tiny job (TINY as flags; no plots: they take most of a tiny job's
+    time and play no part in what is compared)."""
     job_module.plot_run = lambda *args, **kwargs: []
-    return main(["train", *argv, "--output-dir", str(run_dir), *(["--resume"] if resume else [])])
+    tiny = [f"--{name.replace('_', '-')}={value}" for name, value in TINY.items()]
+    return main(
+        ["train", *argv, *tiny, "--output-dir", str(run_dir), *(["--resume"] if resume else [])]
+    )
 
 
 def record(argv: list[str], run_dir: Path) -> Any:
