@@ -29,7 +29,8 @@ __all__ = ["COMMANDS", "build_parser", "main", "missing_extra"]
 #: command -> its one-line summary in ``ebpo --help`` (the ``help=`` its module's parser gives)
 COMMANDS: dict[str, str] = {
     "train": "RL-train a causal LM with an ebpo estimator (no arguments: the built-in CPU default)",
-    "grpo": "trl grpo with an ebpo estimator: TRL's flags and YAML configs + --advantage_estimator",
+    "grpo": "trl grpo with an ebpo estimator: TRL's flags and YAML configs + --advantage_estimator "
+    "(--dry-run: check a recipe on CPU)",
     "eval": "Pass@k evaluation on math benchmarks",
     "simulate": "simulated experiments: baseline quality, saturated failure, bandit learning",
     "bench": "paired comparison of estimators with real token-level RL: differences to GRPO with intervals",
