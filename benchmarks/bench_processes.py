@@ -26,16 +26,19 @@ estimator state costs per generation batch: the state digest and the all-gather 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.processes import launch_command, launch_env  # noqa: E402
 
 YAML = """\
 model_name_or_path: {root}/model
@@ -64,32 +67,9 @@ def parity_reward(completions, **kwargs):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def accelerate_launch(num_processes: int) -> list[str]:
-    """The CPU launch of the docs: the multi-GPU launcher (torchrun) + ACCELERATE_USE_CPU=1."""
-    accelerate = str(Path(sys.executable).with_name("accelerate"))
-    return [
-        accelerate, "launch", "--multi_gpu", "--num_processes", str(num_processes),
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()),
-    ]  # fmt: skip
-
-
 def prepare(root: Path) -> None:
     """The tiny model, 64 prompts and the reward module, on disk."""
-    from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama
-
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, num_layers=2, hidden_size=128, seed=0)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(64)]
-    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_model_and_prompts(root, 64, num_layers=2, hidden_size=128, seed=0)
     (root / "lib").mkdir()
     (root / "lib" / "bench_process_rewards.py").write_text(REWARDS)
 
@@ -113,26 +93,21 @@ def bench(args: argparse.Namespace) -> None:
         prepare(root)
         config = root / "run.yaml"
         config.write_text(YAML.format(root=root, steps=args.steps))
-        base = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "PYTHONPATH": str(root / "lib"),
-        }
+        # one thread a process, no Hub; ACCELERATE_USE_CPU only matters to accelerate
+        base = launch_env({"PYTHONPATH": str(root / "lib")})
         grpo = ["-m", "ebpo", "grpo", "--config", str(config)]
         two = [
-            *accelerate_launch(2), *grpo, "--output_dir", str(root / "two"),
+            *launch_command(grpo, 2), "--output_dir", str(root / "two"),
             "--per_device_train_batch_size", str(args.batch),
         ]  # fmt: skip
         one = [
             sys.executable, *grpo, "--output_dir", str(root / "one"),
             "--per_device_train_batch_size", str(2 * args.batch),
         ]  # fmt: skip
-        two_env = {**base, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
         one_env = {**base, "OMP_NUM_THREADS": str(args.threads_one)}
         times: dict[str, list[tuple[float, float]]] = {"two": [], "one": []}
         for _ in range(args.rounds):
-            times["two"].append(run(two, two_env))
+            times["two"].append(run(two, base))
             times["one"].append(run(one, one_env))
 
     completions = 2 * args.batch
@@ -200,9 +175,8 @@ def main() -> None:
     if args.worker:
         check_cost_worker()
     elif args.check_cost:
-        env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-        command = [*accelerate_launch(2), __file__, "--worker"]
-        sys.exit(subprocess.run(command, env=env).returncode)
+        command = launch_command([__file__, "--worker"], 2)
+        sys.exit(subprocess.run(command, env=launch_env()).returncode)
     else:
         bench(args)
 

@@ -13,9 +13,9 @@ pytest.importorskip("trl")
 import trl  # noqa: E402
 
 from ebpo.cli import main  # noqa: E402
-from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import EBPOTrainer  # noqa: E402
 from ebpo.integrations.trl.grpo_script import parse  # noqa: E402
+from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 
@@ -45,14 +45,9 @@ output_dir: {out}
 
 @pytest.fixture(scope="module")
 def local_model_and_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grpo")
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, seed=0)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(8)]
-    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
+    return write_model_and_prompts(
+        tmp_path_factory.mktemp("grpo"), 8, num_layers=1, hidden_size=32, seed=0
+    )
 
 
 def write_yaml(root: Path, name: str, extra: str = "") -> Path:

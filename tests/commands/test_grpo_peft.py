@@ -20,9 +20,9 @@ from peft import PeftModel  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from ebpo.cli import main  # noqa: E402
-from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import EBPOTrainer  # noqa: E402
 from ebpo.utils.checkpoints import MARKER  # noqa: E402
+from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 
@@ -65,14 +65,9 @@ def digit_share_reward(completions: list[str], **kwargs) -> list[float]:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("peft")
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, seed=0)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(16)]
-    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
+    return write_model_and_prompts(
+        tmp_path_factory.mktemp("peft"), 16, num_layers=1, hidden_size=32, seed=0
+    )
 
 
 def run(root: Path, name: str, *flags: str, monkeypatch) -> EBPOTrainer:

@@ -22,10 +22,10 @@ pytest.importorskip("trl")
 
 import ebpo  # noqa: E402
 from ebpo.cli import main  # noqa: E402
-from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl.consistency import state_digest  # noqa: E402
 from ebpo.integrations.trl.trace import TRACE_DIR_ENV, trace_file  # noqa: E402
 from ebpo.utils.checkpoints import MARKER  # noqa: E402
+from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
 from tests.processes import launch  # noqa: E402
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]
@@ -80,13 +80,9 @@ def files_under(directory: Path) -> set[str]:
 def runs(tmp_path_factory):
     """A 1-process run (in this process) and a 2-process run of the same global batch, then a
     2-process run resumed from checkpoint-1 (inside the first generation batch)."""
-    root = tmp_path_factory.mktemp("grpo_processes")
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, seed=0)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(16)]
-    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = write_model_and_prompts(
+        tmp_path_factory.mktemp("grpo_processes"), 16, num_layers=1, hidden_size=32, seed=0
+    )
     (root / "lib").mkdir()
     (root / "lib" / "grpo_process_rewards.py").write_text(REWARDS)
     (root / "cwd").mkdir()  # the launches' working directory: nothing may be written there

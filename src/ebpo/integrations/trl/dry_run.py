@@ -45,7 +45,7 @@ from trl import GRPOTrainer
 from trl.scripts import grpo as trl_grpo
 
 from ebpo.data.templates import build_messages
-from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama
+from ebpo.evaluation.models import save_tiny_llama
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.grpo_script import parse
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
@@ -133,7 +133,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ebpo-dry-run-"))
         workdir = Path(workdir)
-        model_dir = _save_tiny_model(workdir / "model")
+        model_dir = save_tiny_llama(workdir / "model", num_layers=1, hidden_size=32, num_heads=2)
         flags = _cpu_flags(model_dir, workdir / "output", model_args)
         built = parse([*argv, *flags])
         loaded: dict[str, str] = {}
@@ -233,14 +233,6 @@ def _no_progress_bars() -> Iterator[None]:
 
 def _build_and_stop(*args: Any, **kwargs: Any) -> None:
     raise _TrainerBuilt(EBPOTrainer(*args, **kwargs))
-
-
-def _save_tiny_model(directory: Path) -> Path:
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_llama(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 def _cpu_flags(model_dir: Path, output_dir: Path, model_args: Any) -> list[str]:
