@@ -341,10 +341,12 @@ def test_a_curriculum_and_a_preset_without_prior_run(tmp_path):
 @pytest.mark.slow
 @pytest.mark.smollm
 def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
-    """The real SmolLM2-135M-Instruct, 2 RL steps on arithmetic word problems scored by the math
-    reward (:func:`ebpo.rewards.score_math`): loss and gradient non-zero. The word prompt shows a
-    worked example ending in ``Answer: 7`` (``ebpo.lab.task.WORD_EXAMPLE``), so the model writes
-    the ``Answer:`` line; at temperature 0.7 about a third of its one-digit sums score 1."""
+    """The real SmolLM2-135M-Instruct, 2 RL steps of one arithmetic word problem × 4 completions,
+    scored by the math reward (:func:`ebpo.rewards.score_math`): loss and gradient non-zero. The
+    word prompt shows a worked example ending in ``Answer: 7`` (``ebpo.lab.task.WORD_EXAMPLE``), so
+    the model writes the ``Answer:`` line; at temperature 0.7 a good share of its one-digit sums
+    score 1. Sized for CI (~100 s on one thread, most of it the 116-token prompt's forward and
+    backward passes): one prompt a step, 32 completion tokens."""
     pytest.importorskip("gguf")
     from ebpo.evaluation.models import smollm2_gguf_path
 
@@ -361,7 +363,7 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
         temperature=0.7,
         steps=2,
         group_size=4,
-        prompts_per_step=2,
+        prompts_per_step=1,
         max_completion_length=32,
         eval_problems=1,
         eval_every=0,
