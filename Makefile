@@ -23,13 +23,19 @@ setup: $(STAMP)
 train: $(STAMP)
 	$(VENV)/bin/ebpo train $(ARGS)
 
+# The suite runs in $(WORKERS) worker processes (pytest-xdist); tests/conftest.py shares the cores
+# out among them and hands the modules with slow tests out first; each module runs in one worker
+# (its module-scoped fixtures are built once). WORKERS=0 runs everything in this process.
+WORKERS ?= 2
+XDIST   := -n $(WORKERS) --dist loadscope --no-loadscope-reorder
+
 # CI's command: the layout and style checks, then every test — the slow ones, the real pretrained
-# model (SmolLM2-135M, about 1.5 min) and the two-process runs included.
+# model (SmolLM2-135M) and the two-process runs included.
 test: lint
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q $(XDIST) $(ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not smollm" $(ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not smollm" $(ARGS)
 
 test-smollm: $(STAMP)
 	$(PY) -m pytest -q -m smollm $(ARGS)

@@ -17,7 +17,17 @@ SETTINGS = {"steps": 4, "save_step": 2, "batch_size": 4, "group_size": 4}
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def ray_cluster():
+    """One local Ray instance for the module: the smoke and the control run below use it (each
+    ``ray_session`` inside joins it instead of starting and stopping its own)."""
+    from ebpo.lab.verl_cpu.run import ray_session
+
+    with ray_session(num_cpus=2):
+        yield
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, ray_cluster):
     from ebpo.lab.verl_cpu.smoke import run_smoke
 
     work = tmp_path_factory.mktemp("verl-smoke")
