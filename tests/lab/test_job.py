@@ -345,7 +345,7 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
     scored by the math reward (:func:`ebpo.rewards.score_math`): loss and gradient non-zero. The
     word prompt shows a worked example ending in ``Answer: 7`` (``ebpo.lab.task.WORD_EXAMPLE``), so
     the model writes the ``Answer:`` line; at temperature 0.7 a good share of its one-digit sums
-    score 1. Sized for CI (~100 s on one thread, most of it the 116-token prompt's forward and
+    score 1. Sized for CI (~85 s on one thread, most of it the 116-token prompt's forward and
     backward passes): one prompt a step, 32 completion tokens."""
     pytest.importorskip("gguf")
     from ebpo.evaluation.models import smollm2_gguf_path
@@ -366,6 +366,7 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
         prompts_per_step=1,
         max_completion_length=32,
         eval_problems=1,
+        eval_samples=8,  # the least Pass@1 takes: the two evaluations are ~a fifth of the time
         eval_every=0,
         save_every=0,
         learning_rate=1e-5,

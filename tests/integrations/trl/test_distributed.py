@@ -2,7 +2,8 @@
 equal to one estimator fed the gathered rewards, and each rank trains on its own slice; resuming
 inside a generation batch restores every rank's own buffered completions (and the optimizer state,
 which transformers alone maps to ``cpu:0``); ranks whose estimator states differ stop with an error
-naming them."""
+naming them. One launch of the two processes runs the three cases (``outputs``), one after
+the other: starting the processes is most of each case's time."""
 
 from __future__ import annotations
 
@@ -49,9 +50,16 @@ def run_workers(out_dir: Path, *mode: str) -> None:
     assert done.returncode == 0, f"workers failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
 
 
-def test_two_processes_share_one_prior(tmp_path):
-    run_workers(tmp_path)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> Path:
+    """The directory of the three cases' rank<k>.json, resume<k>.json and diverge<k>.json."""
+    out_dir = tmp_path_factory.mktemp("two-processes")
+    run_workers(out_dir, "shared", "resume", "diverge")
+    return out_dir
+
+
+def test_two_processes_share_one_prior(outputs):
+    ranks = [json.loads((outputs / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["num_processes"] for r in ranks] == [2, 2]
     assert ranks[0]["rewards"] == ranks[1]["rewards"]  # both ranks saw the whole gathered batch
     assert ranks[0]["state"] == ranks[1]["state"]
@@ -68,9 +76,8 @@ def test_two_processes_share_one_prior(tmp_path):
     assert estimator.state_dict()["global"]["rewards"]["count"] == 3 * 2 * LOCAL
 
 
-def test_two_processes_resume_inside_a_generation_batch_exactly(tmp_path):
-    run_workers(tmp_path, "resume")
-    ranks = [json.loads((tmp_path / f"resume{r}.json").read_text()) for r in range(2)]
+def test_two_processes_resume_inside_a_generation_batch_exactly(outputs):
+    ranks = [json.loads((outputs / f"resume{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["buffers"] == ["ebpo_generation_buffer_0.pt", "ebpo_generation_buffer_1.pt"]
     # the checkpoint was marked complete once every rank had written its files
     assert {*ranks[0]["buffers"], "rng_state_0.pth", "rng_state_1.pth"} <= set(ranks[0]["listed"])
@@ -83,9 +90,8 @@ def test_two_processes_resume_inside_a_generation_batch_exactly(tmp_path):
     assert ranks[0]["full_loss_advantages"] != ranks[1]["full_loss_advantages"]
 
 
-def test_ranks_whose_estimator_states_differ_stop_at_the_first_batch(tmp_path):
-    run_workers(tmp_path, "diverge")
-    ranks = [json.loads((tmp_path / f"diverge{r}.json").read_text()) for r in range(2)]
+def test_ranks_whose_estimator_states_differ_stop_at_the_first_batch(outputs):
+    ranks = [json.loads((outputs / f"diverge{r}.json").read_text()) for r in range(2)]
     for rank in ranks:  # both ranks stop, with the same message, before training on the batch
         assert rank["error"] is not None and rank["generations"] == 0
         assert "differs across the 2 processes" in rank["error"]

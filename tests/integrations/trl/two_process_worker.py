@@ -2,12 +2,14 @@
 
 Run under ``torchrun --nproc_per_node 2`` (or any launcher that sets up a gloo process group):
 
-    two_process_worker.py OUT_DIR                # rank<k>.json: estimator state, gathered rewards of
-                                                 # every generation batch, local advantages
-    two_process_worker.py OUT_DIR resume         # resume<k>.json: an uninterrupted run and a run
-                                                 # resumed inside a generation batch, side by side
-    two_process_worker.py OUT_DIR diverge        # diverge<k>.json: the error of a run whose rank 1
-                                                 # starts from another estimator state
+    two_process_worker.py OUT_DIR [MODE ...]     # the modes in this order (default: shared)
+
+    shared   rank<k>.json: estimator state, gathered rewards of every generation batch, local
+             advantages
+    resume   resume<k>.json: an uninterrupted run and a run resumed inside a generation batch
+    diverge  diverge<k>.json: the error of a run whose rank 1 starts from another estimator state
+
+Several modes in one launch share the start-up of the two processes (most of a mode's time).
 
 The setup (tiny Llama, char tokenizer, prompts, parity reward, recording trainer) is the one of
 test_trainer.py, imported from it (this file's directory is on ``sys.path`` when run as a script).
@@ -34,7 +36,7 @@ def make_trainer(run_dir: Path, **overrides) -> RecordingTrainer:
     return build(build_char_tokenizer(), args, parity_reward)
 
 
-def main(out_dir: str) -> None:
+def shared(out_dir: str) -> None:
     trainer = make_trainer(Path(out_dir) / "run")
     trainer.train()
     rank = trainer.accelerator.process_index
@@ -84,7 +86,7 @@ def resume(out_dir: str) -> None:
 def diverge(out_dir: str) -> None:
     """Rank 1's estimator has counted one extra batch before training: the first generation batch
     must stop the run on every rank with the trainer's cross-rank check."""
-    trainer = make_trainer(Path(out_dir) / "run")
+    trainer = make_trainer(Path(out_dir) / "diverge-run")
     rank = trainer.accelerator.process_index
     if rank == 1:
         trainer.estimator(torch.tensor([0.0, 1.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]))
@@ -96,10 +98,14 @@ def diverge(out_dir: str) -> None:
     (Path(out_dir) / f"diverge{rank}.json").write_text(json.dumps(record))
 
 
+MODES = {"shared": shared, "resume": resume, "diverge": diverge}
+
 if __name__ == "__main__":
-    if sys.argv[2:] == ["resume"]:
-        resume(sys.argv[1])
-    elif sys.argv[2:] == ["diverge"]:
-        diverge(sys.argv[1])
-    else:
-        main(sys.argv[1])
+    modes = sys.argv[2:] or ["shared"]
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown:
+        sys.exit(
+            f"two_process_worker.py: unknown mode(s) {unknown}; expected some of {list(MODES)}"
+        )
+    for mode in modes:
+        MODES[mode](sys.argv[1])
