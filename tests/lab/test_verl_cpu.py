@@ -77,3 +77,36 @@ def test_cpu_platform_is_put_back_after_the_block(monkeypatch):
         assert isinstance(platform, PlatformCPU) and get_platform() is platform
         assert os.environ["VERL_PLATFORM"] == PLATFORM_NAME
     assert get_platform() is before and "VERL_PLATFORM" not in os.environ
+
+
+def test_the_curriculum_checks_take_a_step_in_any_row_order_but_not_another_batch(tmp_path):
+    """verl's balance_batch reorders a step's rows by length: the checks must pass on any order
+    inside a step and fail when a step trained on prompts of another batch."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
+    from ebpo.lab.verl_cpu.smoke import _curriculum_checks, contiguous_blocks
+
+    topics = ["mul", "add", "sub", "add", "sub", "mul", "add", "mul"] * 2
+    frame = pd.DataFrame({"extra_info": [{"id": i, "topic": t} for i, t in enumerate(topics)]})
+    frame.to_parquet(tmp_path / "train.parquet")
+    files = {"train.shuffle": str(tmp_path / "train.parquet")}
+    sampler = CurriculumSampler(frame, order="topic", seed=0)
+    order = [str(i) for i in sampler.indices(0)]  # the ids are the row numbers
+    assert contiguous_blocks([topics[int(i)] for i in order])
+    batches = [order[k * 4 : (k + 1) * 4] for k in range(4)]
+    settings = SmokeSettings(work_dir=".", steps=4, save_step=2, batch_size=4)
+    run = ESTIMATORS["ebpo_topic"]
+
+    def result(steps):  # each prompt of a step twice (G = 2), in the given order
+        return SimpleNamespace(trace=[SimpleNamespace(prompt_ids=s + s) for s in steps])
+
+    reordered = [list(reversed(b)) for b in batches]
+    checks = _curriculum_checks(settings, run, files, result(reordered), result(reordered[2:]))
+    assert [c.ok for c in checks] == [True, True], checks
+
+    swapped = [batches[0][:3] + batches[1][:1], batches[1][1:] + batches[0][3:], *batches[2:]]
+    checks = _curriculum_checks(settings, run, files, result(swapped), result(batches[:0:-1][:2]))
+    assert [c.ok for c in checks] == [False, False], checks
