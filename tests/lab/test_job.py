@@ -345,8 +345,9 @@ def test_smollm2_few_rl_steps_on_word_problems(tmp_path):
     scored by the math reward (:func:`ebpo.rewards.score_math`): loss and gradient non-zero. The
     word prompt shows a worked example ending in ``Answer: 7`` (``ebpo.lab.task.WORD_EXAMPLE``), so
     the model writes the ``Answer:`` line; at temperature 0.7 a good share of its one-digit sums
-    score 1. Sized for CI (~85 s on one thread, most of it the 116-token prompt's forward and
-    backward passes): one prompt a step, 32 completion tokens."""
+    score 1. Sized for CI (~85 s on one thread; py-spy: about a third transformers reading the GGUF
+    file, the rest the two steps' forward and backward passes over the 116-token prompt and the
+    two evaluations): one prompt a step, 32 completion tokens, 8 evaluation samples."""
     pytest.importorskip("gguf")
     from ebpo.evaluation.models import smollm2_gguf_path
 

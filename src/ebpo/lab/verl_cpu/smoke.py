@@ -245,11 +245,12 @@ def _curriculum_checks(
     size = settings.batch_size
     steps_a = [set(t.prompt_ids) for t in a.trace]
     steps_b = [set(t.prompt_ids) for t in b.trace]
-    start = settings.save_step
+    # run B (resumed) starts with the sampler's batch number save_step (0-based)
+    resumed_at = settings.save_step
     walked = steps_a == [set(ids[k * size : (k + 1) * size]) for k in range(len(steps_a))]
     topics = [topic_of[pid] for pid in ids[: len(steps_a) * size]]
     continued = steps_b == [
-        set(ids[(start + k) * size : (start + k + 1) * size]) for k in range(len(steps_b))
+        set(ids[(resumed_at + k) * size : (resumed_at + k + 1) * size]) for k in range(len(steps_b))
     ]
     return [
         Check(
@@ -261,7 +262,7 @@ def _curriculum_checks(
         Check(
             f"{run.name}: the resumed dataloader continued mid-epoch where the checkpoint left it",
             continued,
-            f"resumed at prompt {start * size} of {len(ids)} (epoch of {len(ids) // size} steps)",
+            f"resumed at prompt {resumed_at * size} of {len(ids)} (epoch of {len(ids) // size} steps)",
         ),
     ]
 
