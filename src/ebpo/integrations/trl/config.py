@@ -15,7 +15,6 @@ a ``ValueError`` naming the field before anything is built.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from trl import GRPOConfig
 
 import ebpo
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
+from ebpo.utils.structured_input import parse_json
 
 __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
 
@@ -282,8 +282,8 @@ def parse_estimator_options(value: Any) -> dict[str, Any]:
         return {}
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
+            value = parse_json(value)  # size, depth and repeated keys bounded
+        except ValueError as error:
             raise ValueError(
                 f"estimator_options must be a dict or a JSON object string; {error}"
             ) from error

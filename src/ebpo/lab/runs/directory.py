@@ -43,6 +43,7 @@ from ebpo.lab.runs.lock import LOCK
 from ebpo.utils.checkpoints import newest_complete
 from ebpo.utils.checks import is_integer, is_real
 from ebpo.utils.files import atomic_write, check_output_path, read_json, write_json
+from ebpo.utils.structured_input import parse_json
 
 __all__ = [
     "MANIFEST",
@@ -346,7 +347,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_json(line)  # depth and repeated keys bounded
         except ValueError as error:
             if number == len(lines):  # no newline after it: a write cut short
                 break
