@@ -67,12 +67,17 @@ def test_other_values_are_one_line_naming_the_field(value, annotation, message):
     assert str(raised.value).startswith(message)
 
 
-def test_strings_convert_lets_a_parser_convert_scalars_but_not_lists():
+def test_strings_convert_leaves_strings_to_the_parser_but_not_in_place_of_other_lists():
     # what argparse does with a TRL YAML's values: a string default goes through the flag's type
     assert check_field_value("f", "8", int, strings_convert=True) == "8"
     assert check_field_value("f", "true", bool | None, strings_convert=True) == "true"
-    with pytest.raises(ValueError, match="must be a list of strings or null"):
-        check_field_value("f", "math_reward", list[str] | None, strings_convert=True)
+    assert (
+        check_field_value("f", "all-linear", list[str] | None, strings_convert=True) == "all-linear"
+    )
+    with pytest.raises(ValueError, match="must be a list of numbers or null"):
+        check_field_value("f", "0.5", list[float] | None, strings_convert=True)
+    with pytest.raises(ValueError, match="must be a mapping with string keys or null"):
+        check_field_value("f", "x", dict | None, strings_convert=True)
     with pytest.raises(ValueError, match="must be a string or null"):
         check_field_value("f", 5, str | None, strings_convert=True)
 

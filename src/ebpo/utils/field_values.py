@@ -12,10 +12,11 @@ Understood annotations: ``bool``, ``int`` (not a bool), ``float`` (an int is con
 keys), and dataclasses (a mapping of their field names). Anything else (a class the file cannot
 spell) is passed on unchecked: the dataclass's own checks apply.
 
-``strings_convert=True`` is for parsers that turn a string into the field's scalar type
-themselves (argparse does, for the values a TRL YAML file gives it): then a string is accepted for
-a scalar field (``bool`` / ``int`` / ``float`` / an enum / a ``Literal``) at the top level — the
-parser checks it — but never where a list or a mapping belongs.
+``strings_convert=True`` is for parsers that take a string themselves (argparse does, for the
+values a TRL YAML file gives it): a string is then accepted at the top level for a scalar field
+(``bool`` / ``int`` / ``float`` / an enum / a ``Literal``: argparse converts it with the flag's
+type, or refuses it) and for a list of strings (argparse passes it on as it is: PEFT takes
+``lora_target_modules: all-linear``), never where a mapping or a list of other items belongs.
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ def _convert(value: Any, annotation: Any, lenient: bool) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin in (list, tuple) or annotation in (list, tuple):
+        if lenient and isinstance(value, str) and args and args[0] is str:
+            return value
         if not isinstance(value, (list, tuple)):
             raise _Mismatch
         items = [_convert(item, args[0], False) for item in value] if args else list(value)

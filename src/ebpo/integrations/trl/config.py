@@ -24,6 +24,7 @@ from trl import GRPOConfig
 
 import ebpo
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
+from ebpo.integrations.trl.config_checks import check_trl_values
 from ebpo.utils.structured_input import parse_json
 
 __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
@@ -231,6 +232,7 @@ class EBPOConfig(GRPOConfig):
         if self.data_order != "shuffle":
             # A curriculum is an order; TRL's sampler would shuffle it away.
             self.shuffle_dataset = False
+        check_trl_values(self)  # what TRL would refuse (or misuse) only once training runs
         super().__post_init__()
 
     @property

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import trl
@@ -33,6 +32,8 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
 from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.output_dir import check_output_dir
+from ebpo.integrations.trl.recipe_file import check_recipe_file
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
 __all__ = ["REWARD_ALIASES", "ebpo_trainer_in_trl", "main", "make_parser", "parse"]
@@ -62,10 +63,13 @@ DESCRIPTION = (
 )
 
 
+#: the dataclasses of ``trl grpo``'s parser, with EBPOConfig in GRPOConfig's place
+PARSER_TYPES = (trl_grpo.GRPOScriptArguments, EBPOConfig, ModelConfig, DatasetMixtureConfig)
+
+
 def make_parser(prog: str = "ebpo grpo") -> TrlParser:
     """``trl grpo``'s parser with :class:`EBPOConfig` in ``GRPOConfig``'s place."""
-    types = (trl_grpo.GRPOScriptArguments, EBPOConfig, ModelConfig, DatasetMixtureConfig)
-    return GrpoParser(types, prog=prog, description=DESCRIPTION)
+    return GrpoParser(PARSER_TYPES, prog=prog, description=DESCRIPTION)
 
 
 def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
@@ -77,15 +81,17 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
         index = argv.index("--config")
         if argv.count("--config") > 1 or index + 1 == len(argv):
             raise ValueError("--config takes one YAML file, given once")
-        if not Path(argv[index + 1]).is_file():
-            raise ValueError(f"--config {argv[index + 1]!r}: no such file")
+        check_recipe_file(argv[index + 1], PARSER_TYPES)  # before TRL's parser reads it
     try:
         script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(
             args=argv, fail_with_unknown_args=True
         )
     except yaml.YAMLError as error:
         raise ValueError(f"--config: not valid YAML: {error}") from error
-    script_args.reward_funcs = [REWARD_ALIASES.get(n, n) for n in script_args.reward_funcs or []]
+    names = script_args.reward_funcs or []
+    if isinstance(names, str):  # `reward_funcs: math_reward` in a YAML: one name, not its letters
+        names = [names]
+    script_args.reward_funcs = [REWARD_ALIASES.get(n, n) for n in names]
     unknown = [n for n in script_args.reward_funcs if "." not in n and n not in TRL_REWARDS]
     if unknown:
         raise ValueError(
@@ -119,6 +125,7 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
 def main(argv: Sequence[str]) -> int:
     """Parse ``argv`` as ``trl grpo`` would and run TRL's script with :class:`EBPOTrainer`."""
     script_args, training_args, model_args, dataset_args = parse(argv)
+    check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
     with ebpo_trainer_in_trl():
         trl_grpo.main(script_args, training_args, model_args, dataset_args)
     return 0

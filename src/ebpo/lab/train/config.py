@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ebpo.evaluation.models import resolve_model_path
-from ebpo.integrations.trl import DATA_ORDERS, available_presets
+from ebpo.integrations.trl import DATA_ORDERS, EBPOConfig, available_presets
+from ebpo.integrations.trl.config_checks import check_extra
 from ebpo.lab.cpu_task import task
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, cache_dir
 from ebpo.utils.checks import check_int, is_real
@@ -376,6 +377,7 @@ class TrainJobConfig:
             raise ValueError(
                 f"extra must be a dict of EBPOConfig fields, got {type(self.extra).__name__}"
             )
+        check_extra(self.extra, EBPOConfig)  # names and types; values when the config is built
 
     def _check_sizes(self) -> None:
         """The work one step and the whole prompt stream ask for, before anything runs."""
