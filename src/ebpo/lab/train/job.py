@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ebpo.integrations.trl import EBPOTrainer, make_config
+from ebpo.integrations.trl.checkpoint import read_state
 from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
 from ebpo.lab.runs import directory as rundir
@@ -85,6 +86,7 @@ from ebpo.lab.train.warm_start import (
     warm_start_pending,
     warm_start_recipe,
 )
+from ebpo.utils.checkpoints import newest_complete
 from ebpo.utils.checks import is_real
 from ebpo.utils.files import write_json
 from ebpo.utils.runtime import torch_threads
@@ -291,9 +293,14 @@ def _check_processes(config: TrainJobConfig, count: int) -> _dt.timedelta:
 
 
 def _resumed_files(path: Path) -> dict[str, Any] | None:
-    """The evaluation a resumed run made before RL (None if none yet), once its files are checked."""
+    """The evaluation a resumed run made before RL (None if none yet), once its files are checked:
+    the metrics file, and ebpo's files in the checkpoint the resume will load (the trainer checks
+    them again, with the estimator, before it loads the checkpoint)."""
     before = rundir.read_evaluation(path / "eval_before.json")
     rundir.check_metrics(path / "metrics.jsonl")
+    checkpoint, _ = newest_complete(path / "checkpoints")
+    if checkpoint is not None:
+        read_state(str(checkpoint))
     return before
 
 
