@@ -29,8 +29,9 @@ pytest.importorskip("trl")
 from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE  # noqa: E402
 from ebpo.utils.checkpoints import newest_complete  # noqa: E402
 from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
-from tests.hostile.harness import CliResult, assert_user_error  # noqa: E402
+from tests.hostile.harness import assert_user_error  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
+from tests.hostile.test_run_dirs import ebpo, result_of  # noqa: E402
 
 #: a run of seconds: the built-in model, no warm start, RL steps of 2 prompts × G = 2, a
 #: checkpoint after every step
@@ -39,24 +40,6 @@ TINY = [
     *("--tiers", "1", "--eval-problems", "1", "--eval-samples", "8", "--eval-every", "0"),
     *("--warm-start-steps", "0", "--save-every", "1", "--quiet"),
 ]
-
-
-def ebpo(tmp: Path, *argv: str) -> subprocess.Popen:
-    env = {**os.environ, "EBPO_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}
-    env.pop("EBPO_DEBUG", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "ebpo.cli", *argv],
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def result_of(process: subprocess.Popen, timeout: float = 300) -> CliResult:
-    out, err = process.communicate(timeout=timeout)
-    return CliResult(process.returncode, out, err)
 
 
 def digest(path: Path) -> str:
@@ -122,7 +105,8 @@ output_dir: mine
 """
 
 
-def test_ebpo_grpo_into_a_users_folder_exits_2_and_keeps_its_files(tmp_path):
+def test_ebpo_grpo_into_a_users_folder_exits_2_and_keeps_its_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     write_model_and_prompts(tmp_path, 8, num_layers=1, hidden_size=32, seed=0)
     files(
         {
@@ -141,10 +125,12 @@ def test_ebpo_grpo_into_a_users_folder_exits_2_and_keeps_its_files(tmp_path):
     assert {p.name: p.read_bytes() for p in (tmp_path / "mine").iterdir()} == mine
 
 
-#: both refusals in one interpreter, with its peak resident memory and the time each took
+#: both refusals in one interpreter, with its peak resident memory and the time each took once
+#: the command's modules are imported
 UNBOUNDED = """
 import json, resource, sys, time
-from ebpo.cli import main
+from ebpo.cli import build_parser, main
+build_parser("train")  # the imports (torch, trl) before the clock starts
 codes = []
 for argv in (sys.argv[1:3], sys.argv[3:]):
     started = time.monotonic()

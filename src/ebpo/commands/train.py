@@ -97,7 +97,7 @@ class GivenOnce(argparse.Action):
     """An option that may be given once: a second ``--config`` would silently replace the first
     file (argparse keeps the last value), so it is refused."""
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+    def __call__(self, parser, namespace, values, option_string=None):
         if getattr(namespace, self.dest, None) is not None:
             parser.error(
                 f"argument {option_string}: given twice ({getattr(namespace, self.dest)!r} and "
