@@ -100,10 +100,15 @@ def check_args(args: argparse.Namespace) -> tuple[str, Columns | None, list[str]
 def check_outputs(out_dir: Path, source: Source, plots: bool) -> None:
     """No output may overwrite an input, and a table's directory may not receive the outputs
     (the next replay of it would read replay.csv as a table)."""
-    inputs = [file.path for file in source.files]
+    inputs = {(info.st_dev, info.st_ino) for info in (f.path.stat() for f in source.files)}
     for name in OUTPUTS + (PLOTS if plots else ()):
-        check_output_path(out_dir / name, "--output-dir", kind="file", inputs=inputs)
-    if source.format == "table" and any(same_path(out_dir, path.parent) for path in inputs):
+        path = check_output_path(out_dir / name, "--output-dir", kind="file")
+        if path.exists() and (path.stat().st_dev, path.stat().st_ino) in inputs:
+            raise ValueError(
+                f"--output-dir {str(out_dir)!r}: {name} would overwrite an input of this replay"
+            )
+    parents = {file.path.parent for file in source.files}
+    if source.format == "table" and any(same_path(out_dir, parent) for parent in parents):
         raise ValueError(
             f"--output-dir {str(out_dir)!r} holds input tables: write the report elsewhere "
             "(replay.csv would be read as a table the next time)"

@@ -45,7 +45,6 @@ from ebpo.lab.replay.readers import (
     InputFile,
     input_file,
 )
-from ebpo.utils.files import same_path
 
 __all__ = [
     "INPUT_FORMATS",
@@ -113,10 +112,12 @@ def find_files(paths: Sequence[str], fmt: str) -> list[InputFile]:
                     "trainer's table pass --format table and the column flags"
                 )
             files.append(input_file(path))
-    for i, file in enumerate(files):
-        for other in files[:i]:
-            if same_path(file.path, other.path):
-                raise ValueError(f"input file {str(file.path)!r} is given twice")
+    identities: set[tuple[int, int]] = set()
+    for file in files:
+        info = file.path.stat()  # a file's identity, whatever path or link names it
+        if (info.st_dev, info.st_ino) in identities:
+            raise ValueError(f"input file {str(file.path)!r} is given twice")
+        identities.add((info.st_dev, info.st_ino))
     return files
 
 
@@ -271,31 +272,38 @@ def _check_order(
 def verl_groups(keys: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray, int, int]:
     """``(prompt uids, rewards, padding rows dropped, outputs merged)`` of a v1 dump's rows.
 
-    ``keys`` are verl's uids. A key of the form ``{prompt}_{session}_{output}`` belongs to prompt
-    ``prompt``; of each session only the row with the highest output index stays (its reward is
-    the session's). Another key is a prompt uid of its own row. Rows whose prompt uid is verl's
-    padding uid are dropped. The rows that stay keep their order.
+    ``keys`` are verl's uids. A key of the form ``{prompt}_{session}_{output}`` (:data:`VERL_KEY`)
+    belongs to prompt ``prompt``; of each session only the row with the highest output index
+    stays (its reward is the session's). Another key is a prompt uid of its own row. Rows whose
+    prompt uid is verl's padding uid are dropped. The rows that stay keep their order.
     """
     import pyarrow as pa  # optional heavy dependency (ebpo[data])
     import pyarrow.compute as pc  # optional heavy dependency (ebpo[data])
 
-    parts = pc.extract_regex(keys, VERL_KEY)
-    matched = parts.is_valid()
-    prompts = pc.if_else(matched, parts.field("prompt"), keys)
+    # The key's last two "_"-separated fields (a split is ten times faster than the regex).
+    parts = pc.split_pattern(keys, "_", max_splits=2, reverse=True)
+    first = parts.offsets.to_numpy()[:-1]
+    three = np.diff(parts.offsets.to_numpy()) == 3
+    fields = parts.values
+    session_text = fields.take(pa.array(np.where(three, first + 1, first)))
+    output_text = fields.take(pa.array(np.where(three, first + 2, first)))
+    is_v1 = three & _all_digits(session_text) & _all_digits(output_text)
+    prompts = pc.if_else(pa.array(is_v1), fields.take(pa.array(first)), keys)
     padding = pc.match_substring_regex(prompts, PADDING_PROMPT).to_numpy(zero_copy_only=False)
     num_padding = int(padding.sum())
     if num_padding:
-        keep = pa.array(~padding)
-        prompts, matched, parts = prompts.filter(keep), matched.filter(keep), parts.filter(keep)
-        rewards = rewards[~padding]
-    is_v1 = matched.to_numpy(zero_copy_only=False)
+        keep = ~padding
+        prompts, rewards, is_v1 = prompts.filter(pa.array(keep)), rewards[keep], is_v1[keep]
+        session_text, output_text = (
+            session_text.filter(pa.array(keep)),
+            output_text.filter(pa.array(keep)),
+        )
     if not is_v1.any():
         return prompts, rewards, num_padding, 0
     rows = len(rewards)
-    session = _int_field(parts, "session", matched)
-    output = _int_field(parts, "output", matched)
     # rows that are not v1 keys are sessions of their own: a number no v1 session has
-    session = np.where(is_v1, session, -1 - np.arange(rows))
+    session = np.where(is_v1, _integers(session_text, is_v1, "session"), -1 - np.arange(rows))
+    output = _integers(output_text, is_v1, "output")
     prompt_index = prompts.dictionary_encode().indices.to_numpy(zero_copy_only=False)
     order = np.lexsort((output, session, prompt_index))
     p, s = prompt_index[order], session[order]
@@ -308,11 +316,18 @@ def verl_groups(keys: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray, int, i
     return prompts, rewards, num_padding, merged
 
 
-def _int_field(parts: Any, name: str, matched: Any) -> np.ndarray:
+def _all_digits(text: Any) -> np.ndarray:
+    import pyarrow.compute as pc  # optional heavy dependency (ebpo[data])
+
+    return pc.match_substring_regex(text, r"^[0-9]+$").to_numpy(zero_copy_only=False)
+
+
+def _integers(text: Any, valid: np.ndarray, name: str) -> np.ndarray:
+    """``text`` (digits where ``valid``) as int64, 0 elsewhere."""
     import pyarrow as pa  # optional heavy dependency (ebpo[data])
     import pyarrow.compute as pc  # optional heavy dependency (ebpo[data])
 
-    digits = pc.if_else(matched, parts.field(name), "0")
+    digits = pc.if_else(pa.array(valid), text, "0")
     try:
         return pc.cast(digits, pa.int64()).to_numpy(zero_copy_only=False)
     except pa.ArrowInvalid as error:  # more digits than 64 bits hold
