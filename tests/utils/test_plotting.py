@@ -39,3 +39,21 @@ def test_plot_intervals_rejects_bad_ncols(tmp_path, ncols):
     with pytest.raises(ValueError, match="ncols must be a positive integer"):
         plot_intervals(tmp_path / "x.png", _panels(2), ncols=ncols)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_intervals_xlim_fixes_every_panel(tmp_path, monkeypatch):
+    from ebpo.utils import plotting
+
+    limits = []
+    save = plotting._save
+
+    def record(fig, path, plt):
+        limits.extend(ax.get_xlim() for ax in fig.axes if ax.get_visible())
+        return save(fig, path, plt)
+
+    monkeypatch.setattr(plotting, "_save", record)
+    plot_intervals(tmp_path / "free.png", _panels(2))
+    assert all(low < -0.5 for low, _ in limits)  # the data's range: the interval reaches -0.5
+    limits.clear()
+    plot_intervals(tmp_path / "fixed.png", _panels(2), xlim=(0.0, 1.0))
+    assert limits == [(0.0, 1.0), (0.0, 1.0)]

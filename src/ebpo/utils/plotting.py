@@ -137,12 +137,13 @@ def plot_intervals(
     title: str = "",
     reference: float | None = 0.0,
     ncols: int | None = None,
+    xlim: tuple[float, float] | None = None,
 ) -> Path:
     """Point estimates with interval bars, one panel per ``panels`` entry: ``panel -> series ->
     [(row label, estimate, low, high), ...]``. Rows are stacked vertically (the same rows in every
     series; series side by side within a row); a vertical line marks ``reference`` (e.g. no
     difference). NaN intervals draw the point only. Panels fill a grid ``ncols`` wide (default:
-    one row)."""
+    one row); ``xlim`` fixes every panel's x range (e.g. ``(0, 1)`` for shares)."""
     if not panels:
         raise ValueError("panels is empty: expected at least one panel to plot")
     if ncols is not None and (not is_integer(ncols) or ncols < 1):
@@ -176,6 +177,8 @@ def plot_intervals(
             ax.errorbar(xs, ys, xerr=errors, fmt="o", markersize=4, capsize=3, label=name)
         if reference is not None:
             ax.axvline(reference, color="black", linewidth=0.8, alpha=0.6)
+        if xlim is not None:
+            ax.set_xlim(*xlim)
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
         ax.set_title(panel_title, fontsize="medium")

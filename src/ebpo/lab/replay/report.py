@@ -136,10 +136,12 @@ def _number(value: float | None, digits: int = 3) -> str:
 def console_table(summary: dict[str, Any]) -> str:
     """The run's summary as a fixed-width table, one row per estimator."""
     n, groups = summary["responses"], summary["groups"]
+    low, high = summary["group_size_min"], summary["group_size_max"]
+    sizes = f"{low}" if low == high else f"{low}–{high}"
     lines = [
         f"replayed {summary['steps']:,} steps ({summary['first_step']} … {summary['last_step']}): "
-        f"{n:,} responses in {groups:,} groups of {summary['group_size_min']}–"
-        f"{summary['group_size_max']}; all-fail groups {_pct(summary['all_fail_groups'], groups)}, "
+        f"{n:,} responses in {groups:,} groups of {sizes}; all-fail groups "
+        f"{_pct(summary['all_fail_groups'], groups)}, "
         f"all-pass {_pct(summary['all_pass_groups'], groups)}; mean reward "
         f"{summary['reward_mean']:.3f}",
         "",
