@@ -163,3 +163,26 @@ def test_verl_groups_reduces_v1_keys_only():
     assert prompts.to_pylist() == ["a-1", "a-1", "pad-not-padding", "plain-uid", "plain-uid"]
     assert kept.tolist() == [1.0, 0.0, 1.0, 1.0, 0.0]
     assert (padding, merged) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("long_line", "by_python"), [(0, False), (12, True)], ids=["first-line", "later-line"]
+)
+def test_lines_longer_than_a_block_are_read(tmp_path, monkeypatch, long_line, by_python):
+    """pyarrow refuses a line longer than its block: bigger blocks are tried while nothing has
+    been read, else Python reads the rest of the file."""
+    monkeypatch.setattr(readers, "JSON_BLOCK_BYTES", 128)
+    monkeypatch.setattr(readers, "MAX_JSON_BLOCK_BYTES", 8192)
+    calls = []
+    python = readers.python_json_chunks
+    monkeypatch.setattr(readers, "python_json_chunks", lambda *a: calls.append(a) or python(*a))
+    rows = [{"step": 1 + i // 10, "prompt": f"p{i % 3}", "reward": i % 2} for i in range(30)]
+    rows[long_line]["text"] = "x" * 2000
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fast = list(input_file(path).chunks(TABLE))
+    assert sum(len(c.steps) for c in fast) == 30
+    assert [c.start for c in fast] == sorted({c.start for c in fast})
+    assert np.array_equal(np.concatenate([c.rewards for c in fast]), [r["reward"] for r in rows])
+    assert pa.concat_arrays([c.keys for c in fast]).to_pylist() == [r["prompt"] for r in rows]
+    assert bool(calls) == by_python

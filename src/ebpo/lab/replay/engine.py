@@ -205,19 +205,9 @@ def _mean_or_none(values: torch.Tensor) -> float | None:
     return float(values.mean()) if values.numel() else None
 
 
-#: summed over the steps in the run's summary
-COUNTED = (
-    "rows",
-    "padding_rows",
-    "merged_outputs",
-    "responses",
-    "groups",
-    "singleton_groups",
-    "all_equal_groups",
-    "all_fail_groups",
-    "all_pass_groups",
-    "all_fail_responses",
-    "all_pass_responses",
+#: the input fields summed over the steps in the run's summary (the others are a min, a max, a mean)
+COUNTED = tuple(
+    f for f in INPUT_FIELDS if f not in ("group_size_min", "group_size_max", "reward_mean")
 )
 
 

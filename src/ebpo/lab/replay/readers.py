@@ -296,8 +296,8 @@ def _json_chunks(file: InputFile, columns: Columns, kind: str) -> Iterator[Chunk
         [(columns.key, key_type), (columns.reward, pa.float64()), (columns.step, pa.int64())]
     )
     block = JSON_BLOCK_BYTES
+    start = 0  # rows yielded so far
     while True:
-        start = 0
         try:
             reader = pj.open_json(
                 file.path,
@@ -312,15 +312,30 @@ def _json_chunks(file: InputFile, columns: Columns, kind: str) -> Iterator[Chunk
                 start += batch.num_rows
             return
         except pa.ArrowInvalid as error:
-            if "straddl" in str(error) and block < MAX_JSON_BLOCK_BYTES and start == 0:
-                block *= 8  # a line longer than a block: read bigger blocks
-                continue
+            if "straddl" in str(error):  # a line longer than a block
+                if start == 0 and block < MAX_JSON_BLOCK_BYTES:
+                    block *= 8  # nothing yielded yet: read bigger blocks
+                    continue
+                yield from _rows_from(python_json_chunks(file.path, columns, kind), start)
+                return
             if "Empty JSON file" in str(error):
                 raise ValueError(f"{file.path}: holds no rows") from None
             # pyarrow's messages name no line: read the file again with Python to find it
             for _ in python_json_chunks(file.path, columns, kind):
                 pass
             raise ValueError(f"{file.path}: cannot be read as JSON lines ({error})") from None
+
+
+def _rows_from(chunks: Iterator[Chunk], start: int) -> Iterator[Chunk]:
+    """The rows of ``chunks`` from row ``start`` on."""
+    for chunk in chunks:
+        end = chunk.start + len(chunk.steps)
+        if end <= start:
+            continue
+        skip = max(start - chunk.start, 0)
+        yield Chunk(
+            chunk.keys.slice(skip), chunk.rewards[skip:], chunk.steps[skip:], chunk.start + skip
+        )
 
 
 def _checked_chunk(file: InputFile, columns: Columns, batch: Any, start: int) -> Chunk:
