@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ebpo.integrations.trl.signal import quiet_signal_notices
 from ebpo.lab.bench.config import BenchConfig, CellSpec
 from ebpo.lab.bench.methods import METHODS
 from ebpo.lab.runs.directory import MANIFEST, read_metrics
@@ -38,7 +39,8 @@ CELL_FILE = "cell.json"
 #: ``runner(spec, config, directory) -> result`` holding ``validation`` / ``heldout`` /
 #: ``heldout_before`` (each ``{"overall", "topics", "tiers", "cells"}``), ``eval_curve``
 #: (``{"step": [...], "pass1": [...]}``, held-out Pass@1 over steps, step 0 = the warm start) and
-#: ``curves`` (``{"step": [...], <metric>: [...]}``, None where a step lacks the metric).
+#: ``curves`` (``{"step": [...], <metric>: [...]}``, None where a step lacks the metric); optionally
+#: ``no_signal``, the train job's notice of steps without any learning signal (or None).
 CellRunner = Callable[[CellSpec, BenchConfig, Path], dict[str, Any]]
 
 
@@ -114,7 +116,8 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
     checkpoint is saved), so the bench stops too.
     """
     job = cell_job_config(spec, config, directory)
-    with _quiet(not config.verbose):
+    # the bench reports cells without a learning signal itself (summary.learning_check)
+    with _quiet(not config.verbose), quiet_signal_notices():
         try:
             result = run_train_job(job)
         except ValueError:
@@ -141,6 +144,7 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
             records, result["before"], result["after"], result["global_step"]
         ),
         "curves": _train_curves(records),
+        "no_signal": result.get("no_signal"),
         "run_dir": str(Path(result["run_dir"]).relative_to(Path(config.output_dir)))
         if Path(result["run_dir"]).is_relative_to(Path(config.output_dir))
         else result["run_dir"],
