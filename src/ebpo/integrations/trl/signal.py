@@ -17,13 +17,11 @@ starts the count again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 
 from ebpo.utils.checks import check_int
 
-__all__ = ["PATIENCE", "NoSignalWatch", "logger", "quiet_signal_notices"]
+__all__ = ["PATIENCE", "NoSignalWatch", "logger"]
 
 #: generation batches in a row without any learning signal before the notice is given
 PATIENCE = 5
@@ -69,14 +67,3 @@ class NoSignalWatch:
             "scores an answer (TRL logs rewards/<function>/mean)"
         )
         return self.notice
-
-
-@contextlib.contextmanager
-def quiet_signal_notices() -> Iterator[None]:
-    """Silence the trainer's notices inside the block (a caller that reports them itself)."""
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)

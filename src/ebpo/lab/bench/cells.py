@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ebpo.integrations.trl.signal import quiet_signal_notices
+from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.lab.bench.config import BenchConfig, CellSpec
 from ebpo.lab.bench.methods import METHODS
 from ebpo.lab.runs.directory import MANIFEST, read_metrics
 from ebpo.lab.train.job import TrainJobConfig, run_train_job
 from ebpo.utils.files import read_json, write_json
+from ebpo.utils.runtime import quiet_logger
 
 __all__ = [
     "CELL_FILE",
@@ -116,8 +117,7 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
     checkpoint is saved), so the bench stops too.
     """
     job = cell_job_config(spec, config, directory)
-    # the bench reports cells without a learning signal itself (summary.learning_check)
-    with _quiet(not config.verbose), quiet_signal_notices():
+    with _quiet(not config.verbose):
         try:
             result = run_train_job(job)
         except ValueError:
@@ -153,11 +153,12 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
 
 @contextlib.contextmanager
 def _quiet(enabled: bool):
-    """Silence a cell's console output (its records are in the run's metrics.jsonl)."""
+    """Silence a cell's console output (its records are in the run's metrics.jsonl) and the
+    trainer's no-signal warnings (the bench reports such cells itself: summary.learning_check)."""
     if not enabled:
         yield
         return
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), quiet_logger(signal_logger.name):
         yield
 
 
