@@ -30,8 +30,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
-import resource
 import subprocess
 import sys
 import time
@@ -118,15 +116,31 @@ def python_json(directory: Path, sample: int, steps: int) -> float:
     return (time.perf_counter() - start) * steps / len(files)
 
 
+#: the command in a new process, reporting its own peak memory (VmHWM, kB; Linux). getrusage's
+#: ru_maxrss would include this process's memory at the fork (Linux keeps the larger of the
+#: pre-exec and post-exec peaks), and this process has imported verl to write the run
+CHILD = """
+import re, sys
+from ebpo.cli import main
+code = main(sys.argv[1:])
+with open("/proc/self/status") as status:
+    print(re.search(r"VmHWM:\\s+(\\d+)", status.read()).group(1), file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def replay_command(directory: Path, out: Path) -> tuple[float, float]:
-    """Wall time (s) and peak resident memory (MiB) of ``ebpo replay directory``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall time (s) and peak resident memory (MiB) of ``ebpo replay directory`` in a new
+    process."""
     start = time.perf_counter()
-    command = [os.path.join(os.path.dirname(sys.executable), "ebpo"), "replay", str(directory)]
-    subprocess.run([*command, "--output-dir", str(out)], check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, "replay", str(directory), "--output-dir", str(out)],
+        check=True,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return elapsed, max(peak, before) / 1024
+    return elapsed, int(done.stderr.strip().splitlines()[-1]) / 1024
 
 
 def main() -> None:
@@ -152,7 +166,6 @@ def main() -> None:
         link = first / f"{step}.jsonl"
         if not link.exists():
             link.symlink_to(directory / f"{step}.jsonl")
-    # the small run first: a child's peak memory is the largest of any child so far
     _, peak_small = replay_command(first, Path(args.output_dir + "-10"))
     replay, peak = replay_command(directory, Path(args.output_dir))
     parse = parse_only(directory)

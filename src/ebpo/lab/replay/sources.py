@@ -289,7 +289,9 @@ def verl_groups(keys: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray, int, i
     output_text = fields.take(pa.array(np.where(three, first + 2, first)))
     is_v1 = three & _all_digits(session_text) & _all_digits(output_text)
     prompts = pc.if_else(pa.array(is_v1), fields.take(pa.array(first)), keys)
-    padding = pc.match_substring_regex(prompts, PADDING_PROMPT).to_numpy(zero_copy_only=False)
+    padding = pc.starts_with(prompts, "pad").to_numpy(zero_copy_only=False)
+    if padding.any():  # only then the exact test (a uuid never starts with "pad")
+        padding = pc.match_substring_regex(prompts, PADDING_PROMPT).to_numpy(zero_copy_only=False)
     num_padding = int(padding.sum())
     if num_padding:
         keep = ~padding
@@ -317,9 +319,10 @@ def verl_groups(keys: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray, int, i
 
 
 def _all_digits(text: Any) -> np.ndarray:
+    """Whether each string is a non-empty run of ASCII digits."""
     import pyarrow.compute as pc  # optional heavy dependency (ebpo[data])
 
-    return pc.match_substring_regex(text, r"^[0-9]+$").to_numpy(zero_copy_only=False)
+    return pc.ascii_is_decimal(text).to_numpy(zero_copy_only=False)
 
 
 def _integers(text: Any, valid: np.ndarray, name: str) -> np.ndarray:
