@@ -252,3 +252,14 @@ def test_the_command_line_shown_is_the_launch(machine):
         "--config r.yaml"
     )
     assert Path(profile("zero3")).is_file()
+
+
+def test_the_dry_run_says_which_processes_a_run_would_start(machine, yaml_file, capsys):
+    machine(0)
+    config = yaml_file("num_processes: 2\n")
+    assert cli_main(["grpo", "--config", config, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"  launch      ACCELERATE_USE_CPU=1 accelerate launch --num_processes 2 --multi_gpu "
+        f"-m ebpo grpo --config {config}"
+    ) in out.splitlines()

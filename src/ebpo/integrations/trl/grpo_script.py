@@ -5,8 +5,10 @@ The parser is TRL's ``TrlParser`` over the same four dataclasses as ``trl grpo``
 (``GRPOScriptArguments``, the config, ``ModelConfig``, ``DatasetMixtureConfig``), with
 ``EBPOConfig`` — GRPOConfig plus ``advantage_estimator`` / ``estimator_options`` /
 ``cluster_column`` — in the config's place. So every GRPOConfig and ModelConfig flag and
-``--config recipe.yaml`` work unchanged, and a YAML written for ``trl grpo`` runs here with one
-added line (``advantage_estimator: ebpo``).
+``--config recipe.yaml`` work unchanged, and a YAML written for ``trl grpo`` runs here unchanged
+(with EBPO, the default estimator; ``--advantage_estimator grpo`` is TRL's GRPO,
+:mod:`.estimator_settings`). What TRL's parser does not know is a launcher key, handed to
+``accelerate launch`` as ``trl grpo`` does (:func:`parse_run`, :mod:`.launcher`).
 
 The training itself is TRL's ``trl.scripts.grpo.main``, not a copy: reward functions by TRL's
 registry names or by import path, model loading, the dataset mixture, PEFT (``--use_peft``),
@@ -36,7 +38,15 @@ from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.launcher import launch, launcher_arguments, plan, script_arguments
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
-__all__ = ["REWARD_ALIASES", "ebpo_trainer_in_trl", "main", "make_parser", "parse", "parse_run"]
+__all__ = [
+    "REWARD_ALIASES",
+    "describe_launch",
+    "ebpo_trainer_in_trl",
+    "main",
+    "make_parser",
+    "parse",
+    "parse_run",
+]
 
 #: our reward functions by short name -> their import path (TRL's own names pass through)
 REWARD_ALIASES: dict[str, str] = {
@@ -63,7 +73,7 @@ DESCRIPTION = (
     "reinforce_pp, ...) and scale_rewards keeps TRL's meaning (none with ebpo: centred, no std "
     "division; a setting the estimator cannot honour is an error). LAUNCHER: keys and flags of "
     "accelerate launch (num_processes, multi_gpu, config_file, ..., TRL's accelerate_config: a file "
-    "or zero1/zero2/zero3/fsdp1/fsdp2/multi_gpu) launch the processes as trl grpo does; on CPUs, "
+    "or a TRL profile: single_gpu, multi_gpu, zero1-3, fsdp1, fsdp2) launch the processes as trl grpo does; on CPUs, "
     "num_processes: N starts N processes (gloo). DRY RUN: ebpo's own flag --dry-run parses the arguments "
     "exactly as a run would, builds the trainer on this machine's CPU with a tiny local model and a "
     "few rows in place of the model and the data, prints what the run would do and stops (no GPU, "
@@ -135,6 +145,17 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
         yield
     finally:
         trl.GRPOTrainer = original  # type: ignore[misc]
+
+
+def describe_launch(argv: Sequence[str]) -> str:
+    """The line ``ebpo grpo --dry-run`` prints about the processes ``argv`` would start."""
+    _, launch_args, script_argv = parse_run(argv)
+    planned = plan(launch_args, script_argv)
+    return "  launch      " + (
+        planned.command()
+        if planned
+        else "one process, this one (no launcher key, nothing to launch)"
+    )
 
 
 def main(argv: Sequence[str]) -> int:
