@@ -1,4 +1,4 @@
-"""``ebpo bench``: the paired comparison of estimators (see :mod:`ebpo.lab.bench`).
+"""``ebpo bench``: the paired comparison of estimators (see :mod:`ebpo.lab.bench.run`).
 
 Runs the built-in CPU task of ``ebpo train`` for every (method, G, learning rate, seed) — every
 method of a seed from the same warm start on the same prompt stream — chooses each method's
@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ebpo.lab import bench
-from ebpo.lab.bench_cells import load_cells
-from ebpo.lab.bench_config import BenchConfig
-from ebpo.lab.bench_methods import DEFAULT_METHODS, METHODS
-from ebpo.lab.bench_report import write_report
-from ebpo.lab.bench_summary import aggregate
+from ebpo.lab.bench import run as bench
+from ebpo.lab.bench.cells import load_cells
+from ebpo.lab.bench.config import BenchConfig
+from ebpo.lab.bench.methods import DEFAULT_METHODS, METHODS
+from ebpo.lab.bench.report import write_report
+from ebpo.lab.bench.summary import aggregate
 from ebpo.utils.files import check_output_path
 
 
@@ -145,7 +145,7 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """The :class:`ebpo.lab.bench_config.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
+    """The :class:`ebpo.lab.bench.config.BenchConfig` of the parsed arguments (ValueError naming a bad one)."""
     overrides: dict[str, Any] = {}
     if args.output_dir is not None:
         overrides["output_dir"] = args.output_dir

@@ -38,7 +38,7 @@ from typing import Any
 
 from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
 from ebpo.integrations.verl.state import STATE_FILENAME
-from ebpo.lab.policy import cache_dir
+from ebpo.lab.cpu_task.policy import cache_dir
 from ebpo.lab.verl_cpu import assets
 from ebpo.lab.verl_cpu.run import (
     METRICS_LOG,
