@@ -32,7 +32,7 @@ pytestmark = pytest.mark.trl
 BASE = """\
 model_name_or_path: /nonexistent/model
 dataset_name: unused
-reward_funcs: [accuracy_reward]
+reward_funcs: [math_reward]
 use_cpu: true
 bf16: false
 output_dir: {out}
@@ -121,7 +121,7 @@ def test_a_trl_docs_yaml_with_launcher_keys_parses(yaml_file):
     config = yaml_file("num_processes: 2\naccelerate_config: multi_gpu\n")
     argv = ["--config", config, "--multi_gpu", "--max_steps", "3", "--main_process_port", "29511"]
     (script, training, model, _), launch_args, script_argv = parse_run(argv)
-    assert training.max_steps == 3 and script.reward_funcs == ["accuracy_reward"]
+    assert training.max_steps == 3 and script.reward_funcs == ["ebpo.integrations.trl.math_reward"]
     assert launch_args == [
         "--config_file", profile("multi_gpu"), "--num_processes", "2",
         "--multi_gpu", "--main_process_port", "29511",
