@@ -153,3 +153,20 @@ def test_grpo_scales_the_normalised_sum_over_the_batch_as_trl_does():
     # dr_grpo stays unscaled: it is not TRL's GRPO
     dr = config(advantage_estimator="dr_grpo", multi_objective_aggregation="normalize_then_sum")
     assert "scale" not in dr.estimator_kwargs
+
+
+def test_help_and_docs_say_the_default_and_the_one_flag_for_trls_grpo(capsys):
+    from pathlib import Path
+
+    from ebpo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["grpo", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "ESTIMATOR: the default is --advantage_estimator ebpo (the paper's Algorithm 1" in out
+    assert "--advantage_estimator grpo is exactly TRL's GRPO" in out
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "trl.md").read_text()
+    section = docs.split("**Which estimator.**")[1].split("\n\n")[0]
+    assert "train **`ebpo`** unless told otherwise" in section
+    assert "**`--advantage_estimator grpo`\nis exactly TRL's GRPO**" in section
+    assert EBPOConfig.__dataclass_fields__["advantage_estimator"].default == "ebpo"
