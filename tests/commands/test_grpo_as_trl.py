@@ -26,8 +26,8 @@ import pytest
 pytest.importorskip("trl")
 
 from ebpo.cli import main  # noqa: E402
+from ebpo.utils.launch import cpu_launch_env, free_port  # noqa: E402
 from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
-from tests.processes import free_port, launch_env  # noqa: E402
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]
 
@@ -112,7 +112,7 @@ def root(tmp_path_factory):
 
 def run(root: Path, command: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``trl`` or ``ebpo`` of this interpreter, as a user types it (its own processes)."""
-    env = launch_env({"PYTHONPATH": str(root / "lib"), "PYTHONDONTWRITEBYTECODE": "1"})
+    env = cpu_launch_env({"PYTHONPATH": str(root / "lib"), "PYTHONDONTWRITEBYTECODE": "1"})
     env.pop("ACCELERATE_USE_CPU")  # the user's shell has nothing special
     done = subprocess.run(
         [str(BIN / command), "grpo", *args], env=env, cwd=root, capture_output=True, text=True,
