@@ -147,10 +147,15 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
         trl.GRPOTrainer = original  # type: ignore[misc]
 
 
+#: what the dry run adds to parse a GPU recipe on a CPU
+DRY_RUN_CPU = ("--use_cpu", "true")
+
+
 def describe_launch(argv: Sequence[str]) -> str:
     """The line ``ebpo grpo --dry-run`` prints about the processes ``argv`` would start."""
-    _, launch_args, script_argv = parse_run(argv)
-    planned = plan(launch_args, script_argv)
+    # parsed on this CPU as the dry run parses (a bf16 recipe is refused without use_cpu)
+    _, launch_args, script_argv = parse_run([*argv, *DRY_RUN_CPU])
+    planned = plan(launch_args, script_argv[: -len(DRY_RUN_CPU)])
     return "  launch      " + (
         planned.command()
         if planned
