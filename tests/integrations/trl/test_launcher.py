@@ -260,6 +260,6 @@ def test_the_dry_run_says_which_processes_a_run_would_start(machine, yaml_file, 
     assert cli_main(["grpo", "--config", config, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
-        f"  launch      ACCELERATE_USE_CPU=1 accelerate launch --num_processes 2 --multi_gpu "
+        f"  launch      on this machine: ACCELERATE_USE_CPU=1 accelerate launch --num_processes 2 --multi_gpu "
         f"-m ebpo grpo --config {config}"
     ) in out.splitlines()

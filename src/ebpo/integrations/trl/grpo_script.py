@@ -156,7 +156,7 @@ def describe_launch(argv: Sequence[str]) -> str:
     # parsed on this CPU as the dry run parses (a bf16 recipe is refused without use_cpu)
     _, launch_args, script_argv = parse_run([*argv, *DRY_RUN_CPU])
     planned = plan(launch_args, script_argv[: -len(DRY_RUN_CPU)])
-    return "  launch      " + (
+    return "  launch      on this machine: " + (
         planned.command()
         if planned
         else "one process, this one (no launcher key, nothing to launch)"
