@@ -21,6 +21,15 @@ from ebpo.lab.replay.report import console_table, report, write_report
 from ebpo.lab.replay.sources import INPUT_FORMATS, Source
 from ebpo.utils.files import check_output_path, same_path, storage_error
 
+DESCRIPTION = (
+    "Read the rewards a finished run wrote — verl's rollout dumps (trainer.rollout_data_dir: "
+    "{step}.jsonl files) or a table of prompt id, reward and step from another trainer — and "
+    "replay its steps in order through GRPO and the estimators asked for, the stateful ones "
+    "keeping their state as in training. Prints a table and a one-line verdict (how many "
+    "responses GRPO gave no signal, and how many of those EBPO would have); writes replay.json, "
+    "replay.csv and three PNGs to --output-dir. A bad row ends in one line naming the file and "
+    "the line (exit 2) before anything is written. See docs/replay.md."
+)
 OUTPUTS = ("replay.json", "replay.csv")
 #: option -> the column it names in a table, and its default
 COLUMN_OPTIONS = {"--prompt-column": "prompt", "--reward-column": "reward", "--step-column": "step"}
@@ -30,7 +39,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "replay",
         help="replay a finished run's rewards through every estimator: would EBPO have helped?",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=DESCRIPTION,
     )
     parser.add_argument(
         "paths",
