@@ -6,7 +6,7 @@ mixture, ``--config recipe.yaml``) with ``EBPOConfig``'s ``--advantage_estimator
 ``--dry-run`` (ebpo's own flag, :mod:`ebpo.integrations.trl.dry_run`) parses the same arguments,
 builds the trainer on this CPU with a tiny local model and a few rows in place of the model and
 the data, prints what the run would do and stops: ``ebpo grpo --config recipes/trl/qwen3-1.7b/
-ebpo.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
+ebpo_batch.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         return main(argv)
     # heavy optional import: trl, transformers, datasets
     from ebpo.integrations.trl.dry_run import dry_run
+    from ebpo.integrations.trl.grpo_script import describe_launch
 
     built = dry_run(argv)
     source = argv[argv.index("--config") + 1] if "--config" in argv else "the command line"
-    print("\n".join(built.summary(source)))
+    print("\n".join([*built.summary(source), describe_launch(argv)]))
     return 0

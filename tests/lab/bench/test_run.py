@@ -402,10 +402,68 @@ def test_quick_mode_command_end_to_end_with_a_fake_runner(tmp_path, monkeypatch,
     assert (out / "paired_equal_lr.png").is_file() and "paired_equal_lr.png" in (
         out / "results.md"
     ).read_text()
-    assert "ran 4 cells" in capsys.readouterr().out
+    console = capsys.readouterr().out
+    assert "ran 4 cells" in console
+    # a smoke test says so, in the report and again as the console's last line
+    smoke = "Smoke test (--quick), not evidence: 2 seeds × 6 RL steps of 8 prompts from a 40-step"
+    assert f"**{smoke}" in (out / "results.md").read_text()
+    assert console.splitlines()[-1].startswith(f"note: {smoke}")
     assert main(["bench", "--quick", "--output-dir", str(out)]) == 0  # resumed: nothing to run
     assert len(runner.calls) == 4
     assert main(["bench", "--quick", "--output-dir", str(out), "--report-only"]) == 0
+
+
+def test_results_without_learning_say_so_in_the_report_and_the_console(tmp_path, capsys):
+    from ebpo.cli import main
+
+    cfg = config(tmp_path, group_sizes=(2,), learning_rates=(1e-4,))
+    flat = FakeRunner(heldout=lambda s: 0.2)  # = the warm start at every evaluation
+    summary = run(cfg, flat)
+    assert summary["learning"]["unchanged"] == [c.label() for c in cfg.cells()]
+    text = (Path(cfg.output_dir) / "results.md").read_text()
+    assert "**No learning: in all 6 cells held-out Pass@1 is the same at every evaluation" in text
+    assert "Smoke test" not in text  # not a --quick run
+    # --report-only prints it at the end too
+    argv = ["bench", "--report-only", "--output-dir", cfg.output_dir, "--estimators", "grpo,ebpo",
+            "--group-sizes", "2", "--seeds", "3", "--lrs", "1e-4", "--steps", "10",
+            "--eval-every", "2", "--checkpoints", "2,4"]  # fmt: skip
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("note: No learning: in all 6 cells")
+
+    # one method learns, the other does not; a cell without learning signal is named
+    partial = config(tmp_path / "partial", group_sizes=(2,), learning_rates=(1e-4,))
+    runner = FakeRunner(heldout=lambda s: 0.2 if s.method == "ebpo" else 0.5)
+
+    def with_notice(spec, cfg, directory):
+        result = runner(spec, cfg, directory)
+        return {**result, "no_signal": "no learning signal" if spec.seed == 1 else None}
+
+    run(partial, with_notice)
+    lines = bench_report.caveats(bench_summary.aggregate(bench_cells.load_cells(partial), partial))
+    assert lines == [
+        "3 of 6 cells learned nothing measurable (held-out Pass@1 the same at every evaluation: "
+        "ebpo G=2 lr=0.0001 seed=0; ebpo G=2 lr=0.0001 seed=1; ebpo G=2 lr=0.0001 seed=2); their "
+        "differences say nothing about the methods.",
+        "2 of 6 cells went 5 or more RL steps in a row without any learning signal (every group's "
+        "rewards equal, e.g. all 0: grpo G=2 lr=0.0001 seed=1; ebpo G=2 lr=0.0001 seed=1).",
+    ]
+
+
+def test_the_report_counts_its_intervals_and_those_that_exclude_0(tmp_path):
+    cfg = config(tmp_path, group_sizes=(2,))
+    run(
+        cfg,
+        FakeRunner(heldout=lambda s: 0.5 + (0.02 + 0.001 * s.seed if s.method == "ebpo" else 0)),
+    )
+    rows = [r for r in bench_summary.aggregate(bench_cells.load_cells(cfg), cfg)["paired"]
+            if r["checkpoint"] != "steps_to_target"]  # fmt: skip
+    excluding = sum(r["ci_low"] > 0 or r["ci_high"] < 0 for r in rows)
+    assert excluding > 0 and len(rows) == 12  # (1 chosen + 3 equal rates) x (2 checkpoints + final)
+    text = (Path(cfg.output_dir) / "results.md").read_text()
+    assert (
+        f"The tables hold 12 Pass@1 intervals; if no method differed from GRPO, about 0.6 of them "
+        f"would exclude 0 by chance at 95 %, and {excluding} do."
+    ) in text
 
 
 def test_command_line_errors(tmp_path, capsys):

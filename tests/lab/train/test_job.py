@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("trl")
 
 from ebpo.cli import main  # noqa: E402
+from ebpo.integrations.trl.signal import PATIENCE  # noqa: E402
 from ebpo.lab.cpu_task import policy  # noqa: E402
 from ebpo.lab.runs.directory import RUN_ENTRIES, read_metrics, write_manifest  # noqa: E402
 from ebpo.lab.train import data as job_data  # noqa: E402
@@ -323,6 +324,19 @@ def test_interrupt_leaves_a_checkpoint_that_resume_continues(tmp_path, monkeypat
     assert resumed["before"] == result["before"]  # the before-eval is not redone
     again = run_train_job(replace(config, resume=True))
     assert again["status"] == "completed"  # nothing left to do
+
+
+def test_a_run_whose_rewards_are_all_0_says_it_trains_nothing(tmp_path, monkeypatch, capsys):
+    real_reward = job_data.trl_reward
+    monkeypatch.setattr(job_data, "trl_reward", lambda score: real_reward(lambda text, answer: 0.0))
+    config = replace(tiny(tmp_path, steps=PATIENCE + 1, eval_every=0, save_every=0), progress=True)
+    result = run_train_job(config)
+    notice = result["no_signal"]
+    assert notice and "every completion scored 0" in notice and "\n" not in notice
+    assert json.loads((Path(result["run_dir"]) / "results.json").read_text())["no_signal"] == notice
+    # said at the end of the console output, under the before / after table
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == f"note: {notice}" and out[-1].startswith("run directory:")
 
 
 def test_a_curriculum_and_a_preset_without_prior_run(tmp_path):

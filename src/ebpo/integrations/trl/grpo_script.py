@@ -5,8 +5,10 @@ The parser is TRL's ``TrlParser`` over the same four dataclasses as ``trl grpo``
 (``GRPOScriptArguments``, the config, ``ModelConfig``, ``DatasetMixtureConfig``), with
 ``EBPOConfig`` — GRPOConfig plus ``advantage_estimator`` / ``estimator_options`` /
 ``cluster_column`` — in the config's place. So every GRPOConfig and ModelConfig flag and
-``--config recipe.yaml`` work unchanged, and a YAML written for ``trl grpo`` runs here with one
-added line (``advantage_estimator: ebpo``).
+``--config recipe.yaml`` work unchanged, and a YAML written for ``trl grpo`` runs here unchanged
+(with EBPO, the default estimator; ``--advantage_estimator grpo`` is TRL's GRPO,
+:mod:`.estimator_settings`). What TRL's parser does not know is a launcher key, handed to
+``accelerate launch`` as ``trl grpo`` does (:func:`parse_run`, :mod:`.launcher`).
 
 The training itself is TRL's ``trl.scripts.grpo.main``, not a copy: reward functions by TRL's
 registry names or by import path, model loading, the dataset mixture, PEFT (``--use_peft``),
@@ -32,11 +34,20 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
 from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.launcher import launch, launcher_arguments, plan, script_arguments
 from ebpo.integrations.trl.output_dir import check_output_dir
 from ebpo.integrations.trl.recipe_file import check_recipe_file
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
-__all__ = ["REWARD_ALIASES", "ebpo_trainer_in_trl", "main", "make_parser", "parse"]
+__all__ = [
+    "REWARD_ALIASES",
+    "describe_launch",
+    "ebpo_trainer_in_trl",
+    "main",
+    "make_parser",
+    "parse",
+    "parse_run",
+]
 
 #: our reward functions by short name -> their import path (TRL's own names pass through)
 REWARD_ALIASES: dict[str, str] = {
@@ -54,12 +65,20 @@ class GrpoParser(TrlParser):
 
 #: what ``ebpo grpo --help`` says above TRL's flags
 DESCRIPTION = (
-    "trl grpo with an ebpo estimator: TRL's own script and flags (GRPOConfig, ModelConfig, the "
-    "datasets mixture, --config recipe.yaml) with EBPOConfig's fields added (advantage_estimator, "
-    "estimator_options, data_order, ...). ebpo's own flag: --dry-run parses the arguments exactly as "
-    "a run would, builds the trainer on this machine's CPU with a tiny local model and a few rows "
-    "in place of the model and the data, prints what the run would do and stops (no GPU, no Hub). "
-    "Recipes of the paper's methods: recipes/trl/README.md."
+    "trl grpo with an ebpo estimator: TRL's own script, flags and YAML configs (GRPOConfig, "
+    "ModelConfig, the datasets mixture, --config recipe.yaml) with EBPOConfig's fields added. "
+    "ESTIMATOR: the default is --advantage_estimator ebpo (the paper's Algorithm 1: running history "
+    "prior, batch normalisation); --advantage_estimator grpo is exactly TRL's GRPO (TRL's "
+    "std + 1e-4, every scale_rewards and loss_type, equal logs on the same seed). It also takes "
+    "every named variant (ebpo_batch = the authors' batch prior, ebpo_within, ebpo_ema, "
+    "reinforce_pp, ...) and scale_rewards keeps TRL's meaning (none with ebpo: centred, no std "
+    "division; a setting the estimator cannot honour is an error). LAUNCHER: keys and flags of "
+    "accelerate launch (num_processes, multi_gpu, config_file, ..., TRL's accelerate_config: a file "
+    "or a TRL profile: single_gpu, multi_gpu, zero1-3, fsdp1, fsdp2) launch the processes as trl grpo does; on CPUs, "
+    "num_processes: N starts N processes (gloo). DRY RUN: ebpo's own flag --dry-run parses the arguments "
+    "exactly as a run would, builds the trainer on this machine's CPU with a tiny local model and a "
+    "few rows in place of the model and the data, prints what the run would do and stops (no GPU, "
+    "no Hub). Recipes of the paper's methods: recipes/trl/README.md; details: docs/trl.md."
 )
 
 
@@ -73,9 +92,17 @@ def make_parser(prog: str = "ebpo grpo") -> TrlParser:
 
 
 def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
-    """The four argument objects of ``argv`` (flags and ``--config FILE``). Unknown flags or YAML
-    keys are an error (ValueError naming them), as are unknown reward names, a ``--config`` file
-    that cannot be read and one that is not YAML."""
+    """The four argument objects of ``argv`` (flags and ``--config FILE``); launcher keys are
+    checked and left out (:func:`parse_run`)."""
+    return parse_run(argv)[0]
+
+
+def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], list[str], list[str]]:
+    """``(the four argument objects, accelerate launch arguments, the script's argv)`` of ``argv``,
+    split as ``trl grpo`` splits them: what TRL's parser does not know is an ``accelerate launch``
+    option (:mod:`.launcher`). Flags or YAML keys that are neither are an error (ValueError naming
+    them), as are unknown reward names, a ``--config`` file that cannot be read and one that is
+    not YAML."""
     argv = list(argv)
     if "--config" in argv:  # TRL reads the file after the first --config and ignores any other
         index = argv.index("--config")
@@ -83,11 +110,14 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
             raise ValueError("--config takes one YAML file, given once")
         check_recipe_file(argv[index + 1], PARSER_TYPES)  # before TRL's parser reads it
     try:
-        script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(
-            args=argv, fail_with_unknown_args=True
+        *arguments, config_rest, cli_rest = make_parser().parse_args_and_config(
+            args=argv, return_remaining_strings=True, separate_remaining_strings=True
         )
     except yaml.YAMLError as error:
         raise ValueError(f"--config: not valid YAML: {error}") from error
+    source = argv[argv.index("--config") + 1] if "--config" in argv else "the config file"
+    launch_args = launcher_arguments(config_rest, cli_rest, source)
+    script_args, training_args, model_args, dataset_args = arguments
     names = script_args.reward_funcs or []
     if isinstance(names, str):  # `reward_funcs: math_reward` in a YAML: one name, not its letters
         names = [names]
@@ -98,7 +128,8 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
             f"reward_funcs: unknown name(s) {unknown}; expected one of "
             f"{sorted(TRL_REWARDS + tuple(REWARD_ALIASES))} or an import path (package.module.function)"
         )
-    return script_args, training_args, model_args, dataset_args
+    arguments = (script_args, training_args, model_args, dataset_args)
+    return arguments, launch_args, script_arguments(argv, cli_rest)
 
 
 #: the names ``trl grpo``'s registry knows (TRL 1.16, ``trl/scripts/grpo.py``)
@@ -122,10 +153,32 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
         trl.GRPOTrainer = original  # type: ignore[misc]
 
 
+#: what the dry run adds to parse a GPU recipe on a CPU
+DRY_RUN_CPU = ("--use_cpu", "true")
+
+
+def describe_launch(argv: Sequence[str]) -> str:
+    """The line ``ebpo grpo --dry-run`` prints about the processes ``argv`` would start."""
+    # parsed on this CPU as the dry run parses (a bf16 recipe is refused without use_cpu)
+    _, launch_args, script_argv = parse_run([*argv, *DRY_RUN_CPU])
+    planned = plan(launch_args, script_argv[: -len(DRY_RUN_CPU)])
+    return "  launch      on this machine: " + (
+        planned.command()
+        if planned
+        else "one process, this one (no launcher key, nothing to launch)"
+    )
+
+
 def main(argv: Sequence[str]) -> int:
-    """Parse ``argv`` as ``trl grpo`` would and run TRL's script with :class:`EBPOTrainer`."""
-    script_args, training_args, model_args, dataset_args = parse(argv)
-    check_output_dir(training_args.output_dir, training_args.resume_from_checkpoint)
+    """Parse ``argv`` as ``trl grpo`` would; launch it as ``trl grpo`` would (launcher keys and
+    flags, :mod:`.launcher`), or, for one plain process, run TRL's script with :class:`EBPOTrainer`
+    here. The exit code of the run. ``output_dir`` is checked first (:mod:`.output_dir`), here and
+    in every launched process."""
+    arguments, launch_args, script_argv = parse_run(argv)
+    check_output_dir(arguments[1].output_dir, arguments[1].resume_from_checkpoint)
+    planned = plan(launch_args, script_argv)
+    if planned is not None:
+        return launch(planned)
     with ebpo_trainer_in_trl():
-        trl_grpo.main(script_args, training_args, model_args, dataset_args)
+        trl_grpo.main(*arguments)
     return 0

@@ -48,8 +48,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ebpo.estimators import available_variants, variant_spec
+from ebpo.estimators import available_variants
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
+from ebpo.integrations.trl.paper_methods import (
+    PAPER_COMMON,
+    PAPER_METHODS,
+    PRESETS,
+    preset_arguments,
+    preset_fields,
+    variant_preset,
+)
 
 __all__ = [
     "PAPER_COMMON",
@@ -57,59 +65,10 @@ __all__ = [
     "PRESETS",
     "available_presets",
     "make_config",
+    "preset_arguments",
+    "preset_fields",
     "variant_preset",
 ]
-
-#: settings every method shares in the paper's setup (verl token-mean loss, k3 KL 0.001, clip 0.2)
-PAPER_COMMON: dict[str, Any] = {"loss_type": "dapo", "beta": 0.001, "epsilon": 0.2}
-
-#: the paper's methods: preset name → (variant of ``ebpo.estimators.VARIANTS``, trainer settings
-#: beyond :data:`PAPER_COMMON`)
-PAPER_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
-    "grpo": ("grpo", {}),
-    "dr_grpo": ("dr_grpo", {"loss_type": "dr_grpo", "scale_rewards": "none"}),
-    "dapo": (
-        "grpo",
-        {
-            "beta": 0.0,
-            "epsilon_high": 0.28,
-            "overlong_buffer_ratio": 0.5,
-            "overlong_penalty_factor": 1.0,
-            "filter_zero_variance_groups": True,
-        },
-    ),
-    "entropy_mech": (
-        "grpo",
-        {"beta": 0.0, "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
-    ),
-    "rloo": ("rloo", {}),
-    "jspo": ("jspo", {}),
-    # the paper's Algorithm 1 (history prior): see "Which prior" in the module docstring
-    "ebpo": ("ebpo", {}),
-    "ebpo_bb": ("ebpo_bb", {}),
-    # the authors' released code: prior from the current batch, μ = mean of the group means
-    "ebpo_batch": ("ebpo_batch", {}),
-}
-
-
-def variant_preset(variant: str, **settings: Any) -> dict[str, Any]:
-    """EBPOConfig fields that train variant ``variant``: :data:`PAPER_COMMON`, then ``settings``,
-    then the variant's ``advantage_estimator`` and (if it has any) ``estimator_options``.
-
-    Raises:
-        ValueError: ``variant`` is neither a variant nor a registered estimator.
-    """
-    estimator, options = variant_spec(variant)
-    preset = {**PAPER_COMMON, **settings, "advantage_estimator": estimator}
-    if options:
-        preset["estimator_options"] = options
-    return preset
-
-
-#: the paper's methods as EBPOConfig keyword overrides (see :data:`PAPER_METHODS`)
-PRESETS: dict[str, dict[str, Any]] = {
-    name: variant_preset(variant, **settings) for name, (variant, settings) in PAPER_METHODS.items()
-}
 
 
 def available_presets() -> list[str]:
@@ -131,18 +90,7 @@ def make_config(preset: str, **overrides: Any) -> EBPOConfig:
         ValueError: unknown preset (the message lists presets, variants and estimators), or any
             invalid field.
     """
-    if not isinstance(preset, str):
-        raise ValueError(f"preset must be a string, got {type(preset).__name__}")
-    if preset in PRESETS:
-        base = PRESETS[preset]
-    elif preset in available_variants():
-        base = variant_preset(preset)
-    else:
-        others = [name for name in available_variants() if name not in PRESETS]
-        raise ValueError(
-            f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or a variant or "
-            f"estimator name {others}"
-        )
+    base = preset_fields(preset)
     if "estimator_options" in overrides:
         # None adds nothing: it must not erase the preset's own options (ebpo_batch's prior)
         given = parse_estimator_options(overrides["estimator_options"])

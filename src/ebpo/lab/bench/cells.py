@@ -16,11 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.lab.bench.config import BenchConfig, CellSpec
 from ebpo.lab.bench.methods import METHODS
 from ebpo.lab.runs.directory import MANIFEST, read_metrics
 from ebpo.lab.train.job import TrainJobConfig, run_train_job
 from ebpo.utils.files import read_json, write_json
+from ebpo.utils.runtime import quiet_logger
 
 __all__ = [
     "CELL_FILE",
@@ -38,7 +40,8 @@ CELL_FILE = "cell.json"
 #: ``runner(spec, config, directory) -> result`` holding ``validation`` / ``heldout`` /
 #: ``heldout_before`` (each ``{"overall", "topics", "tiers", "cells"}``), ``eval_curve``
 #: (``{"step": [...], "pass1": [...]}``, held-out Pass@1 over steps, step 0 = the warm start) and
-#: ``curves`` (``{"step": [...], <metric>: [...]}``, None where a step lacks the metric).
+#: ``curves`` (``{"step": [...], <metric>: [...]}``, None where a step lacks the metric); optionally
+#: ``no_signal``, the train job's notice of steps without any learning signal (or None).
 CellRunner = Callable[[CellSpec, BenchConfig, Path], dict[str, Any]]
 
 
@@ -141,6 +144,7 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
             records, result["before"], result["after"], result["global_step"]
         ),
         "curves": _train_curves(records),
+        "no_signal": result.get("no_signal"),
         "run_dir": str(Path(result["run_dir"]).relative_to(Path(config.output_dir)))
         if Path(result["run_dir"]).is_relative_to(Path(config.output_dir))
         else result["run_dir"],
@@ -149,11 +153,12 @@ def train_job_runner(spec: CellSpec, config: BenchConfig, directory: Path) -> di
 
 @contextlib.contextmanager
 def _quiet(enabled: bool):
-    """Silence a cell's console output (its records are in the run's metrics.jsonl)."""
+    """Silence a cell's console output (its records are in the run's metrics.jsonl) and the
+    trainer's no-signal warnings (the bench reports such cells itself: summary.learning_check)."""
     if not enabled:
         yield
         return
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), quiet_logger(signal_logger.name):
         yield
 
 

@@ -1,9 +1,11 @@
 """The files of ``ebpo bench``'s results folder, from the summary of its finished cells
 (:func:`ebpo.lab.bench.summary.aggregate`): ``summary.json``; ``paired.csv`` (every paired
 difference to GRPO with its 95% interval); ``table_best_lr.csv`` / ``table_equal_lr.csv`` (held-out
-Pass@1 levels per topic / tier); ``lr_sweep.csv``; the plots (``paired.png``,
-``paired_equal_lr.png``, ``heldout_pass1.png`` and the training curves); and ``results.md``, which
-shows the tables and links the plots. Every file is written atomically.
+Pass@1 levels per topic / tier); ``lr_sweep.csv``; the plots (:mod:`ebpo.lab.bench.plots`); and
+``results.md``, which shows the tables, links the plots and says first why the results do not
+compare the methods when they do not (:func:`caveats`: a smoke test, cells that learned nothing).
+The JSON and CSV files hold Pass@1 as a fraction in [0, 1] (differences too: 0.05 = 5 points);
+``results.md`` and the plots show it in %. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ebpo.integrations.trl.signal import PATIENCE
 from ebpo.lab.bench.config import BenchConfig
+from ebpo.lab.bench.plots import write_plots
 from ebpo.lab.bench.summary import PAIRED_COLUMNS
 from ebpo.utils.files import atomic_write, write_json
-from ebpo.utils.plotting import moving_average, plot_intervals, plot_panels
 
-__all__ = ["write_report"]
+__all__ = ["caveats", "write_report"]
 
 
 def _interval_text(row: Mapping[str, Any], scale: float, digits: int) -> str:
@@ -136,10 +139,70 @@ def write_report(summary: Mapping[str, Any], config: BenchConfig, *, plots: bool
             for r in summary["lr_sweep"]
         ],
     )
-    images = _plots(summary, config, out) if plots and summary["cells_finished"] else []
+    images = write_plots(summary, config, out) if plots and summary["cells_finished"] else []
     with atomic_write(out / "results.md") as f:
         f.write(_results_markdown(summary, config, images))
     return out / "results.md"
+
+
+def caveats(summary: Mapping[str, Any]) -> list[str]:
+    """One line for each reason the results do not compare the methods: a smoke test
+    (``--quick``), cells that learned nothing measurable, cells without a learning signal. Shown
+    at the top of results.md and at the end of the console output."""
+    cfg, learning = summary["config"], summary["learning"]
+    lines = []
+    if cfg.get("smoke_test"):
+        warm = cfg["train_options"].get("warm_start_steps")
+        lines.append(
+            f"Smoke test (--quick), not evidence: {len(cfg['seeds'])} seeds × {cfg['steps']} RL "
+            f"steps of {cfg['prompts_per_step']} prompts"
+            + (f" from a {warm}-step warm start" if warm else "")
+            + " check that the bench runs end to end; the differences say nothing about the "
+            "methods. The comparison is `ebpo bench` (docs/results.md)."
+        )
+    n, unchanged, silent = learning["cells"], learning["unchanged"], learning["no_signal"]
+    if n and len(unchanged) == n:
+        lines.append(
+            f"No learning: in all {n} cells held-out Pass@1 is the same at every evaluation, so "
+            "every paired difference is 0 by construction — not a sign that the methods are equal."
+        )
+    elif unchanged:
+        lines.append(
+            f"{len(unchanged)} of {n} cells learned nothing measurable (held-out Pass@1 the same "
+            f"at every evaluation: {_some(unchanged)}); their differences say nothing about the "
+            "methods."
+        )
+    if silent:
+        lines.append(
+            f"{len(silent)} of {n} cells went {PATIENCE} or more RL steps in a row without any "
+            f"learning signal (every group's rewards equal, e.g. all 0: {_some(silent)})."
+        )
+    return lines
+
+
+def _some(labels: Sequence[str], shown: int = 4) -> str:
+    more = len(labels) - shown
+    return "; ".join(labels[:shown]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _multiplicity(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How many Pass@1 intervals the tables hold, and how many would exclude 0 by chance."""
+    intervals = [
+        r
+        for r in rows
+        if r["checkpoint"] != "steps_to_target"
+        and math.isfinite(r["ci_low"])
+        and math.isfinite(r["ci_high"])
+    ]
+    if not intervals:
+        return ""
+    excluding = sum(r["ci_low"] > 0 or r["ci_high"] < 0 for r in intervals)
+    return (
+        f"The tables hold {len(intervals)} Pass@1 intervals; if no method differed from GRPO, "
+        f"about {0.05 * len(intervals):.1f} of them would exclude 0 by chance at 95 %, and "
+        f"{excluding} do. They share the GRPO runs and the checkpoints of a run, so they are not "
+        "independent either: one interval whose bound is just above 0 is weak evidence on its own."
+    )
 
 
 def _results_markdown(
@@ -162,12 +225,13 @@ def _results_markdown(
         f"\n**Partial results: {summary['cells_finished']} of {summary['cells_total']} cells.**"
         if summary["cells_finished"] < summary["cells_total"]
         else "",
+        *(f"\n**{line}**" for line in caveats(summary)),
         "\n## Paired differences to GRPO\n",
         "Each seed's method and GRPO share the warm start and the prompt stream; the entry is the mean over seeds "
         "of (method − GRPO) in held-out Pass@1 points, with a 95% paired Student-t interval. An interval that "
         "excludes 0 is a difference this bench can see. Steps to target: steps until held-out Pass@1 is "
         f"{100 * cfg['target_gain']:.0f} points above the warm start (negative = faster; runs that never reach it "
-        "count at their last step).\n",
+        "count at their last step). " + _multiplicity(summary["paired"]) + "\n",
     ]
     for g in cfg["group_sizes"]:
         lines += [
@@ -224,84 +288,6 @@ def _results_markdown(
         lines.append("\n## Plots\n")
         lines += [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(lines) + "\n"
-
-
-def _plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) -> list[Path]:
-    images = []
-    # paired.png: each method at its validation-chosen rate; paired_equal_lr.png: method and GRPO
-    # at the same rate (one row of panels per rate), which isolates the estimator from its rate
-    for comparison, name, what in (
-        ("best_lr", "paired", "validation-chosen learning rates"),
-        ("equal_lr", "paired_equal_lr", "method and GRPO at the same learning rate"),
-    ):
-        rows = sorted(
-            (
-                r
-                for r in summary["paired"]
-                if r["comparison"] == comparison and r["checkpoint"] != "steps_to_target"
-            ),
-            key=lambda r: (r["lr"] if comparison == "equal_lr" else 0.0, r["G"]),
-        )
-        if not rows:
-            continue
-        panels: dict[str, dict[str, list]] = {}
-        for r in rows:
-            panel = f"G = {r['G']}" + (f", lr {r['lr']:g}" if comparison == "equal_lr" else "")
-            series = (
-                f"step {r['checkpoint']}"
-                if r["checkpoint"] != "final"
-                else f"step {config.steps} (final)"
-            )
-            panels.setdefault(panel, {}).setdefault(series, []).append(
-                (r["method"], 100 * r["mean_diff"], 100 * r["ci_low"], 100 * r["ci_high"])
-            )
-        ncols = len({r["G"] for r in rows})
-        images.append(
-            plot_intervals(
-                out / f"{name}.png",
-                panels,
-                ncols=ncols,
-                xlabel="held-out Pass@1, method − GRPO (points)",
-                title=f"Paired difference to GRPO, 95% interval over seeds ({what})",
-            )
-        )
-    titles = {
-        "pass1": "held-out Pass@1",
-        "reward": "training reward",
-        "grad_norm": "gradient norm",
-        "entropy": "token entropy",
-        "shrinkage": "EBPO mean shrinkage S",
-    }
-    for curve, title in titles.items():
-        panels_c: dict[str, dict[str, tuple[list, list]]] = {}
-        bands: dict[str, dict[str, tuple[list, list]]] = {}
-        for key, entry in summary["curves"].items():
-            method, g = key.split("|")
-            data = entry.get(curve)
-            if not data or not data["step"]:
-                continue
-            window = 1 if curve == "pass1" else max(1, len(data["step"]) // 15)
-            panels_c.setdefault(f"G={g}", {})[method] = (
-                data["step"],
-                moving_average(data["mean"], window),
-            )
-            bands.setdefault(f"G={g}", {})[method] = (
-                moving_average(data["lower"], window),
-                moving_average(data["upper"], window),
-            )
-        if panels_c:
-            ordered = dict(sorted(panels_c.items(), key=lambda item: int(item[0][2:])))
-            name = "heldout_pass1" if curve == "pass1" else curve
-            images.append(
-                plot_panels(
-                    out / f"{name}.png",
-                    ordered,
-                    bands=bands,
-                    ncols=len(ordered),
-                    title=f"{title}, mean and 95% CI over seeds (validation-chosen learning rates)",
-                )
-            )
-    return images
 
 
 def _write_table_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:

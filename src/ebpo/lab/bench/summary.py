@@ -27,11 +27,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ebpo.lab.bench.cells import CURVE_KEYS
-from ebpo.lab.bench.config import BenchConfig
+from ebpo.lab.bench.config import BenchConfig, CellSpec
 from ebpo.lab.bench.methods import REFERENCE_METHOD
 from ebpo.lab.bench.stats import mean_ci, paired_difference, steps_to_target
 
-__all__ = ["PAIRED_COLUMNS", "aggregate", "paired_rows", "select_learning_rates"]
+__all__ = [
+    "PAIRED_COLUMNS",
+    "aggregate",
+    "learning_check",
+    "paired_rows",
+    "select_learning_rates",
+]
 
 #: columns of paired.csv
 PAIRED_COLUMNS = (
@@ -247,6 +253,21 @@ def _mean_curve(curves: Sequence[Mapping[str, list]], name: str) -> dict[str, li
     return out
 
 
+def learning_check(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cells that cannot inform a comparison: ``unchanged`` — held-out Pass@1 the same at every
+    evaluation (the policy did not change what it answers: a paired difference of such cells is 0
+    by construction); ``no_signal`` — the train job's notice that several steps in a row gave no
+    group a learning signal (every group's rewards equal, e.g. all 0). Cell labels, in order."""
+    unchanged, silent = [], []
+    for cell in cells:
+        label = CellSpec(**cell["spec"]).label()
+        if len(set(cell["eval_curve"]["pass1"])) == 1:
+            unchanged.append(label)
+        if cell.get("no_signal"):
+            silent.append(label)
+    return {"cells": len(cells), "unchanged": unchanged, "no_signal": silent}
+
+
 def aggregate(cells: Sequence[Mapping[str, Any]], config: BenchConfig) -> dict[str, Any]:
     """Everything the report shows, from the finished cells."""
     grouped = _by_key(cells)
@@ -297,6 +318,7 @@ def aggregate(cells: Sequence[Mapping[str, Any]], config: BenchConfig) -> dict[s
         "table_best_lr": _table(grouped, columns, best_lr, methods, group_sizes),
         "table_equal_lr": {f"{lr:g}": rows for lr, rows in equal.items()},
         "paired": paired_rows(cells, config),
+        "learning": learning_check(cells),
         "curves": curves,
     }
 

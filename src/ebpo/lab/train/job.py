@@ -108,9 +108,11 @@ def run_train_job(config: TrainJobConfig | None = None) -> dict[str, Any]:
     """Run (or resume) one training job; see the module docstring for what it writes.
 
     Returns ``{"status", "run_dir", "metrics_path", "before", "after", "validation",
-    "global_step", "wall_time_s", "warm_start_cached", "plots"}``; ``before`` / ``after`` hold
-    held-out Pass@1 ``overall`` and per ``cells`` / ``topics`` / ``tiers`` (``after`` is None when
-    the run was interrupted; ``validation`` is None unless ``eval_validation``). Raises ValueError
+    "global_step", "wall_time_s", "warm_start_cached", "plots", "no_signal"}``; ``before`` /
+    ``after`` hold held-out Pass@1 ``overall`` and per ``cells`` / ``topics`` / ``tiers`` (``after``
+    is None when the run was interrupted; ``validation`` is None unless ``eval_validation``);
+    ``no_signal`` is None, or the trainer's one-line notice that training went several steps in a
+    row without any learning signal (``EBPOTrainer.no_signal_notice``), also printed at the end. Raises ValueError
     for bad options before anything is loaded or written. Under a launcher every process calls
     it and gets the main process's result (see "Several processes" above).
     """
@@ -244,6 +246,7 @@ def _run_locked(
             "validation": None,
             "wall_time_s": time.time() - started,
             "plots": [],
+            "no_signal": trainer.no_signal_notice,
         }
 
     def finish() -> dict[str, Any]:
@@ -263,10 +266,13 @@ def _run_locked(
             validation=_strip(validation) if validation else None,
             wall_time_s=time.time() - started,
             plots=[str(p) for p in plots],
+            no_signal=trainer.no_signal_notice,
         )
         _write(run.path / "results.json", result)
         rundir.write_manifest(run.path, identity, "completed", step)
         say(format_pass_table(before, after))
+        if trainer.no_signal_notice:
+            say(f"note: {trainer.no_signal_notice}")
         say(f"run directory: {run.path}  ({result['wall_time_s']:.0f} s)")
         return result
 

@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.lab.runs.directory import read_metrics
-from ebpo.utils.plotting import moving_average, plot_lines
+from ebpo.utils.plotting import Limits, moving_average, plot_lines
 
 __all__ = ["plot_run"]
 
-#: plot name -> (metric key in metrics.jsonl, axis label)
-_CURVES = {
-    "reward": ("reward", "mean training reward"),
-    "entropy": ("entropy", "mean token entropy"),
-    "grad_norm": ("grad_norm", "gradient norm"),
-    "shrinkage": ("ebpo/shrinkage_mean", "mean shrinkage S (weight on the prior)"),
+#: plot name -> (metric key in metrics.jsonl, axis label, the range of the metric)
+_CURVES: dict[str, tuple[str, str, Limits]] = {
+    "reward": ("reward", "mean training reward", (None, None)),
+    "entropy": ("entropy", "mean token entropy (nats)", (0.0, None)),
+    "grad_norm": ("grad_norm", "gradient norm", (0.0, None)),
+    "shrinkage": ("ebpo/shrinkage_mean", "mean shrinkage S (weight on the prior)", (0.0, 1.0)),
 }
 
 
@@ -29,10 +29,10 @@ def plot_run(
     run_dir: Path, before: Mapping[str, Any], after: Mapping[str, Any], final_step: int
 ) -> list[Path]:
     """Per-step training curves (each as a faint raw line under its moving average) and held-out
-    Pass@1 over steps (overall and per topic; step 0 is the warm-started model)."""
+    Pass@1 over steps in % (overall and per topic; step 0 is the warm-started model)."""
     records = read_metrics(run_dir / "metrics.jsonl")
     plots = []
-    for name, (key, label) in _CURVES.items():
+    for name, (key, label, limits) in _CURVES.items():
         points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if not points and name == "shrinkage":  # estimators without a prior (grpo, rloo): S = 0
             points = [(r["step"], 0.0) for r in records if "reward" in r]
@@ -51,6 +51,7 @@ def plot_run(
                 title=label,
                 ylabel=label,
                 faint=("per step",),
+                limits=limits,
             )
         )
     curve: dict[str, tuple[list[float], list[float]]] = {}
@@ -72,10 +73,14 @@ def plot_run(
         for label, value in [("overall", overall), *topics.items()]:
             xs, ys = curve.setdefault(label, ([], []))
             xs.append(step)
-            ys.append(value)
+            ys.append(100 * value)  # in %, as the console's tables
     plots.append(
         plot_lines(
-            run_dir / "plots" / "heldout_pass1.png", curve, title="held-out Pass@1", ylabel="Pass@1"
+            run_dir / "plots" / "heldout_pass1.png",
+            curve,
+            title="held-out Pass@1, overall and per topic",
+            ylabel="Pass@1 (%)",
+            limits=(0.0, 100.0),
         )
     )
     return plots
