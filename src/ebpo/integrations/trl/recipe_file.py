@@ -23,7 +23,7 @@ from typing import Any
 from ebpo.utils.field_values import check_field_value
 from ebpo.utils.structured_input import read_yaml_file
 
-__all__ = ["check_recipe_file"]
+__all__ = ["ALSO_ACCEPTED", "check_recipe_file"]
 
 
 def check_recipe_file(path: str, dataclass_types: Sequence[type]) -> None:
@@ -44,6 +44,8 @@ def check_recipe_file(path: str, dataclass_types: Sequence[type]) -> None:
         hints = typing.get_type_hints(cls)
         annotations.update({f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init})
     annotations["env"] = dict[str, Any]  # TRL's own key: environment variables to set
+    for name, also in ALSO_ACCEPTED.items():
+        annotations[name] = annotations[name] | also
     for key, value in data.items():
         if not isinstance(key, str):
             raise ValueError(f"{where}: key {key!r} must be a string (an option name)")
@@ -54,6 +56,11 @@ def check_recipe_file(path: str, dataclass_types: Sequence[type]) -> None:
             check_field_value(f"{where}: {key}", value, annotations[key], strings_convert=True)
         else:
             _check_entries(f"{where}: {key}", value, entries)
+
+
+#: fields whose class takes more than its annotation (the command line's type) says: TRL's
+#: ``scale_rewards`` takes ``true`` / ``false`` for "group" / "none" (open-r1's recipes write them)
+ALSO_ACCEPTED: dict[str, Any] = {"scale_rewards": bool}
 
 
 def _dataclass_items(annotation: Any) -> type | None:
