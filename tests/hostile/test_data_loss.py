@@ -69,22 +69,22 @@ def test_a_failed_resume_leaves_the_run_as_it_was_and_a_plain_run_refuses_it(tmp
     kept = {name: digest(run / name) for name in ("run.json", "metrics.jsonl")}
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
 
-    resumed = result_of(ebpo(tmp_path, "train", *TINY, "--output-dir", "run", "--resume"))
-    assert_user_error(
-        resumed,
-        rf"^ebpo train: error: checkpoint '.*{checkpoint.name}': state belongs to estimator "
-        r"'grpo', cannot load it into 'ebpo'$",
-        label="failed resume",
-    )
-    assert {name: digest(run / name) for name in kept} == kept
-    plain = result_of(ebpo(tmp_path, "train", *TINY, "--output-dir", "run"))
-    assert_user_error(
-        plain,
-        rf"^ebpo train: error: output_dir 'run' already holds a run \(interrupted, step {step}; "
-        r".*checkpoint-\d saved\); pass --resume",
-        label="plain run",
-    )
-    assert {name: digest(run / name) for name in kept} == kept
+    refusals = [
+        (  # the resume: it fails once the trainer holds the checkpoint
+            ["--resume"],
+            rf"^ebpo train: error: checkpoint '.*{checkpoint.name}': state belongs to estimator "
+            r"'grpo', cannot load it into 'ebpo'$",
+        ),
+        (  # then a plain run: the run is still one that has done work
+            [],
+            rf"^ebpo train: error: output_dir 'run' already holds a run \(interrupted, step {step}; "
+            r".*checkpoint-\d saved\); pass --resume",
+        ),
+    ]
+    for flags, match in refusals:
+        result = result_of(ebpo(tmp_path, "train", *TINY, "--output-dir", "run", *flags))
+        assert_user_error(result, match, label=f"train {flags}")
+        assert {name: digest(run / name) for name in kept} == kept
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == checkpoints
 
 
