@@ -50,7 +50,7 @@ def test_cpu_platform_is_registered_with_gloo_and_no_accelerator():
 
 
 def test_generation_seed_depends_on_the_step_only():
-    from ebpo.lab.verl_cpu.worker import generation_seed
+    from ebpo.lab.verl_cpu.sampling import generation_seed
 
     seeds = {generation_seed(0, step, validate) for step in range(50) for validate in (0, 1)}
     assert len(seeds) == 100
@@ -58,7 +58,7 @@ def test_generation_seed_depends_on_the_step_only():
 
 
 def test_contiguous_blocks():
-    from ebpo.lab.verl_cpu.smoke import contiguous_blocks
+    from ebpo.lab.verl_cpu.checks import contiguous_blocks
 
     assert contiguous_blocks(["add", "add", "mul", "sub", "sub"])
     assert not contiguous_blocks(["add", "mul", "add"])
@@ -87,7 +87,8 @@ def test_the_curriculum_checks_take_a_step_in_any_row_order_but_not_another_batc
     import pandas as pd
 
     from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
-    from ebpo.lab.verl_cpu.smoke import _curriculum_checks, contiguous_blocks
+    from ebpo.lab.verl_cpu.checks import contiguous_blocks, curriculum_checks
+    from ebpo.lab.verl_cpu.results import StepTrace
 
     topics = ["mul", "add", "sub", "add", "sub", "mul", "add", "mul"] * 2
     frame = pd.DataFrame({"extra_info": [{"id": i, "topic": t} for i, t in enumerate(topics)]})
@@ -101,12 +102,17 @@ def test_the_curriculum_checks_take_a_step_in_any_row_order_but_not_another_batc
     run = ESTIMATORS["ebpo_topic"]
 
     def result(steps):  # each prompt of a step twice (G = 2), in the given order
-        return SimpleNamespace(trace=[SimpleNamespace(prompt_ids=s + s) for s in steps])
+        return SimpleNamespace(
+            trace=[
+                StepTrace(0, None, None, None, prompt_ids=s + s, uids=["u"] * 2 * len(s))
+                for s in steps
+            ]
+        )
 
     reordered = [list(reversed(b)) for b in batches]
-    checks = _curriculum_checks(settings, run, files, result(reordered), result(reordered[2:]))
+    checks = curriculum_checks(settings, run, files, result(reordered), result(reordered[2:]))
     assert [c.ok for c in checks] == [True, True], checks
 
     swapped = [batches[0][:3] + batches[1][:1], batches[1][1:] + batches[0][3:], *batches[2:]]
-    checks = _curriculum_checks(settings, run, files, result(swapped), result(batches[:0:-1][:2]))
+    checks = curriculum_checks(settings, run, files, result(swapped), result(batches[:0:-1][:2]))
     assert [c.ok for c in checks] == [False, False], checks
