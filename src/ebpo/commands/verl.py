@@ -1,6 +1,6 @@
 """``ebpo verl``: run EBPO at cluster scale on verl (Ray + FSDP + vLLM) through the plug-in.
 
-    ebpo verl doctor                          check that verl sees the plug-in (loudly)
+    ebpo verl doctor [--address HOST:PORT]    check that verl sees the plug-in (on every Ray node)
     ebpo verl [run] [--dry-run] OVERRIDES...  verl's PPO entry point with the plug-in and our defaults
     ebpo verl recipe NAME [--dry-run] [OVERRIDES...]   the paper's runs (--list to see them)
     ebpo verl prepare-data --out-dir DIR      DAPO-Math-17K + eval sets as verl parquet files
@@ -21,7 +21,7 @@ import tempfile
 from ebpo.commands import Parser, one_line, user_error
 from ebpo.integrations.verl import launcher
 from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
-from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks
+from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.settings import ESTIMATORS, TRAINERS, SmokeSettings
 from ebpo.utils.files import check_output_path
@@ -61,6 +61,12 @@ def _doctor_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ebpo verl doctor", description="Check that verl registers ebpo's estimators.")
     p.add_argument(
         "--no-fresh-process", action="store_true", help="skip the fresh-interpreter probe (faster)"
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="a Ray cluster (host:port): check that every node registers ebpo's estimators on "
+        "`import verl` (verl's TaskRunner lands on any of them)",
     )
     return p
 
@@ -184,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
         return user_error(f"ebpo verl {command}", error)
+    except launcher.PluginUnavailable as error:  # an install, not the command line: exit 1
+        print(f"ebpo verl {command}: {one_line(error)}", file=sys.stderr)
+        return 1
 
 
 def _refuse_unknown_subcommand(word: str) -> None:
@@ -211,7 +220,9 @@ def _doctor(args: argparse.Namespace) -> int:
         "ebpo verl doctor: checking the verl plug-in (a fresh interpreter takes a few seconds)...",
         flush=True,
     )
-    checks = run_checks(fresh_process=not args.no_fresh_process)
+    checks = run_checks(fresh_process=not args.no_fresh_process and not args.address)
+    if args.address:
+        checks += run_node_checks(args.address)
     failed = False
     for check in checks:
         mark = "ok  " if check.ok else ("FAIL" if check.fatal else "warn")
@@ -220,7 +231,12 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"[{mark}] {check.name}: {first}")
         for line in more:
             print(f"       {line}")
-    print("verl plug-in is BROKEN" if failed else "verl plug-in OK")
+    broken = [check for check in checks if not check.ok and check.fatal]
+    if broken:
+        first = broken[0]
+        print(f"verl plug-in is BROKEN: {first.name}: {(first.detail.splitlines() or [''])[-1]}")
+    else:
+        print("verl plug-in OK")
     if not failed:
         print(SMOKE_HINT)
     return 1 if failed else 0

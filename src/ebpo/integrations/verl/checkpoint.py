@@ -35,10 +35,12 @@ from typing import Any
 # verl is this module's base (verl loads the callback by name): it needs the verl extra
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
+from ebpo.integrations.verl.advantage import REGISTERED_NAMES, resolve_options
+from ebpo.integrations.verl.guards import check_calls_per_step, check_rewards, parameter_sync_step
 from ebpo.integrations.verl.resume import absolute_path, resume_folder
 from ebpo.integrations.verl.state import STATE_FILENAME, STORE, EstimatorStore
 
-__all__ = ["EBPOCheckpointCallback"]
+__all__ = ["EBPOCheckpointCallback", "check_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class EBPOCheckpointCallback(CheckpointCallback):
         trainer_config = config.trainer if config is not None else None
         if trainer_config is None:
             return
+        check_config(config)
         base = trainer_config.get("default_local_dir")
         if base:
             self.store.run_dir = absolute_path(str(base))
@@ -80,3 +83,17 @@ class EBPOCheckpointCallback(CheckpointCallback):
         """Write the estimator state into ``checkpoint_dir`` (synchronously: it is a few kB)."""
         path = self.store.save(checkpoint_dir)
         logger.info("ebpo: saved estimator state for step %s to %s", global_step, path)
+
+
+def check_config(config: Any) -> None:
+    """The checks of :mod:`~ebpo.integrations.verl.guards` that need only the config, for one of
+    ebpo's estimators: run when verl builds the callback, before any worker starts."""
+    from ebpo.estimators import make_estimator
+
+    name = config.algorithm.get("adv_estimator") if config.get("algorithm") is not None else None
+    if name not in REGISTERED_NAMES:
+        return
+    options, _ = resolve_options(name, config.algorithm)
+    estimator = make_estimator(REGISTERED_NAMES[name], **options)
+    check_rewards(name, estimator, config.algorithm)
+    check_calls_per_step(name, estimator, parameter_sync_step(config))
