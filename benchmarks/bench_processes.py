@@ -26,6 +26,7 @@ estimator state costs per generation batch: the state digest and the all-gather 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
@@ -34,11 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
-from tests.processes import launch_command, launch_env  # noqa: E402
+from ebpo.evaluation.models import save_tiny_llama
+from ebpo.utils.launch import cpu_launch_command, cpu_launch_env
 
 YAML = """\
 model_name_or_path: {root}/model
@@ -68,8 +66,10 @@ def parity_reward(completions, **kwargs):
 
 
 def prepare(root: Path) -> None:
-    """The tiny model, 64 prompts and the reward module, on disk."""
-    write_model_and_prompts(root, 64, num_layers=2, hidden_size=128, seed=0)
+    """The tiny model, 64 prompts ``a+a=`` and the reward module, on disk."""
+    save_tiny_llama(root / "model", num_layers=2, hidden_size=128, seed=0)
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(64)]
+    (root / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (root / "lib").mkdir()
     (root / "lib" / "bench_process_rewards.py").write_text(REWARDS)
 
@@ -94,10 +94,10 @@ def bench(args: argparse.Namespace) -> None:
         config = root / "run.yaml"
         config.write_text(YAML.format(root=root, steps=args.steps))
         # one thread a process, no Hub; ACCELERATE_USE_CPU only matters to accelerate
-        base = launch_env({"PYTHONPATH": str(root / "lib")})
+        base = cpu_launch_env({"PYTHONPATH": str(root / "lib")})
         grpo = ["-m", "ebpo", "grpo", "--config", str(config)]
         two = [
-            *launch_command(grpo, 2), "--output_dir", str(root / "two"),
+            *cpu_launch_command(grpo, 2), "--output_dir", str(root / "two"),
             "--per_device_train_batch_size", str(args.batch),
         ]  # fmt: skip
         one = [
@@ -175,8 +175,8 @@ def main() -> None:
     if args.worker:
         check_cost_worker()
     elif args.check_cost:
-        command = launch_command([__file__, "--worker"], 2)
-        sys.exit(subprocess.run(command, env=launch_env()).returncode)
+        command = cpu_launch_command([__file__, "--worker"], 2)
+        sys.exit(subprocess.run(command, env=cpu_launch_env()).returncode)
     else:
         bench(args)
 

@@ -31,10 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.processes import launch_command, launch_env  # noqa: E402
+from ebpo.utils.launch import cpu_launch_command, cpu_launch_env
 
 
 def job_flags(args: argparse.Namespace) -> list[str]:
@@ -80,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
 
     env = (
-        launch_env()
+        cpu_launch_env()
     )  # one thread a process, no Hub; ACCELERATE_USE_CPU only matters to accelerate
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -97,7 +94,7 @@ def main() -> None:
                 command = (
                     [*python, *flags]
                     if name == "1 process"
-                    else launch_command(["-m", "ebpo", "train", *flags], num_processes=2)
+                    else cpu_launch_command(["-m", "ebpo", "train", *flags], num_processes=2)
                 )
                 measured[name].append(timings(out, run(command, env, work)))
                 print(f"round {round_ + 1} {name}: {measured[name][-1]}", flush=True)

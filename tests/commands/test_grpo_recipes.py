@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,12 @@ from ebpo.cli import main  # noqa: E402
 from ebpo.curriculum import is_contiguous  # noqa: E402
 from ebpo.data import load_dataset  # noqa: E402
 from ebpo.evaluation.models import save_tiny_llama  # noqa: E402
-from ebpo.integrations.trl import EBPOTrainer, make_config  # noqa: E402
+from ebpo.integrations.trl import (  # noqa: E402
+    PAPER_METHODS,
+    EBPOTrainer,
+    available_presets,
+    make_config,
+)
 from ebpo.integrations.trl import dry_run as dry_run_module  # noqa: E402
 from ebpo.integrations.trl.dry_run import METHOD_FIELDS  # noqa: E402
 
@@ -38,7 +44,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "datasets"
 
 #: recipe (file stem) -> the preset of PAPER_METHODS whose method settings it must have
 METHOD_PRESETS = {
-    "ebpo": "ebpo_batch",
+    "ebpo_batch": "ebpo_batch",
     "ebpo_topic": "ebpo_batch",
     "ebpo_diff": "ebpo_batch",
     "grpo": "grpo",
@@ -190,7 +196,7 @@ def test_recipe_dry_runs_with_the_paper_settings(recipe, monkeypatch, capsys, tm
 
     # The data order of the method, applied to the rows the trainer got.
     rows = trainer.train_dataset
-    if method == "ebpo":
+    if method == "ebpo_batch":
         assert config.data_order == "shuffle"
         assert not config.shuffle_dataset
     elif method == "ebpo_topic":
@@ -211,6 +217,15 @@ def test_recipe_dry_runs_with_the_paper_settings(recipe, monkeypatch, capsys, tm
     if method == "dapo":
         assert run.rewards["soft_overlong_punishment"] == 0.0  # a short completion
     assert "synthetic rows" in run.data
+
+
+def test_a_recipe_named_after_a_preset_is_that_preset():
+    """One name, one meaning: ``ebpo.yaml`` would read as the ``ebpo`` preset (the history
+    prior), so the batch-prior recipe is ``ebpo_batch.yaml``; the dry-run test above checks that
+    each recipe has its METHOD_PRESETS preset."""
+    named = {m: p for m, p in METHOD_PRESETS.items() if m in available_presets()}
+    assert named and all(preset == method for method, preset in named.items())
+    assert set(METHOD_PRESETS) - set(named) == {"ebpo_topic", "ebpo_diff"}  # the paper's names
 
 
 @pytest.mark.parametrize("method", list(METHOD_PRESETS))
@@ -244,6 +259,37 @@ def test_a_changed_method_setting_matches_no_preset(flags, monkeypatch, capsys):
     )
     assert code == 0 and built[0].preset is None
     assert "paper preset: none" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "name, in_yaml", [("dapo", False), ("ebpo_batch", True), ("ebpo_within", False)]
+)
+def test_a_preset_as_estimator_is_refused_with_its_settings_written_out(
+    name, in_yaml, tmp_path, monkeypatch, capsys
+):
+    """Flags take estimator names; a preset named there is one line, exit 2, giving the flags
+    that reproduce it — and those flags, given, are the preset."""
+    recipe = RECIPES_DIR / "qwen3-1.7b" / "grpo.yaml"
+    if in_yaml:
+        text = recipe.read_text().replace(
+            "advantage_estimator: grpo", f"advantage_estimator: {name}"
+        )
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text(text)
+    flag = [] if in_yaml else ["--advantage_estimator", name]
+    code, built = run_dry(["--config", str(recipe), *flag], monkeypatch)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not built and len(err.splitlines()) == 1
+    assert f"advantage_estimator {name!r} is a preset, not an estimator" in err
+    written = err.split("written out: ")[1].split(" (the same keys")[0]
+
+    code, built = run_dry(["--config", str(RECIPES_DIR / "qwen3-1.7b" / "grpo.yaml"),
+                           *shlex.split(written)], monkeypatch)  # fmt: skip
+    assert code == 0
+    reference = make_config(name, output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    for field in METHOD_FIELDS:
+        assert getattr(built[0].config, field) == getattr(reference, field), field
+    assert built[0].preset == (name if name in PAPER_METHODS else None)
 
 
 def prepare_data(cwd: Path, data_dir: str, *args: str) -> None:
@@ -308,7 +354,7 @@ def test_a_data_directory_without_its_test_split_is_one_line_and_exit_2(
     copy = tmp_path / "ebpo"
     shutil.copytree(prepared, copy, symlinks=True)
     (copy / "trl" / "file" / "test.parquet").unlink()
-    recipe = RECIPES_DIR / "qwen3-1.7b" / "ebpo.yaml"
+    recipe = RECIPES_DIR / "qwen3-1.7b" / "ebpo_batch.yaml"
     code, built = run_dry(
         ["--config", str(recipe), "--dataset_name", str(copy / "trl" / "file")], monkeypatch
     )

@@ -18,7 +18,7 @@ pytest.importorskip("trl")
 
 from ebpo.cli import build_parser, main  # noqa: E402
 from ebpo.commands import train  # noqa: E402
-from ebpo.lab.job_config import TrainJobConfig  # noqa: E402
+from ebpo.lab.train.config import TrainJobConfig  # noqa: E402
 from tests.hostile.harness import CliCase, check_cli_error, ids, run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.trl]

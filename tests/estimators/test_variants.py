@@ -8,7 +8,7 @@ import pytest
 import ebpo
 from ebpo.estimators import VARIANTS, available_variants, make_variant, variant_spec
 from ebpo.integrations.verl.advantage import REGISTERED, REGISTERED_NAMES, resolve_options
-from ebpo.lab.bench_methods import METHODS
+from ebpo.lab.bench.methods import METHODS
 
 CPU = {"output_dir": "unused", "use_cpu": True, "bf16": False, "report_to": "none"}
 

@@ -43,7 +43,7 @@ import transformers.modeling_utils
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-import ebpo.lab.job as job_module
+import ebpo.lab.train.job as job_module
 from ebpo.cli import main
 from ebpo.integrations.trl import EBPOTrainer
 from ebpo.utils.checkpoints import MARKER

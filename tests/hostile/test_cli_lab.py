@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo.lab.job import TrainJobConfig  # noqa: E402
-from ebpo.lab.rundir import write_manifest  # noqa: E402
+from ebpo.lab.runs.directory import write_manifest  # noqa: E402
+from ebpo.lab.train.job import TrainJobConfig  # noqa: E402
 from tests.hostile.harness import CliCase, check_cli_error, ids  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
 

@@ -22,9 +22,10 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo.lab import job, rundir  # noqa: E402
-from ebpo.lab.rundir import read_metrics  # noqa: E402
-from ebpo.lab.runlock import LOCK  # noqa: E402
+from ebpo.lab.runs import directory as rundir  # noqa: E402
+from ebpo.lab.runs.directory import read_metrics  # noqa: E402
+from ebpo.lab.runs.lock import LOCK  # noqa: E402
+from ebpo.lab.train import job  # noqa: E402
 from tests.hostile.harness import CliResult, assert_user_error, run_cli  # noqa: E402
 
 #: a run of seconds (the built-in model, no warm start, two RL steps of 2 prompts × G = 2)
@@ -39,7 +40,7 @@ TINY = [
 PAUSED = """
 import sys, time
 from pathlib import Path
-from ebpo.lab import job
+from ebpo.lab.train import job
 ready, go = Path(sys.argv[1]), Path(sys.argv[2])
 real = job._evaluator
 def evaluator(*args):

@@ -3,10 +3,12 @@ when the block raises), and refused arguments."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
-from ebpo.utils.runtime import torch_threads
+from ebpo.utils.runtime import quiet_logger, torch_threads
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +57,15 @@ def test_a_bad_count_is_refused_before_anything_changes(count):
     ):
         pytest.fail("the block must not run")  # pragma: no cover
     assert torch.get_num_threads() == 3
+
+
+def test_quiet_logger_keeps_only_the_level_asked_for_and_restores_the_logger(caplog):
+    log = logging.getLogger("ebpo.tests.quiet")
+    log.setLevel(logging.INFO)
+    with caplog.at_level(logging.INFO, logger="ebpo.tests.quiet"):
+        with quiet_logger("ebpo.tests.quiet", logging.ERROR):
+            log.warning("dropped")
+            log.error("kept")
+        log.warning("after")
+    assert [r.getMessage() for r in caplog.records] == ["kept", "after"]
+    assert log.level == logging.INFO

@@ -6,7 +6,7 @@ mixture, ``--config recipe.yaml``) with ``EBPOConfig``'s ``--advantage_estimator
 ``--dry-run`` (ebpo's own flag, :mod:`ebpo.integrations.trl.dry_run`) parses the same arguments,
 builds the trainer on this CPU with a tiny local model and a few rows in place of the model and
 the data, prints what the run would do and stops: ``ebpo grpo --config recipes/trl/qwen3-1.7b/
-ebpo.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
+ebpo_batch.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""``ebpo train``: the main job (see :mod:`ebpo.lab.job`). With no arguments it runs the built-in
+"""``ebpo train``: the main job (see :mod:`ebpo.lab.train.job`). With no arguments it runs the built-in
 default: the tiny model on the built-in arithmetic task, warm start, then EBPO with G = 4.
 
-The options come from one source, :class:`~ebpo.lab.job_config.TrainJobConfig`: one flag per
+The options come from one source, :class:`~ebpo.lab.train.config.TrainJobConfig`: one flag per
 field, ``--field-name`` (underscores as hyphens), typed by the field's annotation, its help the
 field's ``metadata["help"]`` word for word and its default the field's; the metadata's other keys
 (``choices``) go to ``add_argument`` as ``HfArgumentParser`` passes them. :data:`FLAG_EXCEPTIONS`
@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 from transformers.hf_argparser import string_to_bool
 
-from ebpo.lab.job import TrainJobConfig, run_train_job
+from ebpo.lab.train.job import TrainJobConfig, run_train_job
 from ebpo.utils.checks import is_integer, is_real
 from ebpo.utils.files import storage_error
 
@@ -76,7 +76,7 @@ DESCRIPTION = (
     "held-out Pass@1 after. Writes metrics.jsonl, TensorBoard logs, PNG plots, checkpoints, the "
     "final model and the estimator state to the run directory. Ctrl-C / SIGTERM saves a "
     "checkpoint; continue with --resume. Every option is a field of "
-    "ebpo.lab.job_config.TrainJobConfig; --config FILE takes them from a YAML mapping (field "
+    "ebpo.lab.train.config.TrainJobConfig; --config FILE takes them from a YAML mapping (field "
     "names with underscores as keys) and the flags given here win over it."
 )
 

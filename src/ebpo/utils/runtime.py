@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -9,7 +10,7 @@ import torch
 
 from ebpo.utils.checks import check_positive_int
 
-__all__ = ["torch_threads"]
+__all__ = ["quiet_logger", "torch_threads"]
 
 
 @contextmanager
@@ -35,3 +36,16 @@ def torch_threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+@contextmanager
+def quiet_logger(name: str, level: int = logging.CRITICAL) -> Iterator[None]:
+    """Only records of ``level`` and above from logger ``name`` while the block runs (for a caller
+    that reports the matter itself); the logger's level comes back afterwards."""
+    log = logging.getLogger(name)
+    previous = log.level
+    log.setLevel(level)
+    try:
+        yield
+    finally:
+        log.setLevel(previous)

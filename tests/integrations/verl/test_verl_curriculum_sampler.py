@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import pickle
 import sys
 
@@ -191,14 +190,3 @@ def test_verl_builds_the_curriculum_from_its_own_config(tmp_path):
     config.data.curriculum.order = "topic"
     with pytest.raises(ValueError, match="needs data.shuffle=False"):
         create_rl_dataset(config.data.train_files, config.data, None, None)
-
-
-def test_the_old_module_path_names_the_new_one():
-    sys.modules.pop("ebpo.curriculum_sampler", None)
-    with pytest.raises(ImportError) as info:
-        importlib.import_module("ebpo.curriculum_sampler")
-    assert str(info.value) == (
-        "ebpo.curriculum_sampler moved to ebpo.integrations.verl.curriculum_sampler: in verl configs "
-        "write data.custom_cls.path=pkg://ebpo.integrations.verl.curriculum_sampler "
-        "(and data.sampler.class_path likewise)"
-    )

@@ -22,7 +22,9 @@ runs the same ``main`` up to the trainer's construction, on a tiny local model.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import shlex
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -32,7 +34,9 @@ import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
+from ebpo.estimators import available_estimators
 from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.presets import available_presets, preset_arguments
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
 __all__ = ["REWARD_ALIASES", "ebpo_trainer_in_trl", "main", "make_parser", "parse"]
@@ -79,6 +83,7 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
             raise ValueError("--config takes one YAML file, given once")
         if not Path(argv[index + 1]).is_file():
             raise ValueError(f"--config {argv[index + 1]!r}: no such file")
+    _refuse_a_preset_as_estimator(argv)
     try:
         script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(
             args=argv, fail_with_unknown_args=True
@@ -93,6 +98,32 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
             f"{sorted(TRL_REWARDS + tuple(REWARD_ALIASES))} or an import path (package.module.function)"
         )
     return script_args, training_args, model_args, dataset_args
+
+
+def _refuse_a_preset_as_estimator(argv: Sequence[str]) -> None:
+    """``advantage_estimator`` takes an estimator name; a preset (``dapo``, ``ebpo_batch``, ...) is
+    trainer settings as well, which only :func:`make_config` applies. Given one, say so and write
+    it out as the flags that reproduce it (the same keys work in the YAML)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--advantage_estimator")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    name = known.advantage_estimator
+    if name is None and known.config is not None:
+        try:
+            recipe = yaml.safe_load(Path(known.config).read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return  # TRL's parser reports it
+        name = recipe.get("advantage_estimator") if isinstance(recipe, dict) else None
+    if not isinstance(name, str) or name in available_estimators():
+        return
+    if name in available_presets():
+        raise ValueError(
+            f"advantage_estimator {name!r} is a preset, not an estimator "
+            f"({', '.join(available_estimators())}); a preset reaches the command line as its "
+            f"settings written out: {shlex.join(preset_arguments(name))} (the same keys work in "
+            "the YAML; docs/trl.md, Presets)"
+        )
 
 
 #: the names ``trl grpo``'s registry knows (TRL 1.16, ``trl/scripts/grpo.py``)

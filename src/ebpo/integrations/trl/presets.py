@@ -46,6 +46,7 @@ cluster_column="topic")`` (add ``data_order="topic"`` for a topic-ordered stream
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ebpo.estimators import available_variants, variant_spec
@@ -57,6 +58,8 @@ __all__ = [
     "PRESETS",
     "available_presets",
     "make_config",
+    "preset_arguments",
+    "preset_fields",
     "variant_preset",
 ]
 
@@ -118,6 +121,45 @@ def available_presets() -> list[str]:
     return list(PRESETS) + [name for name in available_variants() if name not in PRESETS]
 
 
+def preset_fields(preset: str) -> dict[str, Any]:
+    """The EBPOConfig fields that ``preset`` sets (what :func:`make_config` starts from).
+
+    Raises:
+        ValueError: unknown preset (the message lists presets, variants and estimators).
+    """
+    if not isinstance(preset, str):
+        raise ValueError(f"preset must be a string, got {type(preset).__name__}")
+    if preset in PRESETS:
+        return dict(PRESETS[preset])
+    if preset in available_variants():
+        return variant_preset(preset)
+    others = [name for name in available_variants() if name not in PRESETS]
+    raise ValueError(
+        f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or a variant or "
+        f"estimator name {others}"
+    )
+
+
+def preset_arguments(preset: str) -> list[str]:
+    """``preset`` written out as ``ebpo grpo`` (``trl grpo``) flags, one per field it sets:
+    ``["--advantage_estimator", "grpo", "--beta", "0.0", ...]`` (a dict as a JSON object; the same
+    keys and values go into a YAML recipe). Command-line flags take estimator names only, so this
+    is how a preset reaches the command line."""
+    fields = preset_fields(preset)
+    first = [k for k in ("advantage_estimator", "estimator_options") if k in fields]
+    arguments = []
+    for key in [*first, *(k for k in fields if k not in first)]:
+        value = fields[key]
+        if isinstance(value, dict):
+            text = json.dumps(value)
+        elif isinstance(value, bool):
+            text = str(value).lower()
+        else:
+            text = str(value)
+        arguments += [f"--{key}", text]
+    return arguments
+
+
 def make_config(preset: str, **overrides: Any) -> EBPOConfig:
     """An :class:`EBPOConfig` for ``preset`` (a key of :data:`PRESETS`, or any variant or
     estimator name of :func:`ebpo.estimators.available_variants`).
@@ -131,18 +173,7 @@ def make_config(preset: str, **overrides: Any) -> EBPOConfig:
         ValueError: unknown preset (the message lists presets, variants and estimators), or any
             invalid field.
     """
-    if not isinstance(preset, str):
-        raise ValueError(f"preset must be a string, got {type(preset).__name__}")
-    if preset in PRESETS:
-        base = PRESETS[preset]
-    elif preset in available_variants():
-        base = variant_preset(preset)
-    else:
-        others = [name for name in available_variants() if name not in PRESETS]
-        raise ValueError(
-            f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or a variant or "
-            f"estimator name {others}"
-        )
+    base = preset_fields(preset)
     if "estimator_options" in overrides:
         # None adds nothing: it must not erase the preset's own options (ebpo_batch's prior)
         given = parse_estimator_options(overrides["estimator_options"])

@@ -59,6 +59,8 @@ from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.reference_model import reference_from_policy
+from ebpo.integrations.trl.signal import NoSignalWatch
+from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.integrations.trl.trace import RankTrace
 from ebpo.integrations.trl.train_data import check_columns, eval_splits, reorder
 
@@ -102,7 +104,9 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     ``scale_rewards=None`` (the estimator decides the scale).
 
     Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
-    checkpoints store). Metrics added under ``ebpo/``: every entry of the estimator's
+    checkpoints store) and ``no_signal_notice`` (None, or the one-line warning logged when
+    :data:`~ebpo.integrations.trl.signal.PATIENCE` generation batches in a row gave no group a
+    learning signal: see :mod:`.signal`). Metrics added under ``ebpo/``: every entry of the estimator's
     ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
     ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
     ``ebpo/grpo_zero_signal_group_frac`` (groups GRPO gives no signal = zero-variance groups),
@@ -111,6 +115,11 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "ebpo"]
     _name = "EBPO"
+
+    @property
+    def no_signal_notice(self) -> str | None:
+        """The last notice of a stretch of generation batches without any learning signal."""
+        return self._ebpo_signal.notice
 
     def __init__(
         self,
@@ -173,6 +182,8 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         self._ebpo_gathered_clusters: list[Any] | None = None
         # Set while _compute_loss runs, for the Clip-Cov wrapper.
         self._ebpo_loss_inputs: dict[str, Any] | None = None
+        # Generation batches in a row in which no group carried a signal (see .signal).
+        self._ebpo_signal = NoSignalWatch()
         # The diagnostic trace of this process (EBPO_TRACE_DIR), or None.
         self._ebpo_trace = RankTrace.from_env(
             self.accelerator.process_index, self.accelerator.num_processes
@@ -269,6 +280,14 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         metrics[METRIC_PREFIX + "grpo_zero_signal_group_frac"].append(
             float(result.metrics["zero_variance_group_frac"])
         )
+        if mode == "train":
+            notice = self._ebpo_signal.update(
+                self.state.global_step + 1,
+                result.metrics["zero_signal_group_frac"],
+                result.metrics["reward_mean"],
+            )
+            if notice is not None and self.accelerator.is_main_process:
+                signal_logger.warning("EBPOTrainer: %s", notice)
 
         if self.args.filter_zero_variance_groups and mode == "train":
             dropped = zero_variance_groups(

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import math
 import os
 import shutil
@@ -53,6 +52,7 @@ from ebpo.data.templates import TEMPLATES, build_messages
 from ebpo.integrations.verl.recipes import TRAIN_STEM
 from ebpo.utils.checks import check_positive_int
 from ebpo.utils.files import check_output_path
+from ebpo.utils.runtime import quiet_logger
 
 __all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare", "to_verl_rows"]
 
@@ -141,7 +141,7 @@ def _load(
     import datasets  # noqa: F401  (optional heavy dependency, ebpo[data])
 
     try:
-        with _quiet_logger("datasets"):  # it logs the error we report below: one line, not two
+        with quiet_logger("datasets"):  # it logs the error we report below: one line, not two
             return load_dataset(name, data_files=local_file, limit=limit)
     except ValueError as error:  # pyarrow's ArrowInvalid is one too: name the file it came from
         if local_file is None:
@@ -155,18 +155,6 @@ def _load(
     except Exception as error:  # a local file that datasets/pyarrow cannot read
         where = f"{option} {local_file!r}" if local_file else repr(name)
         raise ValueError(f"cannot read {where}: {type(error).__name__}: {error}") from error
-
-
-@contextlib.contextmanager
-def _quiet_logger(name: str) -> Iterator[None]:
-    """Only CRITICAL records of logger ``name`` while the block runs."""
-    log = logging.getLogger(name)
-    previous = log.level
-    log.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        log.setLevel(previous)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""verl's own training loop (``RayPPOTrainer.fit()``) with ebpo inside, on a CPU: ``ebpo verl smoke``.
+"""verl's own training loop (``RayPPOTrainer.fit()``) with ebpo inside, on a CPU; run by ``ebpo verl smoke``.
 
 verl 0.9.1 has no CPU path (its issue #3266): the resource pools ask Ray for GPUs, the only
 platforms are CUDA / NPU / ROCm (NCCL), and rollout goes through vLLM / SGLang / TRT-LLM servers.

@@ -9,7 +9,7 @@ handed to ``prepare`` as local copies: it writes ``dapo_math_17k.{file,shuffle,t
 ``raw`` template, so a prompt is the bare problem, e.g. ``7+8=``.
 
 Model: the lab's two-layer Llama with the character tokenizer, warm-started (supervised, cached by
-:func:`ebpo.lab.policy.warm_start`) to answer ``Answer: <digits>`` — the form ebpo's
+:func:`ebpo.lab.cpu_task.policy.warm_start`) to answer ``Answer: <digits>`` — the form ebpo's
 ``compute_score`` grades — with a digit corrupted in some of the examples (:data:`CORRUPT`), so
 that sampled groups mix right and wrong answers and the estimators see rewards with variance.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.data_prep import prepare
-from ebpo.lab.policy import BUILTIN_MODEL, corrupted_examples, load_policy, warm_start
-from ebpo.lab.task import Problem, fixed_problems, problem_stream
+from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, corrupted_examples, load_policy, warm_start
+from ebpo.lab.cpu_task.task import Problem, fixed_problems, problem_stream
 
 __all__ = [
     "ANSWER_PREFIX",

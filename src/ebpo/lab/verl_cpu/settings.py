@@ -86,7 +86,9 @@ class SmokeSettings:
     max_response_length: int = 12
     warm_steps: int = 800
     seed: int = 0
-    cache: str | None = None  # warm-start cache (None: ebpo's cache, ebpo.lab.policy.cache_dir)
+    cache: str | None = (
+        None  # warm-start cache (None: ebpo's cache, ebpo.lab.cpu_task.policy.cache_dir)
+    )
     verbose: bool = False  # show verl's console output instead of writing it to a file
     #: v1: every ``short_group_every``-th prompt gets one sample fewer (verl's ``__rollout_n__``),
     #: so a step has an odd number of rows and verl's ``_balance_batch`` adds a padding row for

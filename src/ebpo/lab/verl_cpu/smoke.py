@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.state import STATE_FILENAME
-from ebpo.lab.policy import cache_dir
+from ebpo.lab.cpu_task.policy import cache_dir
 from ebpo.lab.verl_cpu import assets, checks
 from ebpo.lab.verl_cpu.results import (
     TRACE_ENV,

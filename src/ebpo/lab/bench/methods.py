@@ -1,0 +1,133 @@
+"""The rows of ``ebpo bench``: a :class:`Method` is a named estimator variant
+(:data:`ebpo.estimators.VARIANTS`) trained with a TRL preset and a data order, so "EBPO with topic
+order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds them all,
+:data:`DEFAULT_METHODS` is the default matrix, and every paired difference is against
+:data:`REFERENCE_METHOD`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ebpo.estimators import variant_spec
+
+__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the comparison: a named variant of the estimator table trained in a given setup.
+
+    ``variant`` names the estimator and its options (:data:`ebpo.estimators.VARIANTS`: the bench
+    never spells estimator options itself). The method adds what is not a property of the
+    estimator: ``preset``, the TRL preset whose trainer settings (loss, KL, clipping, ...) the
+    cells use (:data:`ebpo.integrations.trl.PRESETS`; None: the variant's own name, for the
+    paper's methods), the data ``order``, the dataset column given to the estimator as its
+    clusters, and a description.
+    """
+
+    name: str
+    variant: str
+    preset: str | None = None
+    order: str = "shuffle"
+    cluster_column: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        variant_spec(self.variant)  # an unknown variant fails here, naming the known ones
+        if self.preset is None:
+            object.__setattr__(self, "preset", self.variant)
+
+    @property
+    def estimator_options(self) -> dict[str, Any]:
+        """The variant's estimator options."""
+        return variant_spec(self.variant)[1]
+
+    def train_options(self) -> dict[str, Any]:
+        """The :class:`ebpo.lab.train.job.TrainJobConfig` fields this method sets.
+
+        A preset named after the variant already trains it with its options; any other preset
+        gets the variant's options as ``estimator_options``, which ``make_config`` merges into the
+        preset's.
+        """
+        options = {} if self.preset == self.variant else self.estimator_options
+        return {
+            "estimator": self.preset,
+            "order": self.order,
+            "estimator_options": options or None,
+            "cluster_column": self.cluster_column,
+        }
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("grpo", "grpo", description="GRPO: group mean, ÷ group std"),
+        Method(
+            "ebpo",
+            "ebpo",
+            description="EBPO, paper defaults (history prior, pooled σ², raw τ²), shuffled stream",
+        ),
+        Method(
+            "ebpo_within",
+            "ebpo_within",
+            preset="ebpo",
+            description="EBPO, within-group σ² and corrected τ² (the revision's variant)",
+        ),
+        Method("ebpo_topic", "ebpo", order="topic", description="EBPO, stream sorted by topic"),
+        Method(
+            "ebpo_difficulty",
+            "ebpo",
+            order="difficulty",
+            description="EBPO, stream easy → hard (digits)",
+        ),
+        Method(
+            "ebpo_cluster",
+            "ebpo_cluster",
+            preset="ebpo",
+            cluster_column="topic",
+            description="EBPO, one prior per topic, shuffled stream",
+        ),
+        Method("rloo", "rloo", description="RLOO: leave-one-out baseline"),
+        Method("jspo", "jspo", description="JSPO: James-Stein baseline (batch statistics)"),
+        # Not in the default matrix; selectable with --estimators.
+        Method("dr_grpo", "dr_grpo", description="Dr. GRPO: group mean, no std, token-sum loss"),
+        Method(
+            "dapo",
+            "grpo",
+            preset="dapo",
+            description="DAPO: clip-higher, zero-variance group filtering, overlong shaping, no KL",
+        ),
+        Method(
+            "entropy_mech",
+            "grpo",
+            preset="entropy_mech",
+            description="EntropyMech: GRPO + Clip-Cov, no KL",
+        ),
+        Method(
+            "ebpo_ema",
+            "ebpo_ema",
+            preset="ebpo",
+            description="EBPO, EMA prior (half-life 20 steps)",
+        ),
+        Method(
+            "ebpo_batch",
+            "ebpo_batch",
+            description="EBPO, batch prior with μ = mean of group means (authors' verl code)",
+        ),
+        Method("ebpo_bb", "ebpo_bb", description="EBPO-BB: Beta-Binomial prior"),
+    )
+}
+DEFAULT_METHODS = (
+    "grpo",
+    "ebpo",
+    "ebpo_within",
+    "ebpo_topic",
+    "ebpo_difficulty",
+    "ebpo_cluster",
+    "rloo",
+    "jspo",
+)
+#: every paired difference is against this method (at the same G and seed)
+REFERENCE_METHOD = "grpo"
