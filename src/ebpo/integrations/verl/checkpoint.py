@@ -14,7 +14,10 @@ and the advantage function share :data:`~ebpo.integrations.verl.state.STORE`:
   finds the folder verl will resume from with verl's own rules (``trainer.resume_mode`` ``auto``:
   the step in ``latest_checkpointed_iteration.txt`` under ``trainer.default_local_dir``;
   ``resume_path``: ``trainer.resume_from_path``; ``disable``: none) and loads the state from it;
-* it also points the metrics JSONL at ``trainer.default_local_dir/ebpo_metrics.jsonl``.
+* it also points the metrics JSONL at ``trainer.default_local_dir/ebpo_metrics.jsonl``;
+* it runs the config checks of :mod:`~ebpo.integrations.verl.guards` (:func:`check_config`): verl
+  builds the callback in the trainer's constructor, before any worker starts, so a refused
+  configuration stops in seconds.
 
 Which trainers call it (verl 0.9.1): only the v1 trainers (``verl.trainer.ppo.v1``: ``sync``,
 ``colocate_async`` and ``separate_async`` modes) build ``trainer.checkpoint_callback_class`` and
@@ -23,7 +26,9 @@ itself (``trainer.use_v1=False``), the experimental fully-async (``FullyAsyncTra
 one-step-off (``OneStepOffRayTrainer``) trainers, and out-of-tree recipes built on it: there the
 prior is neither saved nor restored (a resumed run starts from an empty prior; harmless with
 ``prior=batch``, which keeps no state between steps), and the metrics JSONL falls back to the
-trainer's ``trainer.default_local_dir`` (see :mod:`~ebpo.integrations.verl.advantage`).
+trainer's ``trainer.default_local_dir`` (see :mod:`~ebpo.integrations.verl.advantage`); a
+resumed run with a stateful estimator then stops at its first advantage call, unless the folder it
+resumed from holds a state file (see :mod:`~ebpo.integrations.verl.guards`).
 ``ebpo verl --dry-run`` warns about ``use_v1=False``.
 """
 

@@ -13,7 +13,11 @@
 
 Before launching, :func:`check_overrides` parses the overrides with Hydra's own grammar and
 builds the estimator from the ``algorithm.*`` ones, so a typo (``+algorithm.ebpo.prir=ema``) or a
-bad value fails in a second on the command line instead of after the first rollout in a Ray actor.
+bad value — or a combination :mod:`~ebpo.integrations.verl.guards` refuses — fails in a second on
+the command line instead of after the first rollout in a Ray actor; then
+:func:`check_plugin_where_it_runs` makes sure ``import verl`` registers ebpo's estimators where
+verl will compute advantages (every node of the Ray cluster ``main_ppo`` joins, or a fresh
+interpreter here when it starts its own).
 
 A dry run (:func:`dry_run`) composes the config with Hydra exactly as ``main_ppo`` would
 (``verl/trainer/config/ppo_trainer.yaml`` + overrides), resolves every interpolation, runs verl's
