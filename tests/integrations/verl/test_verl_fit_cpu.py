@@ -33,13 +33,13 @@ NO_CALLBACK = ("trainer.checkpoint_callback_class=null",)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, warm_start_cache):
     from ebpo.lab.verl_cpu.checks import process_checks, resume_checks
     from ebpo.lab.verl_cpu.smoke import fit_v1, run_smoke
 
     work = tmp_path_factory.mktemp("verl-v1")
     settings = SmokeSettings(
-        work_dir=str(work), estimators=("ebpo",), cache=str(work / "cache"), **SETTINGS
+        work_dir=str(work), estimators=("ebpo",), cache=str(warm_start_cache), **SETTINGS
     )
     smoke = run_smoke(settings, report=lambda line: None)
     files, model, ebpo = smoke.files, smoke.model_path, ESTIMATORS["ebpo"]

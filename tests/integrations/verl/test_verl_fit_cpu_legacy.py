@@ -19,7 +19,7 @@ SETTINGS = {"steps": 4, "save_step": 2, "batch_size": 4, "group_size": 4}
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def smoke(tmp_path_factory, warm_start_cache):
     from ebpo.lab.verl_cpu.smoke import run_smoke
 
     work = tmp_path_factory.mktemp("verl-legacy")
@@ -27,7 +27,7 @@ def smoke(tmp_path_factory):
         work_dir=str(work),
         estimators=("ebpo_topic",),
         trainer="legacy",
-        cache=str(work / "cache"),
+        cache=str(warm_start_cache),
         **SETTINGS,
     )
     return run_smoke(settings, report=lambda line: None)

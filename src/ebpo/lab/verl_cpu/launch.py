@@ -33,6 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "LOCAL_ADDRESSES",
@@ -254,9 +255,11 @@ def run_main_ppo(
     timeout: float = 900.0,
     env: Mapping[str, str] | None = None,
     grace: float = 20.0,
+    echo: bool = False,
 ) -> Launch:
     """Run ``python -m verl.trainer.main_ppo OVERRIDES`` (see module docstring); its output goes
-    to ``console``. Returns when it has ended and nothing of it is left running."""
+    to ``console`` (and to stdout with ``echo``). Returns when it has ended and nothing of it is
+    left running."""
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     full_env = {**os.environ, **RUN_ENV, **dict(env or {})}
     start = time.perf_counter()
@@ -267,10 +270,14 @@ def run_main_ppo(
             command,
             cwd=cwd,
             env=full_env,
-            stdout=out,
+            stdout=subprocess.PIPE if echo else out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        tee = None
+        if echo:
+            tee = threading.Thread(target=_tee, args=(process.stdout, out), daemon=True)
+            tee.start()
         watcher = _Watcher(process.pid)
         watcher.start()
         timed_out = False
@@ -296,6 +303,8 @@ def run_main_ppo(
             while time.monotonic() < deadline and _any_alive(watcher):
                 time.sleep(0.25)
             leftovers = watcher.kill_leftovers()
+            if tee is not None:
+                tee.join(timeout=grace)
     return Launch(
         returncode=process.returncode,
         seconds=time.perf_counter() - start,
@@ -304,6 +313,15 @@ def run_main_ppo(
         leftovers=leftovers,
         timed_out=timed_out,
     )
+
+
+def _tee(source: Any, console: Any) -> None:
+    """Copy the run's output to its console file and to stdout (``echo``)."""
+    for raw in iter(source.readline, b""):
+        line = raw.decode(errors="replace")
+        console.write(line)
+        sys.stdout.write(line)
+    console.flush()
 
 
 def _any_alive(watcher: _Watcher) -> bool:

@@ -108,7 +108,11 @@ def fit_v1(
     console = run_dir / checks.CONSOLE_LOG
     try:
         launch = run_main_ppo(
-            overrides, cwd=str(run_dir), console=str(console), timeout=settings.timeout
+            overrides,
+            cwd=str(run_dir),
+            console=str(console),
+            timeout=settings.timeout,
+            echo=settings.verbose,
         )
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
