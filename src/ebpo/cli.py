@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "data": "label data with topics / difficulty and sort it into curriculum orders",
     "verl": "run EBPO on verl (doctor, run, recipe, prepare-data, smoke)",
     "demo": "compare EBPO and GRPO advantages on a simulated batch (no model, seconds)",
+    "replay": "replay a finished run's rewards through every estimator: would EBPO have helped?",
 }
 
 #: top-level module of an optional dependency -> the extra of pyproject.toml that installs it

@@ -168,3 +168,21 @@ def test_lines_on_top_of_each_other_are_told_apart(tmp_path, saved):
     first, second = lines.axes[0].get_lines()
     assert first.get_marker() != second.get_marker()
     assert first.get_markevery() != second.get_markevery()
+
+
+def test_plot_intervals_xlim_fixes_every_panel(tmp_path, monkeypatch):
+    from ebpo.utils import plotting
+
+    limits = []
+    save = plotting._save
+
+    def record(fig, path, plt):
+        limits.extend(ax.get_xlim() for ax in fig.axes if ax.get_visible())
+        return save(fig, path, plt)
+
+    monkeypatch.setattr(plotting, "_save", record)
+    plot_intervals(tmp_path / "free.png", _panels(2))
+    assert all(low < -0.5 for low, _ in limits)  # the data's range: the interval reaches -0.5
+    limits.clear()
+    plot_intervals(tmp_path / "fixed.png", _panels(2), xlim=(0.0, 1.0))
+    assert limits and all(limit == (0.0, 1.0) for limit in limits)

@@ -13,6 +13,7 @@ module         command
 ``data``       ``ebpo data``: curriculum labels and orders (:mod:`ebpo.curriculum`)
 ``verl``       ``ebpo verl``: the verl plug-in (:mod:`ebpo.integrations.verl`), ``smoke`` (:mod:`ebpo.lab.verl_cpu`)
 ``demo``       ``ebpo demo``: EBPO and GRPO advantages on a simulated batch
+``replay``     ``ebpo replay``: a finished run's rewards through every estimator (:mod:`ebpo.lab.replay`)
 =============  ==================================================================
 """
 

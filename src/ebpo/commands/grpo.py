@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         return main(argv)
     # heavy optional import: trl, transformers, datasets
     from ebpo.integrations.trl.dry_run import dry_run
+    from ebpo.integrations.trl.grpo_script import describe_launch
 
     built = dry_run(argv)
     source = argv[argv.index("--config") + 1] if "--config" in argv else "the command line"
-    print("\n".join(built.summary(source)))
+    print("\n".join([*built.summary(source), describe_launch(argv)]))
     return 0

@@ -10,6 +10,8 @@ package                what it is, and the command that runs it
                        differences to GRPO with Student-t intervals (``ebpo bench``)
 ``simulation``         simulated experiments without a language model (``ebpo simulate``)
 ``verl_cpu``           verl's own training loop with ebpo inside, on CPU workers (``ebpo verl smoke``)
+``replay``             a finished run's own rewards (verl's rollout dumps, tables) through every
+                       estimator, step by step (``ebpo replay``)
 ``cpu_task``           shared: the built-in arithmetic task and its tiny model with a cached warm start
 ``runs``               shared: a run directory (manifest, metrics file), its lock (one process per
                        directory), and the processes of a launch (exchanges that carry failures)

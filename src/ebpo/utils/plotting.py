@@ -295,12 +295,14 @@ def plot_intervals(
     title: str = "",
     reference: float | None = 0.0,
     ncols: int | None = None,
+    xlim: tuple[float, float] | None = None,
 ) -> Path:
     """Point estimates with interval bars, one panel per ``panels`` entry: ``panel -> series ->
     [(row label, estimate, low, high), ...]``. Rows are stacked vertically (the same rows in every
     series; series side by side within a row); a vertical line marks ``reference`` (e.g. no
     difference). NaN intervals draw the point only. Panels fill a grid ``ncols`` wide (default:
-    one row) and share one x scale, so that they can be compared; the legend is under the grid."""
+    one row) and share one x scale, so that they can be compared; ``xlim`` fixes it (e.g.
+    ``(0, 1)`` for shares); the legend is under the grid."""
     if not panels:
         raise ValueError("panels is empty: expected at least one panel to plot")
     if ncols is not None and (not is_integer(ncols) or ncols < 1):
@@ -350,6 +352,8 @@ def plot_intervals(
             )
         if reference is not None:
             ax.axvline(reference, color="black", linewidth=0.8, alpha=0.6)
+        if xlim is not None:
+            ax.set_xlim(*xlim)
         ax.set_yticks(range(len(labels)), labels)
         ax.set_title(panel_title, fontsize="medium")
         ax.set_xlabel(xlabel)

@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
 import ebpo
+from ebpo.estimators import VARIANTS
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
+from ebpo.integrations.trl.estimator_settings import (
+    resolve_estimator,
+    scale_rewards_name,
+    trl_estimator_kwargs,
+)
 
 __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
 
@@ -32,8 +37,6 @@ __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
 DATA_ORDERS = ("shuffle", "topic", "difficulty", "topic_then_difficulty")
 #: accepted values of ``EBPOConfig.filter_groups_metric``
 FILTER_GROUPS_METRICS = ("accuracy", "reward")
-#: TRL's values of ``scale_rewards`` (True / False are TRL's aliases of "group" / "none")
-SCALE_REWARDS = ("group", "batch", "none")
 
 
 @dataclass
@@ -52,25 +55,27 @@ class EBPOConfig(GRPOConfig):
     advantage_estimator: str = field(
         default="ebpo",
         metadata={
-            "help": "Name of the advantage estimator applied to the rewards of the whole generation batch "
-            "(gathered from all processes); one of `ebpo.available_estimators()`: "
+            "help": "The advantage estimator applied to the rewards of the whole generation batch (gathered from "
+            "all processes), in place of TRL's own advantages. Default 'ebpo': the paper's Algorithm 1 (running "
+            "history prior, batch normalisation). 'grpo' is exactly TRL's GRPO (group mean, divided by std + 1e-4 "
+            "as scale_rewards says; with dr_grpo settings, Dr. GRPO). One of the estimators "
             + ", ".join(map(repr, ebpo.available_estimators()))
-            + ". It replaces TRL's own advantage computation "
-            "(see `scale_rewards` and `multi_objective_aggregation` for what carries over). The estimator's "
-            "`state_dict()` (EBPO's running prior, JSPO++'s smoothing) is saved with every checkpoint and restored on "
-            "resume."
+            + " or a named variant (an estimator with options: "
+            + ", ".join(repr(v) for v in VARIANTS if v not in ebpo.available_estimators())
+            + "; estimator_options given too win). The estimator's `state_dict()` (EBPO's running prior, "
+            "JSPO++'s smoothing) is saved with every checkpoint and restored on resume."
         },
     )
     # Redeclared from GRPOConfig (default "group" there) so that an explicit setting can be told apart.
     scale_rewards: str | None = field(
         default=None,
         metadata={
-            "help": "TRL's reward scaling ('group', 'batch', 'none'; True / False mean 'group' / "
-            "'none'). Default None: the estimator decides. With an estimator that has a `scale` option "
-            "('grpo', 'dr_grpo') a value set here becomes that option, so a TRL GRPO config keeps TRL's "
-            "scaling (an `estimator_options['scale']` that disagrees is an error). Every other estimator "
-            "sets the scale of its advantages itself ('ebpo' normalises over the batch, 'rloo' and 'jspo' "
-            "do not scale): a value set here is then ignored, with a warning naming the estimator."
+            "help": "TRL's reward scaling ('group', 'batch', 'none'; true / false mean 'group' / 'none'). Default "
+            "unset: the estimator decides ('grpo': group, as TRL; 'ebpo': batch normalisation). Set, it keeps "
+            "TRL's meaning: 'grpo' / 'dr_grpo' take it as their scale; 'ebpo' / 'ebpo_bb' map 'batch' to their "
+            "batch normalisation and 'none' (unscaled, e.g. Dr. GRPO recipes) to normalize='center' (centred, "
+            "no std division); a value the estimator cannot honour ('group' with 'ebpo', any scaling with "
+            "'rloo' / 'jspo') is an error naming both settings, never ignored."
         },
     )
     estimator_options: dict[str, Any] | str | None = field(
@@ -162,11 +167,24 @@ class EBPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         # Our fields first, so that a bad value fails before TRL / transformers set anything up.
-        self.estimator_options = parse_estimator_options(self.estimator_options)
-        # make_estimator raises ValueError naming the unknown estimator / option / bad value.
-        estimator = ebpo.make_estimator(
-            self.advantage_estimator, **{"nan_policy": "mask", **self.estimator_options}
+        # A variant name becomes its estimator and options; scale_rewards maps to the estimator's
+        # option that means the same, or is refused (see .estimator_settings).
+        name = self.advantage_estimator
+        self.advantage_estimator, self.estimator_options = resolve_estimator(
+            name, parse_estimator_options(self.estimator_options)
         )
+        self.scale_rewards = scale_rewards_name(self.scale_rewards)
+        try:
+            kwargs = self.estimator_kwargs
+        except ValueError as error:
+            if name == self.advantage_estimator:
+                raise
+            raise ValueError(
+                f"{error} (advantage_estimator {name!r} is {self.advantage_estimator!r} "
+                f"with {self.estimator_options})"
+            ) from None
+        # make_estimator raises ValueError naming the unknown option / bad value.
+        estimator = ebpo.make_estimator(self.advantage_estimator, **kwargs)
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 "num_generations must be at least 2 (a group needs two completions to compare), "
@@ -225,9 +243,6 @@ class EBPOConfig(GRPOConfig):
             raise ValueError(
                 f"filter_groups_metric must be one of {list(FILTER_GROUPS_METRICS)}, got {self.filter_groups_metric!r}"
             )
-        self.scale_rewards = _check_scale_rewards(
-            self.scale_rewards, self.advantage_estimator, self.estimator_options
-        )
         if self.data_order != "shuffle":
             # A curriculum is an order; TRL's sampler would shuffle it away.
             self.shuffle_dataset = False
@@ -235,45 +250,15 @@ class EBPOConfig(GRPOConfig):
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
-        """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator``: ``estimator_options``, with
-        ``nan_policy='mask'`` by default and ``scale=scale_rewards`` when the estimator has a ``scale``."""
-        kwargs: dict[str, Any] = {"nan_policy": "mask"}
-        if self.scale_rewards is not None and "scale" in ebpo.estimator_options(
-            self.advantage_estimator
-        ):
-            kwargs["scale"] = self.scale_rewards
-        return {**kwargs, **(self.estimator_options or {})}
-
-
-def _check_scale_rewards(value: Any, estimator: str, options: dict[str, Any]) -> str | None:
-    """``scale_rewards`` normalised to a TRL name (or None), after checking it against the estimator.
-
-    An estimator with a ``scale`` option takes it; any other estimator ignores it, with a warning.
-    """
-    if isinstance(value, bool):
-        value = "group" if value else "none"
-    if value is None:
-        return None
-    if value not in SCALE_REWARDS:
-        raise ValueError(
-            f"scale_rewards must be one of {list(SCALE_REWARDS)} (or True / False, or None), got {value!r}"
+        """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator``: ``estimator_options`` with
+        TRL's conventions and ``scale_rewards`` mapped (:func:`.estimator_settings.trl_estimator_kwargs`:
+        ``nan_policy='mask'``, TRL's eps 1e-4 for ``grpo`` / ``dr_grpo``, ``scale`` or ``normalize``)."""
+        return trl_estimator_kwargs(
+            self.advantage_estimator,
+            self.estimator_options or {},
+            self.scale_rewards,
+            self.multi_objective_aggregation,
         )
-    if "scale" in ebpo.estimator_options(estimator):
-        if "scale" in options and options["scale"] != value:
-            raise ValueError(
-                f"scale_rewards={value!r} and estimator_options['scale']={options['scale']!r} disagree "
-                f"(advantage_estimator={estimator!r}): set one of them"
-            )
-    else:
-        # Python's default warning filter shows a given message once per calling line.
-        warnings.warn(
-            f"scale_rewards={value!r} has no effect with advantage_estimator={estimator!r}: the estimator sets the "
-            "scale of its advantages itself (see its `normalize` option, if any); leave scale_rewards unset to "
-            "silence this warning",
-            UserWarning,
-            stacklevel=4,
-        )
-    return value
 
 
 def parse_estimator_options(value: Any) -> dict[str, Any]:

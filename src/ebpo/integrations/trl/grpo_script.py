@@ -5,8 +5,10 @@ The parser is TRL's ``TrlParser`` over the same four dataclasses as ``trl grpo``
 (``GRPOScriptArguments``, the config, ``ModelConfig``, ``DatasetMixtureConfig``), with
 ``EBPOConfig`` — GRPOConfig plus ``advantage_estimator`` / ``estimator_options`` /
 ``cluster_column`` — in the config's place. So every GRPOConfig and ModelConfig flag and
-``--config recipe.yaml`` work unchanged, and a YAML written for ``trl grpo`` runs here with one
-added line (``advantage_estimator: ebpo``).
+``--config recipe.yaml`` work unchanged, and a YAML written for ``trl grpo`` runs here unchanged
+(with EBPO, the default estimator; ``--advantage_estimator grpo`` is TRL's GRPO,
+:mod:`.estimator_settings`). What TRL's parser does not know is a launcher key, handed to
+``accelerate launch`` as ``trl grpo`` does (:func:`parse_run`, :mod:`.launcher`).
 
 The training itself is TRL's ``trl.scripts.grpo.main``, not a copy: reward functions by TRL's
 registry names or by import path, model loading, the dataset mixture, PEFT (``--use_peft``),
@@ -22,9 +24,7 @@ runs the same ``main`` up to the trainer's construction, on a tiny local model.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import shlex
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,12 +34,19 @@ import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
-from ebpo.estimators import available_estimators
 from ebpo.integrations.trl.config import EBPOConfig
-from ebpo.integrations.trl.presets import available_presets, preset_arguments
+from ebpo.integrations.trl.launcher import launch, launcher_arguments, plan, script_arguments
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
-__all__ = ["REWARD_ALIASES", "ebpo_trainer_in_trl", "main", "make_parser", "parse"]
+__all__ = [
+    "REWARD_ALIASES",
+    "describe_launch",
+    "ebpo_trainer_in_trl",
+    "main",
+    "make_parser",
+    "parse",
+    "parse_run",
+]
 
 #: our reward functions by short name -> their import path (TRL's own names pass through)
 REWARD_ALIASES: dict[str, str] = {
@@ -57,12 +64,20 @@ class GrpoParser(TrlParser):
 
 #: what ``ebpo grpo --help`` says above TRL's flags
 DESCRIPTION = (
-    "trl grpo with an ebpo estimator: TRL's own script and flags (GRPOConfig, ModelConfig, the "
-    "datasets mixture, --config recipe.yaml) with EBPOConfig's fields added (advantage_estimator, "
-    "estimator_options, data_order, ...). ebpo's own flag: --dry-run parses the arguments exactly as "
-    "a run would, builds the trainer on this machine's CPU with a tiny local model and a few rows "
-    "in place of the model and the data, prints what the run would do and stops (no GPU, no Hub). "
-    "Recipes of the paper's methods: recipes/trl/README.md."
+    "trl grpo with an ebpo estimator: TRL's own script, flags and YAML configs (GRPOConfig, "
+    "ModelConfig, the datasets mixture, --config recipe.yaml) with EBPOConfig's fields added. "
+    "ESTIMATOR: the default is --advantage_estimator ebpo (the paper's Algorithm 1: running history "
+    "prior, batch normalisation); --advantage_estimator grpo is exactly TRL's GRPO (TRL's "
+    "std + 1e-4, every scale_rewards and loss_type, equal logs on the same seed). It also takes "
+    "every named variant (ebpo_batch = the authors' batch prior, ebpo_within, ebpo_ema, "
+    "reinforce_pp, ...) and scale_rewards keeps TRL's meaning (none with ebpo: centred, no std "
+    "division; a setting the estimator cannot honour is an error). LAUNCHER: keys and flags of "
+    "accelerate launch (num_processes, multi_gpu, config_file, ..., TRL's accelerate_config: a file "
+    "or a TRL profile: single_gpu, multi_gpu, zero1-3, fsdp1, fsdp2) launch the processes as trl grpo does; on CPUs, "
+    "num_processes: N starts N processes (gloo). DRY RUN: ebpo's own flag --dry-run parses the arguments "
+    "exactly as a run would, builds the trainer on this machine's CPU with a tiny local model and a "
+    "few rows in place of the model and the data, prints what the run would do and stops (no GPU, "
+    "no Hub). Recipes of the paper's methods: recipes/trl/README.md; details: docs/trl.md."
 )
 
 
@@ -73,9 +88,17 @@ def make_parser(prog: str = "ebpo grpo") -> TrlParser:
 
 
 def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
-    """The four argument objects of ``argv`` (flags and ``--config FILE``). Unknown flags or YAML
-    keys are an error (ValueError naming them), as are unknown reward names, a ``--config`` file
-    that cannot be read and one that is not YAML."""
+    """The four argument objects of ``argv`` (flags and ``--config FILE``); launcher keys are
+    checked and left out (:func:`parse_run`)."""
+    return parse_run(argv)[0]
+
+
+def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], list[str], list[str]]:
+    """``(the four argument objects, accelerate launch arguments, the script's argv)`` of ``argv``,
+    split as ``trl grpo`` splits them: what TRL's parser does not know is an ``accelerate launch``
+    option (:mod:`.launcher`). Flags or YAML keys that are neither are an error (ValueError naming
+    them), as are unknown reward names, a ``--config`` file that cannot be read and one that is
+    not YAML."""
     argv = list(argv)
     if "--config" in argv:  # TRL reads the file after the first --config and ignores any other
         index = argv.index("--config")
@@ -83,13 +106,15 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
             raise ValueError("--config takes one YAML file, given once")
         if not Path(argv[index + 1]).is_file():
             raise ValueError(f"--config {argv[index + 1]!r}: no such file")
-    _refuse_a_preset_as_estimator(argv)
     try:
-        script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(
-            args=argv, fail_with_unknown_args=True
+        *arguments, config_rest, cli_rest = make_parser().parse_args_and_config(
+            args=argv, return_remaining_strings=True, separate_remaining_strings=True
         )
     except yaml.YAMLError as error:
         raise ValueError(f"--config: not valid YAML: {error}") from error
+    source = argv[argv.index("--config") + 1] if "--config" in argv else "the config file"
+    launch_args = launcher_arguments(config_rest, cli_rest, source)
+    script_args, training_args, model_args, dataset_args = arguments
     script_args.reward_funcs = [REWARD_ALIASES.get(n, n) for n in script_args.reward_funcs or []]
     unknown = [n for n in script_args.reward_funcs if "." not in n and n not in TRL_REWARDS]
     if unknown:
@@ -97,33 +122,8 @@ def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
             f"reward_funcs: unknown name(s) {unknown}; expected one of "
             f"{sorted(TRL_REWARDS + tuple(REWARD_ALIASES))} or an import path (package.module.function)"
         )
-    return script_args, training_args, model_args, dataset_args
-
-
-def _refuse_a_preset_as_estimator(argv: Sequence[str]) -> None:
-    """``advantage_estimator`` takes an estimator name; a preset (``dapo``, ``ebpo_batch``, ...) is
-    trainer settings as well, which only :func:`make_config` applies. Given one, say so and write
-    it out as the flags that reproduce it (the same keys work in the YAML)."""
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--advantage_estimator")
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
-    name = known.advantage_estimator
-    if name is None and known.config is not None:
-        try:
-            recipe = yaml.safe_load(Path(known.config).read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return  # TRL's parser reports it
-        name = recipe.get("advantage_estimator") if isinstance(recipe, dict) else None
-    if not isinstance(name, str) or name in available_estimators():
-        return
-    if name in available_presets():
-        raise ValueError(
-            f"advantage_estimator {name!r} is a preset, not an estimator "
-            f"({', '.join(available_estimators())}); a preset reaches the command line as its "
-            f"settings written out: {shlex.join(preset_arguments(name))} (the same keys work in "
-            "the YAML; docs/trl.md, Presets)"
-        )
+    arguments = (script_args, training_args, model_args, dataset_args)
+    return arguments, launch_args, script_arguments(argv, cli_rest)
 
 
 #: the names ``trl grpo``'s registry knows (TRL 1.16, ``trl/scripts/grpo.py``)
@@ -147,9 +147,30 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
         trl.GRPOTrainer = original  # type: ignore[misc]
 
 
+#: what the dry run adds to parse a GPU recipe on a CPU
+DRY_RUN_CPU = ("--use_cpu", "true")
+
+
+def describe_launch(argv: Sequence[str]) -> str:
+    """The line ``ebpo grpo --dry-run`` prints about the processes ``argv`` would start."""
+    # parsed on this CPU as the dry run parses (a bf16 recipe is refused without use_cpu)
+    _, launch_args, script_argv = parse_run([*argv, *DRY_RUN_CPU])
+    planned = plan(launch_args, script_argv[: -len(DRY_RUN_CPU)])
+    return "  launch      on this machine: " + (
+        planned.command()
+        if planned
+        else "one process, this one (no launcher key, nothing to launch)"
+    )
+
+
 def main(argv: Sequence[str]) -> int:
-    """Parse ``argv`` as ``trl grpo`` would and run TRL's script with :class:`EBPOTrainer`."""
-    script_args, training_args, model_args, dataset_args = parse(argv)
+    """Parse ``argv`` as ``trl grpo`` would; launch it as ``trl grpo`` would (launcher keys and
+    flags, :mod:`.launcher`), or, for one plain process, run TRL's script with :class:`EBPOTrainer`
+    here. The exit code of the run."""
+    arguments, launch_args, script_argv = parse_run(argv)
+    planned = plan(launch_args, script_argv)
+    if planned is not None:
+        return launch(planned)
     with ebpo_trainer_in_trl():
-        trl_grpo.main(script_args, training_args, model_args, dataset_args)
+        trl_grpo.main(*arguments)
     return 0

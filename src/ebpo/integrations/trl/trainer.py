@@ -11,11 +11,13 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
    (``multi_objective_aggregation``; NaN where every reward function returned None, which the
    estimator masks), groups = contiguous blocks of ``num_generations``. A completion that is the
    only scored one of its group gets advantage 0, as in TRL, unless the estimator has a prior (see
-   :func:`has_lone_response_baseline`). Every process runs the estimator on the same gathered
-   batch, so the running statistics stay identical everywhere without any extra communication;
-   each process then takes its slice. The advantages TRL logged for the completions table are overwritten with ours.
-   Running statistics are updated only when the model is in training mode (TRL calls the method
-   once per generation batch in training, and once per batch in evaluation).
+   :func:`has_lone_response_baseline`); TRL's own GRPO (``grpo``, ``dr_grpo``) also counts it in
+   the batch's std, as ``GRPOTrainer`` does (:mod:`.estimator_settings`). Every process runs the
+   estimator on the same gathered batch, so the running statistics stay identical everywhere
+   without any extra communication; each process then takes its slice. The advantages TRL logged
+   for the completions table are overwritten with ours. Running statistics are updated only when
+   the model is in training mode (TRL calls the method once per generation batch in training, and
+   once per batch in evaluation).
 3. DAPO's group filtering zeroes the ``completion_mask`` of filtered groups (as TRL's
    ``mask_truncated_completions`` does for truncated ones) and recounts ``num_items_in_batch``. It
    compares the accuracy (the user's reward functions, without the overlong punishment) by default.
@@ -58,6 +60,7 @@ from ebpo.integrations.trl.checkpointing import CheckpointingMixin
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
+from ebpo.integrations.trl.estimator_settings import follows_trl_grpo, uses_trls_own_advantages
 from ebpo.integrations.trl.reference_model import reference_from_policy
 from ebpo.integrations.trl.signal import NoSignalWatch
 from ebpo.integrations.trl.signal import logger as signal_logger
@@ -164,9 +167,17 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
                 **kwargs,
             )
         self.estimator = estimator
-        # TRL still computes (and discards) its own advantages and logs frac_reward_zero_std from
-        # them: give it a value it accepts; the estimator has already taken scale_rewards if it can.
-        self.scale_rewards = args.scale_rewards or "group"
+        # TRL's own GRPO (grpo, dr_grpo): lone completions as TRL treats them (see
+        # _generate_and_score_completions); with TRL's eps, TRL's own advantages are kept.
+        self._ebpo_trl_grpo = follows_trl_grpo(args.advantage_estimator)
+        self._ebpo_trls_own = self._ebpo_trl_grpo and uses_trls_own_advantages(
+            estimator, args.multi_objective_aggregation
+        )
+        # TRL still computes its own advantages (kept for its own GRPO, discarded otherwise) and logs
+        # frac_reward_zero_std from them: give it the estimator's scale, or a value it accepts.
+        self.scale_rewards = (
+            estimator.scale if self._ebpo_trl_grpo else (args.scale_rewards or "group")
+        )
         if args.data_order != "shuffle":
             self.shuffle_dataset = False  # the config already says so; keep the sampler honest
         # The user's reward functions (TRL's, environments' included); the overlong punishment goes after.
@@ -242,11 +253,10 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
             num_generations=num_generations,
         ).cpu()
         estimator_rewards = rewards
-        if not self._ebpo_lone_response_baseline:
+        lone = lone_response_rows(rewards, num_generations)
+        if not self._ebpo_lone_response_baseline and not self._ebpo_trl_grpo:
             # A lone scored completion has no group baseline: leave it out (advantage 0), as TRL does.
-            estimator_rewards = rewards.masked_fill(
-                lone_response_rows(rewards, num_generations), torch.nan
-            )
+            estimator_rewards = rewards.masked_fill(lone, torch.nan)
         num_total = rewards.numel()
         group_ids = torch.arange(num_total) // num_generations
         if mode == "train":
@@ -269,10 +279,16 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         advantages = result.advantages.to(
             device=output["advantages"].device, dtype=output["advantages"].dtype
         )
+        if self._ebpo_trl_grpo:
+            # TRL's GRPO counts a lone completion in the batch's std (scale "batch"), then gives it 0
+            advantages = advantages.masked_fill(lone.to(advantages.device), 0.0)
 
         num_local = output["completion_ids"].size(0)
         start = self.accelerator.process_index * num_local
-        output["advantages"] = advantages[start : start + num_local]
+        if not self._ebpo_trls_own:
+            output["advantages"] = advantages[start : start + num_local]
+        # else TRL's own GRPO: TRL computed these advantages in float32 as GRPOTrainer does; the
+        # estimator's (float64, rounded) agree to float32 rounding; TRL's last bits are kept.
 
         metrics = self._metrics[mode]
         for key, value in result.metrics.items():
@@ -297,6 +313,8 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
             keep_rows = (~dropped).repeat_interleave(num_generations)[start : start + num_local]
             self._drop_rows(output, keep_rows.to(output["completion_mask"].device))
 
+        if self._ebpo_trls_own:
+            return output  # the completions table already shows these advantages
         # TRL appended its own advantages of all processes for the completions table: replace them.
         logged = self._logs["advantages"]
         replaced = min(num_total, len(logged))

@@ -1,0 +1,478 @@
+"""Reading three columns — a group key, a reward and a step — from one file, in chunks.
+
+Every format yields :class:`Chunk` s of at most a block of rows, so a file of any size is read
+with bounded memory; every value is checked, and the first bad one ends the read with a
+``ValueError`` naming the file and the line (``path: line N``; Parquet has rows, not lines:
+``path: row N``, counting from 1).
+
+* **JSON lines** (verl's rollout dumps, tables): pyarrow's JSON reader parses the three fields in
+  C++ and skips every other field (a verl row also carries the prompt and the response text);
+  Python's ``json`` is four to six times slower. When pyarrow refuses a file, the same file is
+  read again line by line with Python (:func:`python_json_chunks`, which implements the rules
+  below exactly) to find the first offending line and say what is wrong with it. A key column
+  whose values are neither strings nor integers (chat messages) is read by Python throughout.
+* **CSV**: Python's ``csv`` module (it knows each row's line, quoted line breaks included).
+* **Parquet**: pyarrow, batch by batch.
+
+The rules, the same for every format: each of the three columns is present and not null; the
+reward is a finite number (a boolean is not a number); the step is an integer (a Parquet column
+of floats holding integral values is accepted, as pandas writes an integer column with gaps);
+the key is a string, an integer, or (JSON lines, Parquet) any nested value, compared by its JSON
+text; within one JSON-lines file every key has the kind the first one has.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ebpo.utils.checks import is_integer, is_real
+
+__all__ = [
+    "CHUNK_ROWS",
+    "FORMATS",
+    "Chunk",
+    "Columns",
+    "InputFile",
+    "json_key",
+    "input_file",
+    "python_json_chunks",
+]
+
+#: rows per chunk of the CSV and Parquet readers and of the Python JSON reader
+CHUNK_ROWS = 65_536
+#: bytes per block of pyarrow's JSON reader; a line longer than a block is retried with more
+JSON_BLOCK_BYTES = 16 << 20
+MAX_JSON_BLOCK_BYTES = 1 << 30
+#: file suffix (lower case) -> format
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The names of the three columns read from a file."""
+
+    key: str
+    reward: str
+    step: str
+
+    def names(self) -> tuple[str, str, str]:
+        return self.key, self.reward, self.step
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive rows of one file: ``keys`` (a pyarrow array without nulls), ``rewards``
+    (float64, finite), ``steps`` (int64); ``start`` is the index of the first row in the file
+    (rows count from 0; blank lines are not rows)."""
+
+    keys: Any
+    rewards: np.ndarray
+    steps: np.ndarray
+    start: int
+
+
+def json_key(value: Any) -> str:
+    """A key that is neither a string nor an integer (chat messages, a float) as its JSON text,
+    object fields sorted: two keys are the same group when their texts are equal."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: the kinds of key a JSON-lines file may hold (all its keys have one), as messages name them
+KEY_KINDS = {"string": "a string", "integer": "an integer", "json": "a list, object or float"}
+
+
+def key_kind(value: Any) -> str:
+    """``"string"``, ``"integer"`` or ``"json"`` (anything else: compared by its JSON text)."""
+    if isinstance(value, str):
+        return "string"
+    return "integer" if is_integer(value) else "json"
+
+
+def check_reward(value: Any, name: str, where: str) -> float:
+    """``value`` as a float if it is a finite number, else ValueError naming ``where``."""
+    if value is None:
+        raise ValueError(f"{where}: {name!r} is null, expected a number")
+    if not is_real(value):
+        raise ValueError(f"{where}: {name!r} is not a number: {_short(value)}")
+    number = float(value)
+    if math.isnan(number):
+        raise ValueError(f"{where}: {name!r} is NaN (a failed reward call?); fix or drop that row")
+    if math.isinf(number):
+        raise ValueError(f"{where}: {name!r} is infinite ({number}), expected a finite number")
+    return number
+
+
+def check_step(value: Any, name: str, where: str) -> int:
+    """``value`` as an int if it is an integer that fits 64 bits, else ValueError."""
+    if value is None:
+        raise ValueError(f"{where}: {name!r} is null, expected an integer step")
+    if not is_integer(value) or not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{where}: {name!r} must be an integer step, got {_short(value)}")
+    return int(value)
+
+
+# ------------------------------------------------------------------------------ files
+class InputFile:
+    """One input file of a known format (:data:`FORMATS`)."""
+
+    def __init__(self, path: Path, fmt: str) -> None:
+        self.path = path
+        self.format = fmt
+
+    def where(self, row: int) -> str:
+        """``"path: line N"`` of row ``row`` (0-based; blank lines are not rows), or
+        ``"path: row N"`` (1-based) for Parquet."""
+        if self.format == "parquet":
+            return f"{self.path}: row {row + 1}"
+        if self.format == "csv":
+            for index, line, _ in _csv_rows(self.path):
+                if index == row:
+                    return f"{self.path}: line {line}"
+        else:
+            for index, (line, _) in enumerate(_json_lines(self.path)):
+                if index == row:
+                    return f"{self.path}: line {line}"
+        return f"{self.path}: row {row + 1}"
+
+    def first_row(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """The first row's values of the columns ``names`` that it has (JSON lines: every field
+        of the first object). ValueError for a file without rows or a first row that is not
+        readable."""
+        if self.format == "parquet":
+            batch = next(_parquet_batches(self.path, names, 1), None)
+            return {} if batch is None else {k: v[0] for k, v in batch.to_pydict().items()}
+        if self.format == "csv":
+            for _, _, row in _csv_rows(self.path):
+                return {k: v for k, v in row.items() if k in names}
+        else:
+            for line, text in _json_lines(self.path):
+                return _json_object(text, f"{self.path}: line {line}")
+        raise ValueError(f"{self.path}: holds no rows")
+
+    def first_step(self, columns: Columns) -> int:
+        """The step of the file's first row (checked like every step)."""
+        row = self.first_row(columns.names())
+        if columns.step not in row:
+            what = "field" if self.format == "jsonl" else "column"
+            raise ValueError(f"{self.where(0)}: no {columns.step!r} {what}")
+        value = row[columns.step]
+        if self.format == "csv":
+            value = _csv_integer(value)
+        elif self.format == "parquet" and isinstance(value, float) and value.is_integer():
+            value = int(value)  # a float column of integral steps (see the module doc)
+        return check_step(value, columns.step, self.where(0))
+
+    def chunks(self, columns: Columns, *, kind: str = "") -> Iterator[Chunk]:
+        """The file's rows in :class:`Chunk` s (see the module doc). ``kind`` (JSON lines only):
+        ``"string"`` requires every key to be a string (verl's uid and prompt)."""
+        if self.format == "parquet":
+            return _parquet_chunks(self.path, columns)
+        if self.format == "csv":
+            return _csv_chunks(self.path, columns)
+        return _json_chunks(self, columns, kind)
+
+
+def input_file(path: Path) -> InputFile:
+    """The :class:`InputFile` of ``path`` by its suffix; ValueError for another suffix."""
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(
+            f"{str(path)!r} is not a table this command reads: expected a file ending in "
+            f"{', '.join(FORMATS)}"
+        )
+    return InputFile(path, fmt)
+
+
+# ------------------------------------------------------------------------------ JSON lines
+def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of every non-blank line, decoded as UTF-8 (ValueError naming the
+    line otherwise). Lines end at ``\\n`` only, as in JSON lines."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{path}: line {number}: not UTF-8 text ({error.reason} at byte {error.start})"
+                ) from None
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"field {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{where}: not valid JSON ({error.msg} at column {error.colno}); expected one JSON "
+            "object per line (JSON lines)"
+        ) from None
+    except (ValueError, RecursionError) as error:  # a duplicate field; digits beyond the limit
+        raise ValueError(f"{where}: cannot be read ({error or 'nested too deeply'})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: a JSON {type(value).__name__}, expected an object per line")
+    return value
+
+
+def python_json_chunks(path: Path, columns: Columns, expected_kind: str = "") -> Iterator[Chunk]:
+    """The rows of a JSON-lines file read with Python's ``json`` line by line: the reference
+    implementation of the rules (module doc), and the reader that names the line pyarrow refused.
+    ``expected_kind``: the kind of key (:func:`key_kind`) required; empty: the first key's."""
+    keys: list[Any] = []
+    rewards: list[float] = []
+    steps: list[int] = []
+    start = 0
+    for row, (line, text) in enumerate(_json_lines(path), start=1):
+        where = f"{path}: line {line}"
+        record = _json_object(text, where)
+        for name in columns.names():
+            if name not in record:
+                raise ValueError(f"{where}: no {name!r} field (fields: {sorted(record)[:8]})")
+        key = record[columns.key]
+        if key is None:
+            raise ValueError(f"{where}: {columns.key!r} is null")
+        kind = key_kind(key)
+        expected = expected_kind or kind
+        if kind != expected:
+            raise ValueError(
+                f"{where}: {columns.key!r} is {KEY_KINDS[kind]} ({_short(key)}), expected "
+                f"{KEY_KINDS[expected]} as in the file's first row"
+            )
+        expected_kind = expected
+        if kind == "integer" and not -INT64_MAX - 1 <= key <= INT64_MAX:
+            raise ValueError(f"{where}: {columns.key!r} does not fit 64 bits: {_short(key)}")
+        keys.append(json_key(key) if kind == "json" else key)
+        rewards.append(check_reward(record[columns.reward], columns.reward, where))
+        steps.append(check_step(record[columns.step], columns.step, where))
+        if len(keys) == CHUNK_ROWS:
+            yield _chunk(keys, rewards, steps, start)
+            keys, rewards, steps, start = [], [], [], row
+    if keys:
+        yield _chunk(keys, rewards, steps, start)
+
+
+def _chunk(keys: list[Any], rewards: list[float], steps: list[int], start: int) -> Chunk:
+    import pyarrow as pa  # optional heavy dependency (ebpo[data])
+
+    return Chunk(
+        pa.array(keys), np.asarray(rewards, np.float64), np.asarray(steps, np.int64), start
+    )
+
+
+def _json_chunks(file: InputFile, columns: Columns, kind: str) -> Iterator[Chunk]:
+    import pyarrow as pa  # optional heavy dependency (ebpo[data])
+    import pyarrow.json as pj  # optional heavy dependency (ebpo[data])
+
+    if not kind:
+        kind = key_kind(file.first_row(columns.names()).get(columns.key))
+    if kind == "json":  # nested keys have no fixed Arrow type: Python reads them
+        yield from python_json_chunks(file.path, columns, kind)
+        return
+    key_type = pa.string() if kind == "string" else pa.int64()
+    schema = pa.schema(
+        [(columns.key, key_type), (columns.reward, pa.float64()), (columns.step, pa.int64())]
+    )
+    block = JSON_BLOCK_BYTES
+    start = 0  # rows yielded so far
+    while True:
+        try:
+            reader = pj.open_json(
+                file.path,
+                read_options=pj.ReadOptions(block_size=block, use_threads=True),
+                parse_options=pj.ParseOptions(
+                    explicit_schema=schema, unexpected_field_behavior="ignore"
+                ),
+            )
+            for batch in reader:
+                if batch.num_rows:
+                    yield _checked_chunk(file, columns, batch, start)
+                start += batch.num_rows
+            return
+        except pa.ArrowInvalid as error:
+            if "straddl" in str(error):  # a line longer than a block
+                if start == 0 and block < MAX_JSON_BLOCK_BYTES:
+                    block *= 8  # nothing yielded yet: read bigger blocks
+                    continue
+                yield from _rows_from(python_json_chunks(file.path, columns, kind), start)
+                return
+            if "Empty JSON file" in str(error):
+                raise ValueError(f"{file.path}: holds no rows") from None
+            # pyarrow's messages name no line: read the file again with Python to find it
+            for _ in python_json_chunks(file.path, columns, kind):
+                pass
+            raise ValueError(f"{file.path}: cannot be read as JSON lines ({error})") from None
+
+
+def _rows_from(chunks: Iterator[Chunk], start: int) -> Iterator[Chunk]:
+    """The rows of ``chunks`` from row ``start`` on."""
+    for chunk in chunks:
+        end = chunk.start + len(chunk.steps)
+        if end <= start:
+            continue
+        skip = max(start - chunk.start, 0)
+        yield Chunk(
+            chunk.keys.slice(skip), chunk.rewards[skip:], chunk.steps[skip:], chunk.start + skip
+        )
+
+
+def _checked_chunk(file: InputFile, columns: Columns, batch: Any, start: int) -> Chunk:
+    """A chunk of pyarrow's columns after the checks pyarrow does not make (nulls: a missing or
+    null field; non-finite rewards), each naming the row's line."""
+    arrays = dict(zip(batch.schema.names, batch.columns, strict=True))
+    for name in columns.names():
+        column = arrays[name]
+        if column.null_count:
+            row = _first_true(column.is_null())
+            raise ValueError(f"{file.where(start + row)}: no {name!r} field, or it is null")
+    rewards = arrays[columns.reward].to_numpy()
+    _check_finite(rewards, columns.reward, lambda row: file.where(start + row))
+    steps = arrays[columns.step].to_numpy()
+    return Chunk(arrays[columns.key], rewards, steps, start)
+
+
+def _first_true(mask: Any) -> int:
+    values = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    return int(np.flatnonzero(values)[0])
+
+
+def _check_finite(values: np.ndarray, name: str, where: Any) -> None:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        check_reward(float(values[row]), name, where(row))
+
+
+# ------------------------------------------------------------------------------ CSV
+def _csv_rows(path: Path) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """``(row index, line, row)`` of a CSV file with a header line; ``line`` is the line the row
+    ends on (its only line unless a quoted value holds a line break)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            for index, row in enumerate(reader):
+                if None in row:
+                    raise ValueError(
+                        f"{path}: line {reader.line_num}: more values than the header has columns"
+                    )
+                yield index, reader.line_num, row
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason})") from None
+    except csv.Error as error:
+        raise ValueError(f"{path}: not a readable CSV file ({error})") from None
+
+
+def _csv_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
+    keys: list[str] = []
+    rewards: list[float] = []
+    steps: list[int] = []
+    start = 0
+    for index, line, row in _csv_rows(path):
+        where = f"{path}: line {line}"
+        for name in columns.names():
+            if name not in row:
+                raise ValueError(f"{path}: no column {name!r} (columns: {sorted(row)[:12]})")
+            if row[name] in (None, ""):
+                raise ValueError(f"{where}: no {name!r} value")
+        keys.append(row[columns.key])
+        rewards.append(check_reward(_csv_number(row[columns.reward]), columns.reward, where))
+        steps.append(check_step(_csv_integer(row[columns.step]), columns.step, where))
+        if len(keys) == CHUNK_ROWS:
+            yield _chunk(keys, rewards, steps, start)
+            keys, rewards, steps, start = [], [], [], index + 1
+    if keys:
+        yield _chunk(keys, rewards, steps, start)
+
+
+def _csv_number(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _csv_integer(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+# ------------------------------------------------------------------------------ Parquet
+def _parquet_batches(path: Path, names: tuple[str, ...], rows: int) -> Iterator[Any]:
+    import pyarrow as pa  # optional heavy dependency (ebpo[data])
+    import pyarrow.parquet as pq  # optional heavy dependency (ebpo[data])
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{path}: not a readable Parquet file ({error})") from None
+    present = set(parquet.schema_arrow.names)
+    for name in names:
+        if name not in present:
+            raise ValueError(f"{path}: no column {name!r} (columns: {sorted(present)[:12]})")
+    try:
+        yield from parquet.iter_batches(batch_size=rows, columns=list(names))
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{path}: not a readable Parquet file ({error})") from None
+
+
+def _parquet_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
+    import pyarrow as pa  # optional heavy dependency (ebpo[data])
+
+    start = 0
+    for batch in _parquet_batches(path, columns.names(), CHUNK_ROWS):
+        arrays = dict(zip(batch.schema.names, batch.columns, strict=True))
+
+        def where(row: int, start: int = start) -> str:
+            return f"{path}: row {start + row + 1}"
+
+        for name in columns.names():
+            if arrays[name].null_count:
+                row = _first_true(arrays[name].is_null())
+                raise ValueError(f"{where(row)}: {name!r} is null")
+        reward, step = arrays[columns.reward], arrays[columns.step]
+        if not (pa.types.is_integer(reward.type) or pa.types.is_floating(reward.type)):
+            raise ValueError(f"{path}: column {columns.reward!r} holds {reward.type}, not numbers")
+        rewards = reward.to_numpy(zero_copy_only=False).astype(np.float64)
+        _check_finite(rewards, columns.reward, where)
+        if pa.types.is_integer(step.type):
+            steps = step.to_numpy(zero_copy_only=False).astype(np.int64)
+        elif pa.types.is_floating(step.type):
+            values = step.to_numpy(zero_copy_only=False)
+            bad = ~np.isfinite(values) | (values != np.round(values))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                check_step(float(values[row]), columns.step, where(row))
+            steps = values.astype(np.int64)
+        else:
+            raise ValueError(f"{path}: column {columns.step!r} holds {step.type}, not integers")
+        keys = arrays[columns.key]
+        if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)) and not (
+            pa.types.is_integer(keys.type)
+        ):
+            keys = pa.array([json_key(value) for value in keys.to_pylist()], pa.string())
+        yield Chunk(keys, rewards, steps, start)
+        start += batch.num_rows

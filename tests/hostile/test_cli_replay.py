@@ -1,0 +1,337 @@
+"""Hostile inputs for ``ebpo replay`` (issue 31): each row ends in one line on stderr naming the
+file and the line (or the option), exit code 2, and nothing created or changed — also when the
+bad row is in the run's last step, after every other step was replayed.
+
+The rollout dumps are tests/fixtures/replay/v1 (written by verl's own writer), copied and then
+corrupted the way files get corrupted: a NaN from a failed reward call, a line cut short by a
+crash, a hand edit, the wrong file in the directory."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.test_cli_data import files
+
+R = r"^ebpo replay: error: "
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "replay" / "v1"
+DUMP = {step: (FIXTURES / f"{step}.jsonl").read_text() for step in (1, 2, 10)}
+OUT = ["--output-dir", "out"]
+
+
+def dumps(**changed: str):
+    """Setup: ``run/{1,2,10}.jsonl`` as verl wrote them, with ``changed`` (``s1="..."``: the text
+    of run/1.jsonl) instead."""
+    contents = {f"run/{step}.jsonl": text for step, text in DUMP.items()}
+    contents.update({f"run/{name[1:]}.jsonl": text for name, text in changed.items()})
+    return files(contents)
+
+
+def edit(step: int, line: int, old: str, new: str) -> str:
+    """The dump of ``step`` with ``old`` replaced by ``new`` on ``line`` (from 1)."""
+    lines = DUMP[step].splitlines(keepends=True)
+    assert old in lines[line - 1], (old, lines[line - 1])
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    return "".join(lines)
+
+
+def jsonl(*rows: dict) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+def parquet(rows: list[dict], schema: pa.Schema | None = None) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer)
+    return buffer.getvalue()
+
+
+def rows(*triples: tuple[int, str, float]) -> list[dict]:
+    return [{"step": s, "prompt": p, "reward": r} for s, p, r in triples]
+
+
+GOOD_TABLE = rows((1, "a", 1.0), (1, "a", 0.0), (2, "b", 1.0))
+PADDING_ONLY = "".join(line + "\n" for line in DUMP[1].splitlines() if '"uid": "pad' in line)
+
+VERL_CASES = [
+    CliCase(
+        "nan-score",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 5: 'score' is NaN \(a failed reward call\?\)",
+        setup=dumps(s1=edit(1, 5, '"score": 0.0', '"score": NaN')),
+    ),
+    CliCase(
+        "nan-score-in-the-last-step",
+        ["replay", "run", *OUT],
+        R + r"run/10\.jsonl: line 27: 'score' is NaN",
+        setup=dumps(s10=edit(10, 27, '"score": 0.0', '"score": NaN')),
+    ),
+    CliCase(
+        "infinite-score",
+        ["replay", "run", *OUT],
+        R + r"run/2\.jsonl: line 3: 'score' is infinite \(-inf\)",
+        setup=dumps(s2=edit(2, 3, '"score": ', '"score": -Infinity, "x": ')),
+    ),
+    CliCase(
+        "score-beyond-float",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 2: 'score' is infinite \(inf\)",
+        setup=dumps(s1=edit(1, 2, '"score": 0.0', '"score": 1e999')),
+    ),
+    CliCase(
+        "score-as-text",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 6: 'score' is not a number: '0\.0'",
+        setup=dumps(s1=edit(1, 6, '"score": 0.0', '"score": "0.0"')),
+    ),
+    CliCase(
+        "score-as-boolean",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 6: 'score' is not a number: True",
+        setup=dumps(s1=edit(1, 6, '"score": 0.0', '"score": true')),
+    ),
+    CliCase(
+        "score-null",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 4: no 'score' field, or it is null",
+        setup=dumps(s1=edit(1, 4, '"score": 0.0', '"score": null')),
+    ),
+    CliCase(
+        "score-missing",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 4: no 'score' field, or it is null",
+        setup=dumps(s1=edit(1, 4, '"score": 0.0, ', "")),
+    ),
+    CliCase(
+        "not-a-verl-dump",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 1: no score field: not a verl rollout dump .*--format table",
+        setup=dumps(s1=edit(1, 1, '"score": 0.0, ', "")),
+    ),
+    CliCase(
+        "uid-not-a-string",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 4: 'uid' is an integer \(5\), expected a string",
+        setup=dumps(s1=edit(1, 4, '"uid": "', '"uid": 5, "u": "')),
+    ),
+    CliCase(
+        "step-not-an-integer",
+        ["replay", "run", *OUT],
+        R + r"run/2\.jsonl: line 7: 'step' must be an integer step, got 2\.5",
+        setup=dumps(s2=edit(2, 7, '"step": 2', '"step": 2.5')),
+    ),
+    CliCase(
+        "two-steps-in-one-dump",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 5: step 3, but the file began with step 1: a verl rollout dump "
+        r"holds one step",
+        setup=dumps(s1=edit(1, 5, '"step": 1', '"step": 3')),
+    ),
+    CliCase(
+        "step-repeats-across-directories",
+        ["replay", "a", "b", *OUT],
+        R + r"b/2\.jsonl: line 1: step 2 repeats \(its rows began at a/2\.jsonl: line 1\)",
+        setup=files({"a/1.jsonl": DUMP[1], "a/2.jsonl": DUMP[2], "b/2.jsonl": DUMP[2]}),
+    ),
+    CliCase(
+        "file-given-twice",
+        ["replay", "run/1.jsonl", "run/../run/1.jsonl", *OUT],
+        R + r"input file 'run/\.\./run/1\.jsonl' is given twice",
+        setup=dumps(),
+    ),
+    CliCase(
+        "line-cut-short",
+        ["replay", "run", *OUT],
+        R + r"run/10\.jsonl: line 27: not valid JSON \(Unterminated string",
+        setup=dumps(s10=DUMP[10][: len(DUMP[10]) - 20]),
+    ),
+    CliCase(
+        "array-line",
+        ["replay", "run", *OUT],
+        R + r"run/2\.jsonl: line 3: a JSON list, expected an object per line",
+        setup=dumps(s2=edit(2, 3, DUMP[2].splitlines()[2], "[1, 2]")),
+    ),
+    CliCase(
+        "duplicate-field",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 8: cannot be read \(field 'score' appears twice\)",
+        setup=dumps(s1=edit(1, 8, '"score": ', '"score": 1.0, "score": ')),
+    ),
+    CliCase(
+        "png-in-place-of-a-dump",
+        ["replay", "run", *OUT],
+        R + r"run/2\.jsonl: line 1: not UTF-8 text",
+        setup=files({"run/1.jsonl": DUMP[1], "run/2.jsonl": b"\x89PNG\r\n\x1a\n\x00\x00"}),
+    ),
+    CliCase(
+        "csv-in-place-of-a-dump",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 1: not valid JSON",
+        setup=files({"run/1.jsonl": "step,score\n1,0\n"}),
+    ),
+    CliCase(
+        "empty-dump",
+        ["replay", "run", *OUT],
+        R + r"run/2\.jsonl: holds no rows",
+        setup=dumps(s2=""),
+    ),
+    CliCase(
+        "padding-rows-only",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: step 1 holds only verl's padding rows",
+        setup=dumps(s1=PADDING_ONLY),
+    ),
+    CliCase(
+        "directory-without-dumps",
+        ["replay", "run", *OUT],
+        R + r"input directory 'run' holds no \{step\}\.jsonl files .*trainer\.rollout_data_dir",
+        setup=files({"run/notes.txt": "x", "run/rollouts.jsonl": DUMP[1]}),
+    ),
+    CliCase("missing-input", ["replay", "nope", *OUT], R + r"input 'nope' does not exist"),
+    CliCase(
+        "verl-format-on-a-csv-file",
+        ["replay", "t.csv", *OUT],
+        R + r"input 't\.csv': verl's rollout dumps are \.jsonl files; .*--format table",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1\n"}),
+    ),
+    CliCase(
+        "unknown-estimator",
+        ["replay", "run", *OUT, "--estimators", "ebpo,ebpo_typo"],
+        R + r"unknown variant 'ebpo_typo'; expected one of \[",
+        setup=dumps(),
+    ),
+    CliCase(
+        "no-estimator",
+        ["replay", "run", *OUT, "--estimators", " , "],
+        R + r"--estimators must name at least one estimator",
+        setup=dumps(),
+    ),
+    CliCase(
+        "output-dir-is-a-file",
+        ["replay", "run", "--output-dir", "run/1.jsonl"],
+        R + r"--output-dir 'run/1\.jsonl' is a file, expected a directory",
+        setup=dumps(),
+    ),
+    CliCase(
+        "column-option-with-verl-format",
+        ["replay", "run", *OUT, "--format", "verl", "--reward-column", "acc"],
+        R + r"--reward-column name a table's columns: they go with --format table",
+        setup=dumps(),
+    ),
+    CliCase(
+        "estimator-refuses-the-rewards",
+        ["replay", "t.jsonl", *OUT, "--format", "table", "--estimators", "ebpo_bb"],
+        R + r"t\.jsonl: step 1: ebpo_bb cannot take these rewards: rewards must lie in \[0, 1\]",
+        setup=files({"t.jsonl": jsonl(*rows((1, "a", -1.0), (1, "a", 1.0)))}),
+    ),
+]
+
+T = ["--format", "table"]
+TABLE_CASES = [
+    CliCase(
+        "table-missing-column",
+        ["replay", "t.jsonl", *OUT, *T],
+        R + r"t\.jsonl: line 1: no 'reward' field, or it is null",
+        setup=files({"t.jsonl": jsonl({"step": 1, "prompt": "a", "score": 1.0})}),
+    ),
+    CliCase(
+        "table-step-repeats",
+        ["replay", "t.jsonl", *OUT, *T],
+        R + r"t\.jsonl: line 3: step 1 repeats \(its rows began at t\.jsonl: line 1\); each "
+        r"step's rows must be together",
+        setup=files({"t.jsonl": jsonl(*rows((1, "a", 1.0), (2, "b", 0.0), (1, "a", 0.0)))}),
+    ),
+    CliCase(
+        "table-steps-decrease",
+        ["replay", "t.jsonl", *OUT, *T],
+        R + r"t\.jsonl: line 2: step 1 comes after step 2 \(t\.jsonl: line 1\); steps must "
+        r"increase: sort the table by step",
+        setup=files({"t.jsonl": jsonl(*rows((2, "a", 1.0), (1, "b", 0.0)))}),
+    ),
+    CliCase(
+        "table-prompt-kind-changes",
+        ["replay", "t.jsonl", *OUT, *T],
+        R + r"t\.jsonl: line 2: 'prompt' is a list, object or float \(\[1\]\), expected a "
+        r"string as in the file's first row",
+        setup=files(
+            {
+                "t.jsonl": jsonl(
+                    {"step": 1, "prompt": "a", "reward": 1.0},
+                    {"step": 1, "prompt": [1], "reward": 0.0},
+                )
+            }
+        ),
+    ),
+    CliCase(
+        "csv-reward-not-a-number",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 3: 'reward' is not a number: 'abc'",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,abc,1\n"}),
+    ),
+    CliCase(
+        "csv-reward-nan",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 2: 'reward' is NaN",
+        setup=files({"t.csv": "prompt,reward,step\na,nan,1\n"}),
+    ),
+    CliCase(
+        "csv-empty-reward",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 3: no 'reward' value",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,,1\n"}),
+    ),
+    CliCase(
+        "csv-missing-column",
+        ["replay", "t.csv", *OUT, *T, "--reward-column", "accuracy"],
+        R + r"t\.csv: no column 'accuracy' \(columns: \['prompt', 'reward', 'step'\]\)",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1\n"}),
+    ),
+    CliCase(
+        "parquet-null-reward",
+        ["replay", "t.parquet", *OUT, *T],
+        R + r"t\.parquet: row 2: 'reward' is null",
+        setup=files({"t.parquet": parquet(rows((1, "a", 1.0), (1, "a", None)))}),  # type: ignore[arg-type]
+    ),
+    CliCase(
+        "parquet-reward-of-strings",
+        ["replay", "t.parquet", *OUT, *T],
+        R + r"t\.parquet: column 'reward' holds string, not numbers",
+        setup=files({"t.parquet": parquet([{"step": 1, "prompt": "a", "reward": "1.0"}])}),
+    ),
+    CliCase(
+        "parquet-that-is-not-parquet",
+        ["replay", "t.parquet", *OUT, *T],
+        R + r"t\.parquet: not a readable Parquet file",
+        setup=files({"t.parquet": jsonl(*GOOD_TABLE)}),
+    ),
+    CliCase(
+        "same-column-twice",
+        ["replay", "t.jsonl", *OUT, "--prompt-column", "step"],
+        R + r"--prompt-column, --reward-column and --step-column must be three different columns",
+        setup=files({"t.jsonl": jsonl(*GOOD_TABLE)}),
+    ),
+    CliCase(
+        "output-would-overwrite-an-input",
+        ["replay", "out/replay.csv", *OUT, *T],
+        R + r"--output-dir 'out': replay\.csv would overwrite an input of this replay",
+        setup=files({"out/replay.csv": "prompt,reward,step\na,1,1\n"}),
+    ),
+    CliCase(
+        "output-dir-holds-the-tables",
+        ["replay", "t", "--output-dir", "t", *T],
+        R + r"--output-dir 't' holds input tables: write the report elsewhere",
+        setup=files({"t/a.jsonl": jsonl(*GOOD_TABLE)}),
+    ),
+]
+
+CASES = VERL_CASES + TABLE_CASES
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_cli_user_error(case, tmp_path, monkeypatch):
+    check_cli_error(case, tmp_path, monkeypatch)
