@@ -312,12 +312,12 @@ def process_checks(label: str, launches: Sequence[Any]) -> list[Check]:
     listeners = {x for launch in launches for x in launch.listeners}
     foreign = sorted({x for launch in launches for x in launch.foreign_listeners}, key=str)
     leftovers = [x for launch in launches for x in launch.leftovers]
-    processes = sorted({x.process.split(".")[0].split(":")[0] for x in listeners})
+    processes = sorted({x.process.removeprefix("ray::").split(".")[0] for x in listeners})
     return [
         Check(
             f"{label}: every socket the runs listened on is on 127.0.0.1",
             bool(listeners) and not foreign,
-            f"{len(listeners)} listening sockets of {len(processes)} kinds of process"
+            f"{len(listeners)} listening sockets of {', '.join(processes)}"
             + (f"; NOT loopback: {foreign}" if foreign else ""),
         ),
         Check(
