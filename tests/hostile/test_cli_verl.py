@@ -193,6 +193,12 @@ CASES = [
         setup=_file("out.txt"),
     ),
     CliCase(
+        "smoke-work-dir-holds-the-users-files",
+        ["verl", "smoke", "--work-dir", "{tmp}"],
+        r"^ebpo verl smoke: error: --work-dir .* holds files that ebpo verl smoke did not write",
+        setup=_file("notes.txt"),
+    ),
+    CliCase(
         "prepare-out-dir-below-dev-null",
         ["verl", "prepare-data", "--out-dir", "/dev/null/data"],
         r"--out-dir '/dev/null/data' lies below '/dev/null', which is not a directory",

@@ -23,7 +23,7 @@ from ebpo.integrations.verl import launcher
 from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
 from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
-from ebpo.lab.verl_cpu.settings import ESTIMATORS, TRAINERS, SmokeSettings
+from ebpo.lab.verl_cpu.settings import ESTIMATORS, TRAINERS, SmokeSettings, check_work_dir
 from ebpo.utils.files import check_output_path
 
 SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data", "smoke")
@@ -305,6 +305,7 @@ def _smoke(args: argparse.Namespace) -> int:
     names = tuple(ESTIMATORS) if args.all else tuple(dict.fromkeys(args.estimator or ["ebpo"]))
     if args.work_dir is not None:
         check_output_path(args.work_dir, "--work-dir", kind="dir")
+        check_work_dir(args.work_dir)
     # every argument is checked before anything is written or anything slow is imported
     SmokeSettings(work_dir=args.work_dir or ".", estimators=names, trainer=args.trainer).check()
     temporary = args.work_dir is None

@@ -354,3 +354,13 @@ def test_cli_subcommand_typo_does_not_launch(monkeypatch, capsys):
     assert main(["verl", "docter"]) == 2
     assert "did you mean 'doctor'?" in capsys.readouterr().err
     assert calls == []
+
+
+def test_dry_run_names_every_option_of_the_estimator_defaults_included(tmp_path):
+    """The dry run's note is what the run will use: the prior (history by default) is named even
+    though no override set it."""
+    extra = ["algorithm.adv_estimator=ebpo", "+algorithm.ebpo.within_variance=within"]
+    _, notes = dry_run(with_defaults(recipe_overrides("grpo", data_dir=str(tmp_path), extra=extra)))
+    (note,) = [note for note in notes if note.startswith("estimator ebpo with options")]
+    for option in ("'prior': 'history'", "'within_variance': 'within'", "'half_life'"):
+        assert option in note, option

@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from ebpo.estimators import make_estimator
+from ebpo.estimators import estimator_options, make_estimator
 from ebpo.integrations.verl.advantage import (
     ALGORITHM_KEYS,
     OPTIONS_SECTION,
@@ -190,7 +190,9 @@ def validate(config: Any) -> list[str]:
         check_calls_per_step(estimator, instance, parameter_sync_step(config))
         if folder and os.path.isdir(folder) and plugin.get("on_missing_state", "error") == "error":
             check_resume_folder(estimator, instance, folder)
-        notes.append(f"estimator {estimator} with options {options}")
+        # every option, defaults included: what the run will use (the prior above all)
+        effective = {**estimator_options(estimator), **options}
+        notes.append(f"estimator {estimator} with options {effective}")
         if not config.trainer.get("checkpoint_callback_class"):
             notes.append(
                 "WARNING: no trainer.checkpoint_callback_class: the EBPO prior is not saved with checkpoints"

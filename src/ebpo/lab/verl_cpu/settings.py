@@ -5,16 +5,40 @@ its results (:class:`Check`). Imports nothing from verl."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ebpo.integrations.verl.recipes import EBPO_OVERRIDES
 from ebpo.utils.checks import check_int, check_positive_int
 
-__all__ = ["ESTIMATORS", "TRAINERS", "Check", "EstimatorRun", "SmokeSettings"]
+__all__ = [
+    "ESTIMATORS",
+    "TRAINERS",
+    "WORK_DIR_MARKER",
+    "Check",
+    "EstimatorRun",
+    "SmokeSettings",
+    "check_work_dir",
+]
 
 
 #: the trainers the smoke can run: verl's default (v1 ``PPOTrainerSync`` through ``main_ppo``) and
 #: the deprecated ``RayPPOTrainer``
 TRAINERS = ("v1", "legacy")
+
+#: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
+WORK_DIR_MARKER = ".ebpo-verl-smoke"
+
+
+def check_work_dir(path: str | Path) -> None:
+    """Refuse (ValueError naming ``--work-dir``) a directory that holds files and is not one the
+    smoke wrote before: it clears its run folders there, and a user's files must never be among
+    them. Creates and changes nothing."""
+    work = Path(path).expanduser()
+    if work.is_dir() and any(work.iterdir()) and not (work / WORK_DIR_MARKER).is_file():
+        raise ValueError(
+            f"--work-dir {str(path)!r} holds files that ebpo verl smoke did not write; "
+            "give an empty or new directory (or leave --work-dir out for a temporary one)"
+        )
 
 
 @dataclass(frozen=True)

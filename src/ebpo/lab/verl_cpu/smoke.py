@@ -48,7 +48,14 @@ from ebpo.lab.verl_cpu.results import (
     read_logged_metrics,
     read_trace,
 )
-from ebpo.lab.verl_cpu.settings import ESTIMATORS, Check, EstimatorRun, SmokeSettings
+from ebpo.lab.verl_cpu.settings import (
+    ESTIMATORS,
+    WORK_DIR_MARKER,
+    Check,
+    EstimatorRun,
+    SmokeSettings,
+    check_work_dir,
+)
 
 __all__ = ["SmokeReport", "SmokeRunFailed", "fit_legacy", "fit_v1", "run_smoke"]
 
@@ -231,7 +238,9 @@ def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print)
     from tqdm.auto import tqdm  # heavy optional import
 
     work = Path(settings.work_dir).resolve()
+    check_work_dir(work)
     work.mkdir(parents=True, exist_ok=True)
+    (work / WORK_DIR_MARKER).touch()
     start = time.perf_counter()
     report(
         f"preparing data (ebpo verl prepare-data on the arithmetic task) and the tiny model in {work}"
