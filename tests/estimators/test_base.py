@@ -243,3 +243,37 @@ def test_a_subclass_gets_the_lock_without_asking(method, name):
         assert not done.wait(0.2), f"{method} ran while another thread held the state lock"
     worker.join(5)
     assert done.is_set()
+
+
+#: estimators whose later calls depend on the earlier ones (``carries_state``) and whose state
+#: forgets per call (``decays_per_call``), beyond their defaults in TRAITS
+STATE_CASES = [
+    *((name, options) for name, options, _ in TRAITS),
+    ("ebpo", {"prior": "ema", "half_life": 2.0}),
+    ("jspo_plus_plus", {"smooth_coef": 0.9}),
+]
+CARRIES = {("ebpo", ()), ("ebpo", (("per_cluster", True),)), ("ebpo_bb", ())}
+CARRIES |= {("ebpo_bb", (("per_cluster", True),)), ("ebpo", (("half_life", 2.0), ("prior", "ema")))}
+CARRIES |= {("jspo_plus_plus", (("smooth_coef", 0.9),))}
+DECAYS = {
+    ("ebpo", (("half_life", 2.0), ("prior", "ema"))),
+    ("jspo_plus_plus", (("smooth_coef", 0.9),)),
+}
+
+
+@pytest.mark.parametrize(("name", "options"), STATE_CASES)
+def test_carries_state_is_whether_an_earlier_call_changes_a_later_one(name, options):
+    """What a resumed run loses without the checkpointed state: run a second batch after a first
+    one, and alone; the advantages differ exactly when ``carries_state``."""
+    key = (name, tuple(sorted(options.items())))
+    first = [1.0] * 13 + [0.0] * 3  # another batch before: mostly successes
+    kwargs = {"clusters": CLUSTERS, "token_counts": TOKENS}
+    warm = ebpo.make_estimator(name, **options)
+    for _ in range(200):  # JSPO++'s time-weighted EMA all but forgets its first ~50 steps
+        warm(first, IDS, **kwargs)
+    after = warm(REWARDS, IDS, **kwargs).advantages
+    alone = ebpo.make_estimator(name, **options)(REWARDS, IDS, **kwargs).advantages
+    assert warm.carries_state == (key in CARRIES)
+    assert (not torch.equal(after, alone)) == warm.carries_state
+    assert warm.decays_per_call == (key in DECAYS)
+    assert warm.reward_range == ((0.0, 1.0) if name == "ebpo_bb" else None)

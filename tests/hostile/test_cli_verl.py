@@ -193,6 +193,12 @@ CASES = [
         setup=_file("out.txt"),
     ),
     CliCase(
+        "smoke-work-dir-holds-the-users-files",
+        ["verl", "smoke", "--work-dir", "{tmp}"],
+        r"^ebpo verl smoke: error: --work-dir .* holds files that ebpo verl smoke did not write",
+        setup=_file("notes.txt"),
+    ),
+    CliCase(
         "prepare-out-dir-below-dev-null",
         ["verl", "prepare-data", "--out-dir", "/dev/null/data"],
         r"--out-dir '/dev/null/data' lies below '/dev/null', which is not a directory",
@@ -288,6 +294,33 @@ CASES = [
         ["verl", "smoek"],
         r"^ebpo verl: error: unknown subcommand 'smoek'; did you mean 'smoke'\?",
     ),
+    CliCase(
+        "smoke-unknown-trainer",
+        ["verl", "smoke", "--trainer", "v2"],
+        r"^ebpo verl smoke: error: argument --trainer: invalid choice: 'v2'",
+    ),
+    CliCase(
+        "doctor-address-without-value",
+        ["verl", "doctor", "--address"],
+        r"^ebpo verl doctor: error: argument --address: expected one argument",
+    ),
+    # -- combinations the plug-in refuses (issue #27), before launching
+    CliCase(
+        "kl-in-reward-with-ebpo-bb",
+        ["verl", "algorithm.adv_estimator=ebpo_bb", "algorithm.use_kl_in_reward=True"],
+        r"^ebpo verl run: error: algorithm\.use_kl_in_reward=True puts verl's KL penalty into the "
+        r"rewards that adv_estimator=ebpo_bb reads",
+    ),
+    CliCase(
+        "half-life-with-sub-batches",
+        ["verl", "+algorithm.ebpo.prior=ema", "+trainer.v1.sync.parameter_sync_step=2"],
+        r"^ebpo verl run: error: ebpo \(prior=ema, half_life=50\.0\) forgets per estimator call",
+    ),
+    CliCase(
+        "on-missing-state-typo",
+        ["verl", "+algorithm.ebpo.on_missing_state=ignore"],
+        r"^ebpo verl run: error: algorithm\.ebpo\.on_missing_state must be one of error, start_empty",
+    ),
 ]
 
 
@@ -352,6 +385,27 @@ def test_a_verl_failure_on_a_config_nothing_refused_exits_1_in_one_line(
     assert main(["verl", "recipe", "ebpo", "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert err == "dry run FAILED: RuntimeError: CUDA driver exploded second line\n"
+
+
+@pytest.mark.verl
+def test_a_plugin_missing_where_verl_runs_exits_1_in_one_line(monkeypatch, capsys):
+    """Not the user's command line but an install: exit 1, one stderr line naming the node, and
+    nothing launched (the cluster version: tests/integrations/verl/test_verl_nodes.py)."""
+    from ebpo.cli import main
+    from ebpo.integrations.verl import launcher
+
+    def missing(args, env):
+        raise launcher.PluginUnavailable(
+            "ebpo's verl plug-in is not usable on node 10.0.0.7 (gpu-7, id 0123456789ab): ebpo "
+            "NOT registered after `import verl`"
+        )
+
+    monkeypatch.setattr(launcher, "check_plugin_where_it_runs", missing)
+    monkeypatch.setattr(launcher.subprocess, "call", lambda *a, **k: pytest.fail("launched"))
+    assert main(["verl", "data.train_batch_size=8"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ebpo verl run: ebpo's verl plug-in is not usable on node 10.0.0.7")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.verl

@@ -1,10 +1,10 @@
 """``ebpo verl``: run EBPO at cluster scale on verl (Ray + FSDP + vLLM) through the plug-in.
 
-    ebpo verl doctor                          check that verl sees the plug-in (loudly)
+    ebpo verl doctor [--address HOST:PORT]    check that verl sees the plug-in (on every Ray node)
     ebpo verl [run] [--dry-run] OVERRIDES...  verl's PPO entry point with the plug-in and our defaults
     ebpo verl recipe NAME [--dry-run] [OVERRIDES...]   the paper's runs (--list to see them)
     ebpo verl prepare-data --out-dir DIR      DAPO-Math-17K + eval sets as verl parquet files
-    ebpo verl smoke [--all]                   verl's own fit() loop on CPU with ebpo inside (~1 min)
+    ebpo verl smoke [--all] [--trainer legacy]  verl's default path (main_ppo, v1 trainer) on CPU with ebpo inside
 
 OVERRIDES are Hydra overrides of ``verl/trainer/config/ppo_trainer.yaml``; EBPO's options go under
 ``algorithm.ebpo`` with a ``+``, e.g. ``+algorithm.ebpo.prior=ema +algorithm.ebpo.half_life=20``.
@@ -21,9 +21,9 @@ import tempfile
 from ebpo.commands import Parser, one_line, user_error
 from ebpo.integrations.verl import launcher
 from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
-from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks
+from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
-from ebpo.lab.verl_cpu.settings import ESTIMATORS, SmokeSettings
+from ebpo.lab.verl_cpu.settings import ESTIMATORS, TRAINERS, SmokeSettings, check_work_dir
 from ebpo.utils.files import check_output_path
 
 SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data", "smoke")
@@ -61,6 +61,12 @@ def _doctor_parser() -> argparse.ArgumentParser:
     p = Parser(prog="ebpo verl doctor", description="Check that verl registers ebpo's estimators.")
     p.add_argument(
         "--no-fresh-process", action="store_true", help="skip the fresh-interpreter probe (faster)"
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="a Ray cluster (host:port): check that every node registers ebpo's estimators on "
+        "`import verl` (verl's TaskRunner lands on any of them)",
     )
     return p
 
@@ -117,9 +123,10 @@ def _smoke_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="ebpo verl smoke",
         description=(
-            "Run verl's own RayPPOTrainer.fit() on this CPU with ebpo inside: a tiny model on the "
-            "arithmetic task, 4 steps, a checkpoint at step 2 and a resumed run that must repeat "
-            "steps 3-4 exactly. Exit 0 when every check passes. Checks an install before GPUs."
+            "Run verl's default training path (python -m verl.trainer.main_ppo) on this CPU with "
+            "ebpo inside: a tiny model on the arithmetic task, 4 steps, a checkpoint at step 2 and "
+            "a resumed run that must repeat steps 3-4 exactly. Exit 0 when every check passes. "
+            "Checks an install before GPUs."
         ),
     )
     p.add_argument(
@@ -129,7 +136,14 @@ def _smoke_parser() -> argparse.ArgumentParser:
         help="estimator configuration to run (repeatable; default: ebpo)",
     )
     p.add_argument(
-        "--all", action="store_true", help=f"run all of {', '.join(ESTIMATORS)} (~2-3 min)"
+        "--all", action="store_true", help=f"run all of {', '.join(ESTIMATORS)} (3 × the time)"
+    )
+    p.add_argument(
+        "--trainer",
+        choices=list(TRAINERS),
+        default="v1",
+        help="v1: verl's default path, python -m verl.trainer.main_ppo (TaskRunnerV1, "
+        "TransferQueue, PPOTrainerSync; ~1.5 min a run); legacy: the deprecated RayPPOTrainer.fit()",
     )
     p.add_argument(
         "--work-dir",
@@ -176,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
         return user_error(f"ebpo verl {command}", error)
+    except launcher.PluginUnavailable as error:  # an install, not the command line: exit 1
+        print(f"ebpo verl {command}: {one_line(error)}", file=sys.stderr)
+        return 1
 
 
 def _refuse_unknown_subcommand(word: str) -> None:
@@ -203,7 +220,9 @@ def _doctor(args: argparse.Namespace) -> int:
         "ebpo verl doctor: checking the verl plug-in (a fresh interpreter takes a few seconds)...",
         flush=True,
     )
-    checks = run_checks(fresh_process=not args.no_fresh_process)
+    checks = run_checks(fresh_process=not args.no_fresh_process and not args.address)
+    if args.address:
+        checks += run_node_checks(args.address)
     failed = False
     for check in checks:
         mark = "ok  " if check.ok else ("FAIL" if check.fatal else "warn")
@@ -212,7 +231,12 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"[{mark}] {check.name}: {first}")
         for line in more:
             print(f"       {line}")
-    print("verl plug-in is BROKEN" if failed else "verl plug-in OK")
+    broken = [check for check in checks if not check.ok and check.fatal]
+    if broken:
+        first = broken[0]
+        print(f"verl plug-in is BROKEN: {first.name}: {(first.detail.splitlines() or [''])[-1]}")
+    else:
+        print("verl plug-in OK")
     if not failed:
         print(SMOKE_HINT)
     return 1 if failed else 0
@@ -281,17 +305,26 @@ def _smoke(args: argparse.Namespace) -> int:
     names = tuple(ESTIMATORS) if args.all else tuple(dict.fromkeys(args.estimator or ["ebpo"]))
     if args.work_dir is not None:
         check_output_path(args.work_dir, "--work-dir", kind="dir")
+        check_work_dir(args.work_dir)
     # every argument is checked before anything is written or anything slow is imported
-    SmokeSettings(work_dir=args.work_dir or ".", estimators=names).check()
+    SmokeSettings(work_dir=args.work_dir or ".", estimators=names, trainer=args.trainer).check()
     temporary = args.work_dir is None
     work = args.work_dir or tempfile.mkdtemp(prefix="ebpo-verl-smoke-")
-    settings = SmokeSettings(work_dir=work, estimators=names, verbose=args.verbose)
+    settings = SmokeSettings(
+        work_dir=work, estimators=names, trainer=args.trainer, verbose=args.verbose
+    )
 
     from ebpo.lab.verl_cpu.smoke import run_smoke  # imports verl, ray, transformers
 
+    path = (
+        "verl's default path (python -m verl.trainer.main_ppo: TaskRunnerV1, TransferQueue, "
+        "PPOTrainerSync.fit)"
+        if args.trainer == "v1"
+        else "verl's legacy RayPPOTrainer.fit()"
+    )
     print(
-        f"ebpo verl smoke: verl's RayPPOTrainer.fit() on CPU with {', '.join(names)} "
-        "(Ray workers take ~10 s to start)...",
+        f"ebpo verl smoke: {path} on CPU with {', '.join(names)} "
+        "(each run starts Ray and verl's workers: most of its time)...",
         flush=True,
     )
     try:

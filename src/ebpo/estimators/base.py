@@ -9,6 +9,7 @@ explicit)::
     res.advantages, res.baselines, res.shrinkage, res.metrics
     est.state_dict(); est.load_state_dict(state); est.reset()
     est.uses_prior, est.keeps_history, est.uses_clusters, est.uses_token_counts   # traits
+    est.carries_state, est.decays_per_call, est.reward_range   # what a trainer integration needs
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
 the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and assembles the outputs
@@ -164,6 +165,25 @@ class AdvantageEstimator:
         """Whether this estimator reads ``token_counts`` (it then requires them); the others
         accept and ignore them. False here; REINFORCE++: its ``whiten="tokens"`` option."""
         return False
+
+    @property
+    def carries_state(self) -> bool:
+        """Whether, with these options, a later call's advantages depend on the state earlier
+        calls left (what a resumed run loses without its checkpointed state). Here
+        :attr:`keeps_history`; EBPO: not with ``prior="batch"``; JSPO++: not with
+        ``smooth_coef=0``."""
+        return self.keeps_history
+
+    @property
+    def decays_per_call(self) -> bool:
+        """Whether the state forgets at a rate counted in calls (EBPO's ``prior="ema"`` half-life,
+        JSPO++'s smoothing): a trainer that calls the estimator several times a step changes what
+        the option means. False here."""
+        return False
+
+    #: ``(low, high)`` when the rewards must lie in that range (EBPO-BB: a success rate in
+    #: [0, 1]); None: any finite reward
+    reward_range: ClassVar[tuple[float, float] | None] = None
 
     # ------------------------------------------------------------------ contract
     def __call__(

@@ -56,6 +56,8 @@ class EBPOBetaBinomial(EBPO):
     ``tau2`` do not apply (the Beta prior sets the shrinkage). Extra metrics: ``beta_alpha``,
     ``beta_beta`` (mean over groups)."""
 
+    reward_range = (0.0, 1.0)
+
     def __init__(
         self,
         *,

@@ -214,6 +214,16 @@ class EBPO(AdvantageEstimator):
         """True with ``per_cluster=True``: one prior per ``clusters`` label."""
         return self.per_cluster
 
+    @property
+    def carries_state(self) -> bool:
+        """The ``history`` and ``ema`` priors; the ``batch`` prior is refitted on every call."""
+        return self.prior != "batch"
+
+    @property
+    def decays_per_call(self) -> bool:
+        """The ``ema`` prior: ``half_life`` counts calls."""
+        return self.prior == "ema"
+
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
         self.global_prior = Prior()

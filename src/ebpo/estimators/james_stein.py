@@ -268,6 +268,16 @@ class JSPOPlusPlus(AdvantageEstimator):
         self.smooth_coef = float(smooth_coef)
         self.reset()
 
+    @property
+    def carries_state(self) -> bool:
+        """Only with smoothing: ``smooth_coef=0`` uses this batch's λ and μ alone."""
+        return self.smooth_coef > 0
+
+    @property
+    def decays_per_call(self) -> bool:
+        """The smoothing's EMA weighs calls."""
+        return self.smooth_coef > 0
+
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
         self.smoother = ShrinkageSmoother()

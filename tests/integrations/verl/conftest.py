@@ -13,6 +13,18 @@ pytest.importorskip("verl")
 from ebpo.integrations.verl.state import STORE  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def warm_start_cache(tmp_path_factory):
+    """One warm-start cache for the CPU fit modules (v1 and legacy train the same tiny model):
+    under the session's base directory, which pytest-xdist's workers share, so the model is
+    trained once (the cache's lock makes a second worker wait and load it)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    path = shared / "verl-warm-start-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def clean_store():
     """Every test starts and ends with an empty process-wide store."""

@@ -296,14 +296,19 @@ def test_thread_setting_is_restored(monkeypatch):
 
     real_get = advantage.STORE.get
 
-    def spy(name, options):
-        est = real_get(name, options)
+    class Spy:  # the estimator, recording the thread count of each call
+        def __init__(self, est):
+            self.est = est
 
-        def call(*args, **kwargs):
+        def __getattr__(self, name):
+            return getattr(self.est, name)
+
+        def __call__(self, *args, **kwargs):
             seen.append(torch.get_num_threads())
-            return type(est).__call__(est, *args, **kwargs)
+            return self.est(*args, **kwargs)
 
-        return call
+    def spy(name, options):
+        return Spy(real_get(name, options))
 
     monkeypatch.setattr(advantage.STORE, "get", spy)
     torch.set_num_threads(2)
@@ -354,7 +359,11 @@ def test_metrics_side_channel_inside_verls_real_trainer_method(tmp_path, monkeyp
                 "use_kl_in_reward": False,
                 "gamma": 1.0,
                 "lam": 1.0,
-                "ebpo": {"metrics_file": str(tmp_path / "m.jsonl")},
+                # a trainer at step 42 of a fresh process is a resumed one: see test_verl_guards
+                "ebpo": {
+                    "metrics_file": str(tmp_path / "m.jsonl"),
+                    "on_missing_state": "start_empty",
+                },
             },
             "actor_rollout_ref": {"rollout": {"n": 4}},
         }
@@ -416,6 +425,7 @@ def _experimental_trainer(tmp_path, rewards, steps=7):
                 "use_kl_in_reward": False,
                 "gamma": 1.0,
                 "lam": 1.0,
+                "ebpo": {"on_missing_state": "start_empty"},  # step 7 of a fresh process
             },
             "actor_rollout_ref": {"rollout": {"n": 4}},
             "trainer": {"default_local_dir": str(tmp_path / "run")},

@@ -1,8 +1,23 @@
-"""verl's own ``RayPPOTrainer.fit()`` on CPU with ebpo inside (issue #19): one uninterrupted run and
-one run resumed from its step-2 checkpoint per estimator configuration (``ebpo``,
-``jspo_plus_plus``, ``ebpo_topic``), shared by every test of this module (~2 min on 2 cores)."""
+"""verl's default path with ebpo inside, run for real on a CPU (issue #27): ``python -m
+verl.trainer.main_ppo`` → ``TaskRunnerV1`` → TransferQueue → ``PPOTrainerSync.fit()``, the actor on
+2 data-parallel ranks (gloo). Four ``main_ppo`` runs, shared by the module's tests (4-8 min on 2
+cores, most of it Ray and verl's actors starting):
+
+* ``ebpo`` uninterrupted and resumed from its step-2 checkpoint (``ebpo verl smoke``'s runs and
+  checks);
+* ``ebpo`` resumed from that checkpoint WITHOUT ebpo's checkpoint callback (verl's default
+  ``checkpoint_callback_class=null``): the plug-in restores the state from the folder verl
+  resumed from, and the steps after the checkpoint are still exact;
+* ``ebpo`` resumed from a copy of that checkpoint without the state file and without the
+  callback: it stops at its first advantage call with one line naming the callback key.
+
+``jspo_plus_plus`` and ``ebpo_topic`` on this path: ``ebpo verl smoke --all`` (the same code; not
+run here for CI time). The legacy ``RayPPOTrainer`` path: test_verl_fit_cpu_legacy.py."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,112 +29,172 @@ from ebpo.lab.verl_cpu.settings import ESTIMATORS, SmokeSettings
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
 SETTINGS = {"steps": 4, "save_step": 2, "batch_size": 4, "group_size": 4}
+NO_CALLBACK = ("trainer.checkpoint_callback_class=null",)
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """One local Ray instance for the module: the smoke and the control run below use it (each
-    ``ray_session`` inside joins it instead of starting and stopping its own)."""
-    from ebpo.lab.verl_cpu.run import ray_session
+def runs(tmp_path_factory, warm_start_cache):
+    from ebpo.lab.verl_cpu.checks import process_checks, resume_checks
+    from ebpo.lab.verl_cpu.smoke import fit_v1, run_smoke
 
-    with ray_session(num_cpus=2):
-        yield
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory, ray_cluster):
-    from ebpo.lab.verl_cpu.smoke import run_smoke
-
-    work = tmp_path_factory.mktemp("verl-smoke")
+    work = tmp_path_factory.mktemp("verl-v1")
     settings = SmokeSettings(
-        work_dir=str(work), estimators=tuple(ESTIMATORS), cache=str(work / "cache"), **SETTINGS
+        work_dir=str(work), estimators=("ebpo",), cache=str(warm_start_cache), **SETTINGS
     )
-    return run_smoke(settings, report=lambda line: None)
+    smoke = run_smoke(settings, report=lambda line: None)
+    files, model, ebpo = smoke.files, smoke.model_path, ESTIMATORS["ebpo"]
+    full, resumed = smoke.runs["ebpo"]
+    checkpoint = Path(full.run_dir) / "checkpoints" / "global_step_2"
+    no_callback = fit_v1(
+        settings, ebpo, files, model, work / "ebpo" / "no-callback", str(checkpoint), NO_CALLBACK
+    )
+    # the same checkpoint without ebpo's state file
+    stripped = work / "stripped" / "global_step_2"
+    shutil.copytree(checkpoint, stripped)
+    (stripped / "ebpo_estimator_state.json").unlink()
+    stop = fit_v1(settings, ebpo, files, model, work / "ebpo" / "stop", str(stripped), NO_CALLBACK)
+    launches = [full.launch, resumed.launch, no_callback.launch, stop.launch]
+    return {
+        "settings": settings,
+        "smoke": smoke,
+        "no_callback": no_callback,
+        "no_callback_checks": resume_checks(settings, ebpo, full, no_callback),
+        "stop": stop,
+        "process_checks": process_checks("every run of the module", launches),
+    }
 
 
-def test_every_smoke_check_passes(smoke):
+def test_every_smoke_check_passes(runs):
+    smoke = runs["smoke"]
     failed = [f"{check.name}: {check.detail}" for check in smoke.checks if not check.ok]
     assert not failed, "\n".join(failed)
     names = " | ".join(check.name for check in smoke.checks)
-    for what in ("same advantages", "same metrics", "same estimator state", "CurriculumSampler"):
-        assert what in names
+    for what in (
+        "verl's default path ran",
+        "same advantages",
+        "same metrics",
+        "same estimator state",
+        "padding rows",
+        "2 data-parallel CPU ranks",
+        "weight sync",
+        "127.0.0.1",
+        "nothing left running",
+    ):
+        assert what in names, what
 
 
-@pytest.mark.parametrize("name", ["ebpo", "jspo_plus_plus"])
-def test_the_loop_trained_on_the_core_estimators_advantages(smoke, name):
-    """Reference: the core estimator replayed on the rewards and groups verl's loop produced, step
-    after step (so its state carries across steps as the plug-in's must), then broadcast over the
-    response tokens. The plug-in inside verl must have handed the actor exactly that."""
-    run, _ = smoke.runs[name]
+def test_verls_own_classes_ran_and_no_loop_method_of_ours(runs):
+    """The manifest written inside the run: ``main_ppo``'s ``TaskRunnerV1`` built a trainer whose
+    loop methods all resolve to verl's v1 modules (an overridden ``fit``, or the legacy
+    ``RayPPOTrainer``, would show here), TransferQueue's controller was up."""
+    from ebpo.lab.verl_cpu.results import read_manifest
+    from ebpo.lab.verl_cpu.trainer_v1 import VERL_METHODS
+
+    full, _ = runs["smoke"].runs["ebpo"]
+    manifest = read_manifest(str(Path(full.run_dir) / "trace"))
+    assert manifest["task_runner"]["class"] == "TaskRunnerV1"
+    assert manifest["task_runner"]["file"].endswith("verl/trainer/main_ppo.py")
+    assert set(manifest["methods"]) == set(VERL_METHODS)
+    for name, where in manifest["methods"].items():
+        assert where.startswith("verl.trainer.ppo.v1.trainer_"), (name, where)
+    assert manifest["methods"]["fit"] == "verl.trainer.ppo.v1.trainer_base.PPOTrainer.fit"
+    assert manifest["trainer_mode"] == "sync" and manifest["use_v1"] is True
+    assert manifest["transfer_queue_controller"] is True
+    assert "verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync" in manifest["trainer_bases"]
+
+
+def test_the_loop_trained_on_the_core_estimators_advantages(runs):
+    """Reference: the core estimator replayed on the rewards and groups verl's loop produced (both
+    ranks' rows, padding rows excluded), step after step so that its state carries across steps;
+    broadcast over the response tokens. The plug-in inside verl must have handed the actor
+    exactly that, and nothing to verl's padding rows."""
+    run = runs["smoke"].runs["ebpo"][0]
     entry = run.estimator_state["estimators"][0]
     reference = make_estimator(entry["name"], **entry["options"])
     assert [t.step for t in run.trace] == [1, 2, 3, 4]
     nonzero = 0
     for trace in run.trace:
-        scores = trace.token_level_rewards.sum(dim=-1)
-        valid = trace.response_mask.sum(dim=-1) > 0
-        result = reference(scores, np.array(trace.uids, dtype=object), mask=valid)
+        real = ~trace.padding & (trace.response_mask.sum(dim=-1) > 0)
+        assert real.sum() < len(real)  # verl added padding rows for the 2 ranks
+        result = reference(trace.rewards, np.array(trace.uids, dtype=object), mask=real)
         expected = result.advantages.to(trace.advantages.dtype).unsqueeze(-1) * trace.response_mask
         torch.testing.assert_close(trace.advantages, expected, rtol=0, atol=1e-6)
+        assert torch.all(trace.advantages[trace.padding] == 0)
         nonzero += int(trace.advantages.abs().max() > 0)
     assert nonzero >= 1  # the comparison saw real signal
     assert reference.state_dict() == entry["state"]
 
 
-def test_the_resumed_prior_came_from_the_checkpoint(smoke):
-    """Run B starts at step 3 in a fresh trainer: its prior holds 3 steps of responses (restored
-    at step 2, plus step 3), not 1 — and equals run A's."""
-    a, b = smoke.runs["ebpo"]
-    per_step = SETTINGS["batch_size"] * SETTINGS["group_size"]
-    assert b.metrics[3]["ebpo/prior_count"] == a.metrics[3]["ebpo/prior_count"] == 3 * per_step
-    assert b.metrics[4]["ebpo/prior_count"] == 4 * per_step
+def test_uneven_groups_and_every_real_row_counted_once(runs):
+    """Every 4th prompt has 3 samples (verl's ``__rollout_n__``): 15 real rows a step, padded to
+    16 for the 2 ranks. The history prior counts the real rows of every step once — resumed
+    run included: restored at step 2, then steps 3 and 4."""
+    full, resumed = runs["smoke"].runs["ebpo"]
+    per_step = 3 * 4 + 3
+    for step in range(1, 5):
+        assert full.metrics[step]["ebpo/num_responses"] == per_step
+        assert full.metrics[step]["ebpo/prior_count"] == step * per_step
+    assert resumed.metrics[3]["ebpo/prior_count"] == 3 * per_step
+    sizes = {}
+    for uid, pad in zip(full.trace[0].uids, full.trace[0].padding.tolist(), strict=True):
+        if not pad:
+            sizes[uid] = sizes.get(uid, 0) + 1
+    assert sorted(sizes.values()) == [3, 4, 4, 4]
 
 
-def test_verl_logged_our_metrics_next_to_its_own(smoke):
-    a, _ = smoke.runs["ebpo"]
-    assert any(key.startswith("val-core/") for key in a.metrics[0])  # validation before training
+def test_verl_logged_our_metrics_next_to_its_own(runs):
+    """ebpo's statistics reach verl's ``Tracking`` (the file backend) through the v1 trainer's
+    ``metrics`` dict: this fails if that channel breaks (e.g. verl renames the dict)."""
+    full, _ = runs["smoke"].runs["ebpo"]
+    assert any(key.startswith("val-core/") for key in full.metrics[0])  # validation before training
     for step in range(1, SETTINGS["steps"] + 1):
-        logged = a.metrics[step]
+        logged = full.metrics[step]
         assert "ebpo/shrinkage_mean" in logged and "actor/pg_loss" in logged, sorted(logged)
         assert logged["training/global_step"] == step
-        # One mini-batch per step: the update's log-probs are the old ones (computed through
-        # verl's no-padding round trip) before the optimizer moves, so a misaligned token shows here.
+        # One mini-batch per step: the update's log-probs are the old ones before the optimizer
+        # moves (computed through verl's TransferQueue round trip), so a misaligned token shows.
         assert abs(logged["actor/ppo_kl"]) < 1e-6 and logged["actor/pg_clipfrac"] == 0.0
 
 
-def test_topic_order_survives_the_mid_epoch_resume(smoke):
-    a, b = smoke.runs["ebpo_topic"]
-    prompts_a = [t.prompt_ids for t in a.trace if t.step > SETTINGS["save_step"]]
-    prompts_b = [t.prompt_ids for t in b.trace]
-    assert prompts_a == prompts_b and prompts_a
+def test_a_resume_without_the_callback_restores_the_state_and_stays_exact(runs):
+    """verl's default ``checkpoint_callback_class=null`` on resume: the plug-in restores ebpo's
+    prior from the folder verl resumed from (saved there by the first run's callback) — the steps
+    after the checkpoint equal the uninterrupted run's, bit for bit. Its own later checkpoints
+    carry no state (no callback: the warning says so)."""
+    b = runs["no_callback"]
+    assert b.ok, b.console
+    compared = [c for c in runs["no_callback_checks"] if "same estimator state" not in c.name]
+    failed = [f"{c.name}: {c.detail}" for c in compared if not c.ok]
+    assert not failed and len(compared) == 5, "\n".join(failed)
+    console = Path(b.console).read_text()
+    assert "without ebpo's checkpoint callback; restored ebpo's state" in console
+    assert b.metrics[3]["ebpo/prior_count"] == 3 * 15
+    assert not (
+        Path(b.run_dir) / "checkpoints" / "global_step_4" / "ebpo_estimator_state.json"
+    ).exists()
 
 
-def test_without_the_checkpoint_callback_the_resumed_prior_starts_empty(smoke, tmp_path):
-    """The control that shows the resume comparison can fail: the same resume with
-    ``trainer.checkpoint_callback_class=null`` (verl's default) restores the actor and the
-    dataloader but not the EBPO prior, so step 3 differs from the uninterrupted run."""
-    from ebpo.lab.verl_cpu.run import ray_session, start_task_runner
-    from ebpo.lab.verl_cpu.smoke import fit_once
+def test_a_resume_without_any_state_stops_in_one_line(runs):
+    """Resumed from a checkpoint without ebpo's state file and without the callback: the run stops
+    at its first advantage call — before the actor trains step 3 — with one line naming the key."""
+    stop = runs["stop"]
+    assert stop.launch.returncode != 0
+    lines = [
+        line for line in Path(stop.console).read_text().splitlines() if "ebpo: verl resumed" in line
+    ]
+    assert lines, stop.console
+    assert (
+        "trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
+        in lines[-1]
+    )
+    assert "holds no ebpo_estimator_state.json" in lines[-1]
+    assert [t.step for t in stop.trace] == []  # the actor never trained
 
-    a, _ = smoke.runs["ebpo"]
-    settings = SmokeSettings(work_dir=str(tmp_path), **SETTINGS)
-    checkpoint = next(path for path in a.checkpoints if path.endswith("global_step_2"))
-    with ray_session():
-        c = fit_once(
-            start_task_runner(),
-            settings,
-            ESTIMATORS["ebpo"],
-            smoke.files,
-            smoke.model_path,
-            tmp_path / "no-callback",
-            checkpoint,
-            extra=("trainer.checkpoint_callback_class=null",),
-        )
-    per_step = SETTINGS["batch_size"] * SETTINGS["group_size"]
-    assert [t.step for t in c.trace] == [3, 4]
-    assert c.trace[0].prompt_ids == a.trace[2].prompt_ids  # same data and samples ...
-    assert torch.equal(c.trace[0].token_level_rewards, a.trace[2].token_level_rewards)
-    assert c.metrics[3]["ebpo/prior_count"] == per_step  # ... but a prior of one step
-    ebpo_c = {k: v for k, v in c.metrics[3].items() if k.startswith("ebpo/")}
-    ebpo_a = {k: v for k, v in a.metrics[3].items() if k.startswith("ebpo/")}
-    assert ebpo_c != ebpo_a and c.estimator_state != a.estimator_state
+
+def test_every_run_listened_on_loopback_only_and_left_nothing_running(runs):
+    """All four runs — the failing one included: Ray's head and agents, the workers, TransferQueue's
+    ZMQ servers, the gloo store."""
+    failed = [f"{c.name}: {c.detail}" for c in runs["process_checks"] if not c.ok]
+    assert not failed, "\n".join(failed)
+    kinds = {x.process.split(".")[0].split(":")[0] for x in runs["stop"].launch.listeners}
+    assert {"gcs_server", "raylet"} <= kinds

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ebpo.integrations.verl.advantage import PLUGIN_KEYS
 from ebpo.integrations.verl.launcher import (
     CALLBACK_FQN,
     ENV_FORWARD,
@@ -15,6 +16,15 @@ from ebpo.integrations.verl.launcher import (
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 
 pytestmark = pytest.mark.verl
+
+
+@pytest.fixture(autouse=True)
+def plugin_checked_elsewhere(monkeypatch):
+    """``launcher.run`` probes a fresh interpreter before launching (tests/integrations/verl/
+    test_verl_nodes.py tests that); here it would only cost time."""
+    from ebpo.integrations.verl import launcher
+
+    monkeypatch.setattr(launcher, "check_plugin_where_it_runs", lambda args, env: None)
 
 
 #: What the authors' verl scripts set (read from their published scripts; issue #10 item 9), by
@@ -270,7 +280,7 @@ def test_bad_estimator_overrides_never_launch(monkeypatch):
         launcher.run(["+algorithm.ebpo.prir=ema"])
     # The valid keys are the estimator's constructor options (+ the plug-in's), not a copied list.
     listed = str(error.value).split("valid keys: ")[1].split(", ")
-    assert set(listed) == set(estimator_options("ebpo")) | {"metrics_file", "log_to_trainer"}
+    assert set(listed) == set(estimator_options("ebpo")) | set(PLUGIN_KEYS)
     with pytest.raises(
         ValueError, match=r"prior must be one of \['history', 'batch', 'ema'\], got 'forever'"
     ):
@@ -300,10 +310,7 @@ def test_jspo_plus_plus_options_are_checked_before_launch(monkeypatch):
     with pytest.raises(ValueError, match=r"'smoth_coef' .*did you mean 'smooth_coef'\?") as error:
         launcher.run([jspo_pp, "+algorithm.ebpo.smoth_coef=0.99"])
     listed = str(error.value).split("valid keys: ")[1].split(", ")
-    assert set(listed) == set(estimator_options("jspo_plus_plus")) | {
-        "metrics_file",
-        "log_to_trainer",
-    }
+    assert set(listed) == set(estimator_options("jspo_plus_plus")) | set(PLUGIN_KEYS)
     with pytest.raises(
         ValueError, match=r"adv_estimator=jspo_plus_plus: smooth_coef must be a number in \[0, 1\]"
     ):
@@ -347,3 +354,13 @@ def test_cli_subcommand_typo_does_not_launch(monkeypatch, capsys):
     assert main(["verl", "docter"]) == 2
     assert "did you mean 'doctor'?" in capsys.readouterr().err
     assert calls == []
+
+
+def test_dry_run_names_every_option_of_the_estimator_defaults_included(tmp_path):
+    """The dry run's note is what the run will use: the prior (history by default) is named even
+    though no override set it."""
+    extra = ["algorithm.adv_estimator=ebpo", "+algorithm.ebpo.within_variance=within"]
+    _, notes = dry_run(with_defaults(recipe_overrides("grpo", data_dir=str(tmp_path), extra=extra)))
+    (note,) = [note for note in notes if note.startswith("estimator ebpo with options")]
+    for option in ("'prior': 'history'", "'within_variance': 'within'", "'half_life'"):
+        assert option in note, option

@@ -50,7 +50,7 @@ def test_cpu_platform_is_registered_with_gloo_and_no_accelerator():
 
 
 def test_generation_seed_depends_on_the_step_only():
-    from ebpo.lab.verl_cpu.worker import generation_seed
+    from ebpo.lab.verl_cpu.sampling import generation_seed
 
     seeds = {generation_seed(0, step, validate) for step in range(50) for validate in (0, 1)}
     assert len(seeds) == 100
@@ -58,7 +58,7 @@ def test_generation_seed_depends_on_the_step_only():
 
 
 def test_contiguous_blocks():
-    from ebpo.lab.verl_cpu.smoke import contiguous_blocks
+    from ebpo.lab.verl_cpu.checks import contiguous_blocks
 
     assert contiguous_blocks(["add", "add", "mul", "sub", "sub"])
     assert not contiguous_blocks(["add", "mul", "add"])
@@ -87,7 +87,8 @@ def test_the_curriculum_checks_take_a_step_in_any_row_order_but_not_another_batc
     import pandas as pd
 
     from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
-    from ebpo.lab.verl_cpu.smoke import _curriculum_checks, contiguous_blocks
+    from ebpo.lab.verl_cpu.checks import contiguous_blocks, curriculum_checks
+    from ebpo.lab.verl_cpu.results import StepTrace
 
     topics = ["mul", "add", "sub", "add", "sub", "mul", "add", "mul"] * 2
     frame = pd.DataFrame({"extra_info": [{"id": i, "topic": t} for i, t in enumerate(topics)]})
@@ -101,12 +102,154 @@ def test_the_curriculum_checks_take_a_step_in_any_row_order_but_not_another_batc
     run = ESTIMATORS["ebpo_topic"]
 
     def result(steps):  # each prompt of a step twice (G = 2), in the given order
-        return SimpleNamespace(trace=[SimpleNamespace(prompt_ids=s + s) for s in steps])
+        return SimpleNamespace(
+            trace=[
+                StepTrace(0, None, None, None, prompt_ids=s + s, uids=["u"] * 2 * len(s))
+                for s in steps
+            ]
+        )
 
     reordered = [list(reversed(b)) for b in batches]
-    checks = _curriculum_checks(settings, run, files, result(reordered), result(reordered[2:]))
+    checks = curriculum_checks(settings, run, files, result(reordered), result(reordered[2:]))
     assert [c.ok for c in checks] == [True, True], checks
 
     swapped = [batches[0][:3] + batches[1][:1], batches[1][1:] + batches[0][3:], *batches[2:]]
-    checks = _curriculum_checks(settings, run, files, result(swapped), result(batches[:0:-1][:2]))
+    checks = curriculum_checks(settings, run, files, result(swapped), result(batches[:0:-1][:2]))
     assert [c.ok for c in checks] == [False, False], checks
+
+
+# ---------------------------------------------------------------------- verl's default path (v1)
+def test_the_trainer_choice_and_what_v1_runs_instead_of_the_sampler():
+    with pytest.raises(ValueError, match="--trainer must be one of v1, legacy"):
+        SmokeSettings(work_dir=".", trainer="v2").check()
+    topic = ESTIMATORS["ebpo_topic"]
+    assert topic.for_trainer("legacy") is topic and topic.curriculum_sampler
+    v1 = topic.for_trainer("v1")  # verl's v1 create_rl_sampler ignores custom samplers
+    assert v1.order == "topic" and not v1.curriculum_sampler and v1.topic_order
+    assert not [o for o in v1.overrides if o.startswith("+data.curriculum.")]
+    assert ESTIMATORS["ebpo"].for_trainer("v1") is ESTIMATORS["ebpo"]
+
+
+def test_request_keys_and_seeds_name_the_sample():
+    from ebpo.lab.verl_cpu.agent_loop import request_key
+    from ebpo.lab.verl_cpu.sampling import request_seed
+
+    keys = {
+        request_key(step, index, session)
+        for step in range(3)
+        for index in range(20)
+        for session in range(5)
+    }
+    assert len(keys) == 3 * 20 * 5
+    seeds = {request_seed(0, f"det-{key}") for key in keys}
+    assert len(seeds) == len(keys) and request_seed(0, "det-7") == request_seed(0, "det-7")
+    assert request_seed(1, "det-7") != request_seed(0, "det-7")
+    with pytest.raises(ValueError, match="session_id"):
+        request_key(1, 1, 10_000)
+
+
+def test_the_replay_buffer_orders_rows_by_dataset_row_then_sample():
+    from ebpo.lab.verl_cpu.replay import row_order
+
+    keys = ["b_1_0", "a_0_0", "b_0_0", "a_1_0", "a_1_1"]
+    indexes = [7, 3, 7, 3, 3]
+    sessions = [1, 0, 0, 1, 1]
+    assert [keys[i] for i in row_order(keys, indexes, sessions)] == [
+        "a_0_0",
+        "a_1_0",
+        "a_1_1",
+        "b_0_0",
+        "b_1_0",
+    ]
+
+
+def test_short_groups_column(tmp_path):
+    import pandas as pd
+
+    from ebpo.lab.verl_cpu.assets import with_short_groups
+
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"x": range(8)}).to_parquet(path)
+    out = with_short_groups({"train.file": str(path), "aime-2024": "v"}, group_size=4, every=4)
+    assert out["aime-2024"] == "v" and out["train.file"].endswith(".uneven.parquet")
+    assert pd.read_parquet(out["train.file"])["__rollout_n__"].tolist() == [4, 4, 4, 3] * 2
+    assert "__rollout_n__" not in pd.read_parquet(path)  # the original is left as it was
+
+
+def test_the_v1_command_line_composes_and_passes_verls_validation(tmp_path):
+    """The overrides of a v1 run, composed with verl's ppo_trainer.yaml and checked by verl's own
+    validate_config (what main_ppo.main does before starting Ray): fails if verl's schema moves."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from ebpo.integrations.verl.launcher import compose
+    from ebpo.lab.verl_cpu.launch import v1_overrides
+
+    overrides = v1_overrides(
+        model_path=str(tmp_path),
+        train_file="t.parquet",
+        val_file="v.parquet",
+        run_dir=str(tmp_path / "run"),
+        ray_temp_dir="/tmp/x",
+        total_steps=4,
+        save_freq=2,
+        batch_size=4,
+        group_size=4,
+        lr=1e-3,
+        max_prompt_length=24,
+        max_response_length=12,
+        env={"EXTRA": "1"},
+        extra=["algorithm.adv_estimator=ebpo"],
+    )
+    config = compose([o for o in overrides if not o.startswith("hydra.")])
+    assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "ebpo_cpu_sync"
+    assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.EXTRA == "1"
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER == "0"
+    validate_config(
+        config=config,
+        use_reference_policy=need_reference_policy(config),
+        use_critic=need_critic(config),
+    )
+
+
+def test_the_default_path_check_fails_on_an_overridden_fit_or_the_legacy_trainer(tmp_path):
+    from ebpo.lab.verl_cpu.checks import v1_path_checks
+    from ebpo.lab.verl_cpu.results import MANIFEST_FILE
+    from ebpo.lab.verl_cpu.trainer_v1 import VERL_METHODS
+    from ebpo.utils.files import write_json
+
+    run = ESTIMATORS["ebpo"]
+    manifest = {
+        "task_runner": {"class": "TaskRunnerV1", "file": "/x/verl/trainer/main_ppo.py"},
+        "trainer_class": "ebpo.lab.verl_cpu.trainer_v1.CPUPPOTrainerSync",
+        "trainer_bases": ["verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync"],
+        "trainer_mode": "sync",
+        "methods": {
+            name: f"verl.trainer.ppo.v1.trainer_base.PPOTrainer.{name}" for name in VERL_METHODS
+        },
+        "transfer_queue_controller": True,
+        "use_v1": True,
+    }
+    write_json(tmp_path / MANIFEST_FILE, manifest)
+    assert v1_path_checks(run, None, str(tmp_path))[0].ok
+    manifest["methods"]["fit"] = "ebpo.lab.verl_cpu.trainer_v1.CPUPPOTrainerSync.fit"
+    write_json(tmp_path / MANIFEST_FILE, manifest)
+    check = v1_path_checks(run, None, str(tmp_path))[0]
+    assert not check.ok and "NOT" in check.detail and "fit" in check.detail
+    (tmp_path / MANIFEST_FILE).unlink()  # the legacy trainer writes none
+    assert not v1_path_checks(run, None, str(tmp_path))[0].ok
+
+
+def test_a_failing_main_ppo_run_ends_and_leaves_nothing(tmp_path):
+    """``main_ppo`` refusing its config: the launch reports the exit code and the console, and no
+    process of it is left."""
+    from ebpo.lab.verl_cpu.launch import Listener, run_main_ppo
+
+    launch = run_main_ppo(
+        ["trainer.no_such_key=1"], cwd=str(tmp_path), console=str(tmp_path / "c.log"), timeout=300
+    )
+    assert launch.returncode != 0 and not launch.timed_out and not launch.leftovers
+    assert "no_such_key" in (tmp_path / "c.log").read_text()
+    launch.listeners = {Listener("raylet", "192.0.2.2", 1), Listener("gcs", "127.0.0.1", 2)}
+    assert launch.foreign_listeners == [Listener("raylet", "192.0.2.2", 1)]

@@ -37,6 +37,13 @@ from typing import Any
 import torch
 
 from ebpo.estimators import estimator_options, make_estimator, variant_spec
+from ebpo.integrations.verl.guards import (
+    MISSING_STATE_POLICIES,
+    check_calls_per_step,
+    check_resume,
+    check_rewards,
+    parameter_sync_step,
+)
 from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
 from ebpo.utils.runtime import torch_threads
 
@@ -68,7 +75,8 @@ REGISTERED = {
 #: verl registry name → core estimator name (the variant's estimator)
 REGISTERED_NAMES = {name: variant_spec(name)[0] for name in REGISTERED}
 #: keys of ``algorithm.ebpo`` that configure the plug-in rather than the estimator
-PLUGIN_KEYS = ("metrics_file", "log_to_trainer")
+#: (``on_missing_state``: see :mod:`ebpo.integrations.verl.guards`)
+PLUGIN_KEYS = ("metrics_file", "log_to_trainer", "on_missing_state")
 OPTIONS_SECTION = "ebpo"
 #: estimator option ← the ``algorithm`` key that sets it when ``algorithm.ebpo.<option>`` does not:
 #: the JSPO authors' verl fork reads the smoothing of ``jspo_plus_plus`` from ``algorithm.js_smooth_coef``
@@ -142,6 +150,12 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
             f"adv_estimator={name!r}{hint}; valid keys: {', '.join(valid)}"
         )
     plugin = {key: section.pop(key) for key in PLUGIN_KEYS if key in section}
+    policy = plugin.get("on_missing_state", "error")
+    if policy not in MISSING_STATE_POLICIES:
+        raise ValueError(
+            f"algorithm.{OPTIONS_SECTION}.on_missing_state must be one of "
+            f"{', '.join(MISSING_STATE_POLICIES)}, got {policy!r}"
+        )
     options = {**variant_options, **section}
     for option, key in ALGORITHM_KEYS.items():
         value = _get(config, key)
@@ -204,6 +218,53 @@ def _is_trainer_frame(frame: Any) -> bool:
     )
 
 
+#: the v1 trainers' function that hands verl's TransferQueue keys (``{uid}_{session}_{output}``)
+#: of the rows to ``compute_advantage`` (verl 0.9.1, ``verl/trainer/ppo/v1/utils.py``)
+MULTI_OUTPUT_FUNCTION = "compute_advantage_for_multi_trajectories"
+
+
+def _session_keys(rows: int, max_depth: int = 12) -> list[str] | None:
+    """verl's TransferQueue keys of the ``rows`` rows, from the calling
+    ``compute_advantage_for_multi_trajectories`` (its ``batch_keys``), or None outside it."""
+    frame = sys._getframe(2)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == MULTI_OUTPUT_FUNCTION and _is_trainer_frame(frame):
+            keys = frame.f_locals.get("batch_keys")
+            if isinstance(keys, (list, tuple)) and len(keys) == rows:
+                return [str(key) for key in keys]
+            STORE.warn_once(
+                "no-session-keys",
+                "ebpo: %s called the estimator without %d `batch_keys`: outputs of multi-output "
+                "agent loops count as separate samples",
+                MULTI_OUTPUT_FUNCTION,
+                rows,
+            )
+            return None
+        frame = frame.f_back
+    return None
+
+
+def session_final_rows(keys: list[str]) -> tuple[list[bool], list[int]] | None:
+    """For verl's keys ``{uid}_{session}_{output}``: which rows are the final output of their
+    session (the highest ``output``), and for every row the position of its session's final row;
+    None if a key is not of that form. verl's GRPO path groups the same rows
+    (``compute_advantage_for_multi_trajectories``)."""
+    final: dict[str, tuple[int, int]] = {}
+    sessions = []
+    for row, key in enumerate(keys):
+        parts = key.rsplit("_", 2)
+        if len(parts) != 3 or not parts[2].isdigit():
+            return None
+        session, output = f"{parts[0]}_{parts[1]}", int(parts[2])
+        sessions.append(session)
+        if session not in final or final[session][0] < output:
+            final[session] = (output, row)
+    owner = [final[session][1] for session in sessions]
+    return [owner[row] == row for row in range(len(keys))], owner
+
+
 def _trainer_frame_metrics(max_depth: int = 12) -> tuple[dict | None, Any]:
     """The calling verl trainer's ``metrics`` dict and the trainer object, if we are inside one.
 
@@ -235,11 +296,16 @@ def _trainer_run_dir(trainer: Any) -> str | None:
     return os.path.abspath(path) if isinstance(path, str) and path else None
 
 
-def _report(name: str, metrics: Mapping[str, float], steps: int, plugin: Mapping[str, Any]) -> None:
+def _report(
+    name: str,
+    metrics: Mapping[str, float],
+    steps: int,
+    plugin: Mapping[str, Any],
+    trainer_metrics: dict | None,
+    trainer: Any,
+) -> None:
     prefixed = {f"{name}/{key}": float(value) for key, value in metrics.items()}
-    trainer_metrics, trainer = (None, None)
     if plugin.get("log_to_trainer", True):
-        trainer_metrics, trainer = _trainer_frame_metrics()
         if trainer_metrics is not None:
             trainer_metrics.update(prefixed)
         if STORE.run_dir is None and trainer is not None:
@@ -287,17 +353,46 @@ def outcome_advantage(
     if index is None:
         raise ValueError(f"index (verl's uid per row) is required by adv_estimator={name!r}")
     options, plugin = resolve_options(name, config)
-    estimator = STORE.get(REGISTERED_NAMES[name], options)
+    core = REGISTERED_NAMES[name]
+    trainer_metrics, trainer = _trainer_frame_metrics()
+    estimator = STORE.get(core, options)
+    check_rewards(name, estimator, config)
+    trainer_config = _trainer_config(trainer)
+    if trainer_config is not None:
+        check_calls_per_step(name, estimator, parameter_sync_step(trainer_config))
+        steps = getattr(trainer, "global_steps", None)
+        policy = plugin.get("on_missing_state", "error")
+        if check_resume(STORE, name, core, options, trainer_config.get("trainer"), steps, policy):
+            estimator = STORE.get(core, options)
+    sessions = session_final_rows(keys) if (keys := _session_keys(len(index))) else None
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         valid = nonempty_rows(response_mask)
+        if sessions is not None:  # one row per agent session: its final output (as verl's GRPO)
+            valid = valid & torch.tensor(sessions[0])
         # The big [bs, T] ops (reward sum, token broadcast) keep every thread; the estimator's
         # small [bs] ops run on one (see ebpo.utils.runtime.torch_threads).
         with torch_threads(1):
             result = estimator(scores, index, mask=valid)  # the core hashes verl's uid strings once
-        advantages = result.advantages.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
-    _report(name, result.metrics, getattr(estimator, "steps", 0), plugin)
+        per_row = result.advantages
+        if sessions is not None:  # every output of a session gets its final output's advantage
+            per_row = per_row[torch.tensor(sessions[1])]
+        advantages = per_row.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
+    _report(
+        name,
+        result.metrics,
+        getattr(estimator, "steps", 0),
+        plugin,
+        trainer_metrics if plugin.get("log_to_trainer", True) else None,
+        trainer,
+    )
     return advantages, advantages
+
+
+def _trainer_config(trainer: Any) -> Any:
+    """The full config of the trainer on the call stack (verl's trainers keep it as ``config``)."""
+    config = getattr(trainer, "config", None)
+    return config if config is not None and hasattr(config, "get") else None
 
 
 def advantage_function(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

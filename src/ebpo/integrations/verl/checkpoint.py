@@ -14,7 +14,10 @@ and the advantage function share :data:`~ebpo.integrations.verl.state.STORE`:
   finds the folder verl will resume from with verl's own rules (``trainer.resume_mode`` ``auto``:
   the step in ``latest_checkpointed_iteration.txt`` under ``trainer.default_local_dir``;
   ``resume_path``: ``trainer.resume_from_path``; ``disable``: none) and loads the state from it;
-* it also points the metrics JSONL at ``trainer.default_local_dir/ebpo_metrics.jsonl``.
+* it also points the metrics JSONL at ``trainer.default_local_dir/ebpo_metrics.jsonl``;
+* it runs the config checks of :mod:`~ebpo.integrations.verl.guards` (:func:`check_config`): verl
+  builds the callback in the trainer's constructor, before any worker starts, so a refused
+  configuration stops in seconds.
 
 Which trainers call it (verl 0.9.1): only the v1 trainers (``verl.trainer.ppo.v1``: ``sync``,
 ``colocate_async`` and ``separate_async`` modes) build ``trainer.checkpoint_callback_class`` and
@@ -23,7 +26,9 @@ itself (``trainer.use_v1=False``), the experimental fully-async (``FullyAsyncTra
 one-step-off (``OneStepOffRayTrainer``) trainers, and out-of-tree recipes built on it: there the
 prior is neither saved nor restored (a resumed run starts from an empty prior; harmless with
 ``prior=batch``, which keeps no state between steps), and the metrics JSONL falls back to the
-trainer's ``trainer.default_local_dir`` (see :mod:`~ebpo.integrations.verl.advantage`).
+trainer's ``trainer.default_local_dir`` (see :mod:`~ebpo.integrations.verl.advantage`); a
+resumed run with a stateful estimator then stops at its first advantage call, unless the folder it
+resumed from holds a state file (see :mod:`~ebpo.integrations.verl.guards`).
 ``ebpo verl --dry-run`` warns about ``use_v1=False``.
 """
 
@@ -35,10 +40,12 @@ from typing import Any
 # verl is this module's base (verl loads the callback by name): it needs the verl extra
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
+from ebpo.integrations.verl.advantage import REGISTERED_NAMES, resolve_options
+from ebpo.integrations.verl.guards import check_calls_per_step, check_rewards, parameter_sync_step
 from ebpo.integrations.verl.resume import absolute_path, resume_folder
 from ebpo.integrations.verl.state import STATE_FILENAME, STORE, EstimatorStore
 
-__all__ = ["EBPOCheckpointCallback"]
+__all__ = ["EBPOCheckpointCallback", "check_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +59,7 @@ class EBPOCheckpointCallback(CheckpointCallback):
         trainer_config = config.trainer if config is not None else None
         if trainer_config is None:
             return
+        check_config(config)
         base = trainer_config.get("default_local_dir")
         if base:
             self.store.run_dir = absolute_path(str(base))
@@ -80,3 +88,17 @@ class EBPOCheckpointCallback(CheckpointCallback):
         """Write the estimator state into ``checkpoint_dir`` (synchronously: it is a few kB)."""
         path = self.store.save(checkpoint_dir)
         logger.info("ebpo: saved estimator state for step %s to %s", global_step, path)
+
+
+def check_config(config: Any) -> None:
+    """The checks of :mod:`~ebpo.integrations.verl.guards` that need only the config, for one of
+    ebpo's estimators: run when verl builds the callback, before any worker starts."""
+    from ebpo.estimators import make_estimator
+
+    name = config.algorithm.get("adv_estimator") if config.get("algorithm") is not None else None
+    if name not in REGISTERED_NAMES:
+        return
+    options, _ = resolve_options(name, config.algorithm)
+    estimator = make_estimator(REGISTERED_NAMES[name], **options)
+    check_rewards(name, estimator, config.algorithm)
+    check_calls_per_step(name, estimator, parameter_sync_step(config))

@@ -14,17 +14,18 @@ verl reports that deep inside a Ray actor, minutes into a job. The doctor checks
 4. verl's ``compute_advantage`` runs with each of these estimators on a tiny batch with a padding row;
 5. the checkpoint callback class loads through verl's own loader.
 
+With ``--address`` (:func:`run_node_checks`), check 3 runs on every node of that Ray cluster
+instead (:mod:`~ebpo.integrations.verl.nodes`): verl's ``TaskRunnerV1``, which computes the
+advantages, lands on any of them.
+
 These checks stop at verl's ``compute_advantage``. ``ebpo verl smoke`` (:data:`SMOKE_HINT`) goes
-further: verl's own ``RayPPOTrainer.fit()`` on this CPU with the plug-in inside — validation,
-reward, metrics, checkpoint and an exact resume — in about a minute.
+further: verl's default training path (``python -m verl.trainer.main_ppo``: ``TaskRunnerV1``,
+TransferQueue, ``PPOTrainerSync.fit()``) on this CPU with the plug-in inside — validation, reward,
+metrics, checkpoint and an exact resume.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -34,34 +35,16 @@ import torch
 from ebpo.integrations.verl import advantage
 from ebpo.integrations.verl.advantage import REGISTERED_NAMES
 from ebpo.integrations.verl.launcher import CALLBACK_FQN, PLUGIN_MODULE, entry_point_active
+from ebpo.integrations.verl.nodes import ADVANTAGE_MODULE, fresh_process_report
 from ebpo.integrations.verl.state import EstimatorStore
 
-__all__ = ["SMOKE_HINT", "Check", "run_checks"]
+__all__ = ["SMOKE_HINT", "Check", "run_checks", "run_node_checks"]
 
 #: printed after the doctor's checks: the next, deeper check of an install
 SMOKE_HINT = (
-    "next: `ebpo verl smoke` runs verl's own RayPPOTrainer.fit() on this CPU with the plug-in "
-    "inside (validation, compute_score, metrics, checkpoint, exact resume; ~1 min)"
-)
-
-PROBE = textwrap.dedent(
-    f"""
-    import json, traceback
-    import verl
-    from verl.trainer.ppo import core_algos
-    names = {tuple(REGISTERED_NAMES)!r}
-    found = {{n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names}}
-    error = None
-    if not all(m == "ebpo.integrations.verl.advantage" for m in found.values()):
-        from importlib.metadata import entry_points
-        for ep in entry_points(group="verl.plugins"):
-            if ep.name == "ebpo":
-                try:
-                    ep.load()
-                except Exception:
-                    error = traceback.format_exc()
-    print("EBPO_PROBE " + json.dumps({{"registered": found, "error": error}}))
-    """
+    "next: `ebpo verl smoke` runs verl's default path (python -m verl.trainer.main_ppo: "
+    "TaskRunnerV1, TransferQueue, PPOTrainerSync.fit) on this CPU with the plug-in inside "
+    "(validation, compute_score, metrics, checkpoint, exact resume; a few minutes)"
 )
 
 
@@ -116,29 +99,18 @@ def _entry_point() -> Check:
 
 
 def _fresh_process(timeout: float) -> Check:
+    name = "fresh `import verl` registers"
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return Check(
-            "fresh `import verl` registers", False, f"probe timed out after {timeout:.0f} s"
-        )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("EBPO_PROBE ")]
-    if proc.returncode != 0 or not lines:
-        return Check(
-            "fresh `import verl` registers",
-            False,
-            f"probe failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
-        )
-    report = json.loads(lines[-1].removeprefix("EBPO_PROBE "))
+        report = fresh_process_report(timeout)
+    except RuntimeError as error:
+        return Check(name, False, str(error))
     registered = report["registered"]
-    if all(module == "ebpo.integrations.verl.advantage" for module in registered.values()):
-        return Check("fresh `import verl` registers", True, ", ".join(sorted(registered)))
+    if registered and all(module == ADVANTAGE_MODULE for module in registered.values()):
+        return Check(name, True, ", ".join(sorted(registered)))
     detail = f"registry after `import verl`: {registered}"
     if report.get("error"):
-        detail += "\nloading the entry point by hand raised:\n" + report["error"]
-    return Check("fresh `import verl` registers", False, detail)
+        detail += "\n" + report["error"]
+    return Check(name, False, detail)
 
 
 #: options for the doctor's tiny batch: EBPO with the batch prior (two groups are its whole world)
@@ -213,3 +185,24 @@ def run_checks(*, fresh_process: bool = True, timeout: float = 300.0) -> list[Ch
     checks.append(_compute_advantage())
     checks.append(_callback())
     return checks
+
+
+def run_node_checks(address: str, *, timeout: float = 300.0) -> list[Check]:
+    """The registration check on every node of the Ray cluster at ``address`` (one check per
+    node; a node where the probe cannot run fails too)."""
+    from ebpo.integrations.verl.nodes import check_nodes  # connects to Ray (verl extra)
+
+    try:
+        reports = check_nodes(address, timeout=timeout)
+    except Exception as error:  # cannot reach the cluster
+        return [Check(f"Ray cluster at {address}", False, f"{type(error).__name__}: {error}")]
+    if not reports:
+        return [Check(f"Ray cluster at {address}", False, "no alive node")]
+    return [
+        Check(
+            f"node {r.address} ({r.hostname}, id {r.node_id[:12]}): `import verl` registers",
+            r.ok,
+            r.detail,
+        )
+        for r in reports
+    ]

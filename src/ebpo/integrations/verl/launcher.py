@@ -13,7 +13,11 @@
 
 Before launching, :func:`check_overrides` parses the overrides with Hydra's own grammar and
 builds the estimator from the ``algorithm.*`` ones, so a typo (``+algorithm.ebpo.prir=ema``) or a
-bad value fails in a second on the command line instead of after the first rollout in a Ray actor.
+bad value — or a combination :mod:`~ebpo.integrations.verl.guards` refuses — fails in a second on
+the command line instead of after the first rollout in a Ray actor; then
+:func:`check_plugin_where_it_runs` makes sure ``import verl`` registers ebpo's estimators where
+verl will compute advantages (every node of the Ray cluster ``main_ppo`` joins, or a fresh
+interpreter here when it starts its own).
 
 A dry run (:func:`dry_run`) composes the config with Hydra exactly as ``main_ppo`` would
 (``verl/trainer/config/ppo_trainer.yaml`` + overrides), resolves every interpolation, runs verl's
@@ -33,23 +37,32 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from ebpo.estimators import make_estimator
+from ebpo.estimators import estimator_options, make_estimator
 from ebpo.integrations.verl.advantage import (
     ALGORITHM_KEYS,
     OPTIONS_SECTION,
     REGISTERED_NAMES,
     resolve_options,
 )
+from ebpo.integrations.verl.guards import (
+    CALLBACK_FQN,
+    check_calls_per_step,
+    check_resume_folder,
+    check_rewards,
+    parameter_sync_step,
+)
 from ebpo.integrations.verl.resume import resume_folder
 
 __all__ = [
     "CALLBACK_FQN",
     "PLUGIN_MODULE",
+    "PluginUnavailable",
     "check_overrides",
+    "check_plugin_where_it_runs",
     "compose",
     "dry_run",
     "entry_point_active",
@@ -59,7 +72,6 @@ __all__ = [
 ]
 
 PLUGIN_MODULE = "ebpo.integrations.verl.plugin"
-CALLBACK_FQN = "ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
 #: the ``algorithm.adv_estimator`` names the plug-in registers (ebpo, ebpo_bb, jspo, jspo_plus_plus)
 OUR_ESTIMATORS = tuple(REGISTERED_NAMES)
 ENV_FORWARD = f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}"
@@ -173,8 +185,14 @@ def validate(config: Any) -> list[str]:
         raise ValueError(f"algorithm.adv_estimator={estimator!r} is not registered in verl")
     if estimator in OUR_ESTIMATORS:
         options, plugin = resolve_options(estimator, config.algorithm)
-        make_estimator(estimator, **options)  # validates option values
-        notes.append(f"estimator {estimator} with options {options}")
+        instance = make_estimator(estimator, **options)  # validates option values
+        check_rewards(estimator, instance, config.algorithm)
+        check_calls_per_step(estimator, instance, parameter_sync_step(config))
+        if folder and os.path.isdir(folder) and plugin.get("on_missing_state", "error") == "error":
+            check_resume_folder(estimator, instance, folder)
+        # every option, defaults included: what the run will use (the prior above all)
+        effective = {**estimator_options(estimator), **options}
+        notes.append(f"estimator {estimator} with options {effective}")
         if not config.trainer.get("checkpoint_callback_class"):
             notes.append(
                 "WARNING: no trainer.checkpoint_callback_class: the EBPO prior is not saved with checkpoints"
@@ -313,23 +331,27 @@ def _parse_overrides(overrides: Sequence[str]) -> list[Any]:
         raise ValueError(f"cannot parse the Hydra overrides: {error}") from error
 
 
-def algorithm_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """The ``algorithm`` section the overrides set, as a plain dict (Hydra's typed values, later
-    overrides win, ``~`` deletes). Only what the overrides say: verl's defaults are not included."""
-    algorithm: dict[str, Any] = {}
+def parsed_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """What the overrides set, as a nested plain dict (Hydra's typed values, later overrides win,
+    ``~`` deletes). Only what the overrides say: verl's defaults are not included."""
+    tree: dict[str, Any] = {}
     for override in _parse_overrides(overrides):
         path = override.key_or_group.split(".")
-        if path[0] != "algorithm" or len(path) < 2:
-            continue
-        node = algorithm
-        for part in path[1:-1]:
+        node = tree
+        for part in path[:-1]:
             child = node.get(part)
             node[part] = node = dict(child) if isinstance(child, dict) else {}
         if override.is_delete():
             node.pop(path[-1], None)
         else:
             node[path[-1]] = override.value()
-    return algorithm
+    return tree
+
+
+def algorithm_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """The ``algorithm`` section the overrides set (see :func:`parsed_overrides`)."""
+    section = parsed_overrides(overrides).get("algorithm")
+    return section if isinstance(section, dict) else {}
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
@@ -345,7 +367,8 @@ def check_overrides(overrides: Sequence[str]) -> None:
     Raises:
         ValueError: naming the bad override, key or value.
     """
-    algorithm = algorithm_overrides(overrides)
+    parsed = parsed_overrides(overrides)
+    algorithm = parsed.get("algorithm") if isinstance(parsed.get("algorithm"), dict) else {}
     estimator = algorithm.get("adv_estimator", "gae")  # verl's default when none is given
     if estimator not in OUR_ESTIMATORS:
         return
@@ -353,7 +376,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
     if any(isinstance(v, str) and "${" in v for v in options.values()):
         return
     try:
-        make_estimator(estimator, **options)
+        instance = make_estimator(estimator, **options)
     except ValueError as error:
         section = algorithm.get(OPTIONS_SECTION)
         explicit = section if isinstance(section, dict) else {}
@@ -366,6 +389,48 @@ def check_overrides(overrides: Sequence[str]) -> None:
         raise ValueError(
             f"invalid algorithm.{OPTIONS_SECTION} option for adv_estimator={estimator}{source}: {error}"
         ) from error
+    check_rewards(estimator, instance, algorithm)
+    check_calls_per_step(estimator, instance, parameter_sync_step(parsed))
+
+
+class PluginUnavailable(RuntimeError):
+    """ebpo's estimators are not registered where verl will compute advantages (one line)."""
+
+
+def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | None) -> None:
+    """Before launching: on the Ray cluster ``main_ppo`` will join (``ray_kwargs.ray_init.address``
+    or ``RAY_ADDRESS``), every node must register ebpo's estimators on ``import verl`` (verl's
+    ``TaskRunnerV1`` lands on any of them); without a cluster, a fresh interpreter here must
+    (``main_ppo`` starts its Ray workers on this machine).
+
+    Raises:
+        PluginUnavailable: one line naming the node (or this machine) and why.
+    """
+    from ebpo.integrations.verl.nodes import (
+        check_nodes,
+        first_failure,
+        fresh_process_report,
+        registered_everywhere,
+    )
+
+    forwarded = {
+        key: value for key, value in (env or {}).items() if key == "VERL_USE_EXTERNAL_MODULES"
+    }
+    address = override_value(args, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS")
+    if address and address != "local":
+        failure = first_failure(check_nodes(address, env_vars=forwarded))
+        if failure:
+            raise PluginUnavailable(failure)
+        return
+    report = fresh_process_report(env=forwarded)
+    if not registered_everywhere(report):
+        cause = (report.get("error") or "").strip().splitlines()
+        raise PluginUnavailable(
+            "ebpo's verl plug-in is not usable on this machine, where main_ppo starts its Ray "
+            "workers: `import verl` in a fresh interpreter did not register "
+            + ", ".join(sorted(report.get("registered") or OUR_ESTIMATORS))
+            + (f" ({cause[-1]})" if cause else "")
+        )
 
 
 def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
@@ -373,6 +438,8 @@ def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
 
     Raises:
         ValueError: the overrides fail :func:`check_overrides` (nothing is launched).
+        PluginUnavailable: ebpo's estimators are not registered where verl will run them
+            (:func:`check_plugin_where_it_runs`; nothing is launched).
     """
     check_overrides(
         with_defaults(overrides) if defaults else overrides
@@ -380,6 +447,9 @@ def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
     via_env = not entry_point_active()
     args = with_defaults(overrides, plugin_via_env=via_env) if defaults else list(overrides)
     env = _external_modules_env() if via_env else None
+    estimator = override_value(args, "algorithm.adv_estimator")
+    if estimator in OUR_ESTIMATORS:
+        check_plugin_where_it_runs(args, env)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *args]
     print("+ " + " ".join(command), flush=True)
     return subprocess.call(command, env=env)

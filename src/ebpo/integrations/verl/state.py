@@ -65,6 +65,8 @@ class EstimatorStore:
         self._estimators: dict[str, tuple[str, dict[str, Any], AdvantageEstimator]] = {}
         self.run_dir: str | None = None  # default home of the metrics JSONL (set by the callback)
         self.restored_from: str | None = None
+        self._restored: set[str] = set()  # keys of the estimators the last load() restored
+        self._called: set[str] = set()  # keys already seen by first_call()
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ estimators
@@ -90,6 +92,20 @@ class EstimatorStore:
                 key,
             )
 
+    def first_call(self, name: str, options: Mapping[str, Any]) -> bool:
+        """True the first time it is asked for this configuration in this process (until
+        :meth:`clear`)."""
+        key = estimator_key(name, options)
+        with self._lock:
+            if key in self._called:
+                return False
+            self._called.add(key)
+            return True
+
+    def was_restored(self, name: str, options: Mapping[str, Any]) -> bool:
+        """Whether the estimator of this configuration came from a state file (:meth:`load`)."""
+        return estimator_key(name, options) in self._restored
+
     def __len__(self) -> int:
         return len(self._estimators)
 
@@ -99,6 +115,8 @@ class EstimatorStore:
             self._estimators.clear()
             self.run_dir = None
             self.restored_from = None
+            self._restored.clear()
+            self._called.clear()
             self._warned.clear()
 
     # ------------------------------------------------------------------ persistence
@@ -133,6 +151,7 @@ class EstimatorStore:
             rebuilt[estimator_key(name, options)] = (name, options, est)
         with self._lock:
             self._estimators = rebuilt
+            self._restored = set(rebuilt)
 
     def save(self, directory: str | os.PathLike[str]) -> str:
         """Write :data:`STATE_FILENAME` into ``directory`` atomically; returns the file path.

@@ -26,7 +26,14 @@ from ebpo.integrations.verl.data_prep import prepare
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, corrupted_examples, load_policy, warm_start
 from ebpo.lab.cpu_task.task import Problem, fixed_problems, problem_stream
 
-__all__ = ["ANSWER_PREFIX", "build_model", "prepare_data", "train_file", "val_file"]
+__all__ = [
+    "ANSWER_PREFIX",
+    "build_model",
+    "prepare_data",
+    "train_file",
+    "val_file",
+    "with_short_groups",
+]
 
 #: what the model is warm-started to write before its digits (graded by ``compute_score``)
 ANSWER_PREFIX = "Answer: "
@@ -64,6 +71,27 @@ def prepare_data(out_dir: Path, *, train_size: int, val_size: int, seed: int = 0
         seed=seed,
     )
     return written
+
+
+def with_short_groups(written: dict[str, str], *, group_size: int, every: int) -> dict[str, str]:
+    """The training files with verl's per-prompt sample count ``__rollout_n__``: ``group_size - 1``
+    for every ``every``-th row (by position), ``group_size`` for the others; written next to the
+    originals (``*.uneven.parquet``), returned in their place."""
+    import pandas as pd  # heavy optional import
+
+    out = dict(written)
+    for key, path in written.items():
+        if not key.startswith("train."):
+            continue
+        frame = pd.read_parquet(path)
+        frame["__rollout_n__"] = [
+            group_size - 1 if every and i % every == every - 1 else group_size
+            for i in range(len(frame))
+        ]
+        target = Path(path).with_suffix(".uneven.parquet")
+        frame.to_parquet(target)
+        out[key] = str(target)
+    return out
 
 
 def train_file(written: dict[str, str], order: str) -> str:

@@ -11,16 +11,15 @@ through the ``verl.plugins`` entry point on ``import verl``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.state import STORE
 from ebpo.lab.verl_cpu.platform import PLATFORM_NAME, cpu_platform
-from ebpo.lab.verl_cpu.trainer import CPURayPPOTrainer, StepTrace
+from ebpo.lab.verl_cpu.results import RunResult, StepTrace, read_logged_metrics
+from ebpo.lab.verl_cpu.trainer import CPURayPPOTrainer
 
 __all__ = [
     "CPU_OVERRIDES",
@@ -169,32 +168,6 @@ def ray_session(num_cpus: int = 2) -> Iterator[None]:
                 ray.shutdown()
 
 
-@dataclass
-class RunResult:
-    """What one ``fit()`` left behind."""
-
-    run_dir: str
-    trace: list[StepTrace]
-    metrics: dict[int, dict[str, float]]  # step -> what verl's file logger wrote
-    estimator_state: dict[str, Any]
-    seconds: float
-    checkpoints: list[str] = field(default_factory=list)
-
-
-def read_logged_metrics(path: str) -> dict[int, dict[str, float]]:
-    """``{step: data}`` from verl's ``FileLogger`` JSONL (one ``{"step", "data"}`` object a line);
-    a step logged twice (validation before training, then the step) is merged."""
-    out: dict[int, dict[str, float]] = {}
-    if not os.path.exists(path):
-        return out
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                record = json.loads(line)
-                out.setdefault(int(record["step"]), {}).update(record["data"])
-    return out
-
-
 @contextlib.contextmanager
 def _env(values: Mapping[str, str]) -> Iterator[None]:
     old = {key: os.environ.get(key) for key in values}
@@ -223,7 +196,7 @@ def run_fit(config: Any, *, sampler_factory: Any = None) -> RunResult:
     from verl.trainer.ppo.utils import Role, create_rl_dataset  # heavy optional import
     from verl.utils import hf_tokenizer  # heavy optional import
 
-    from ebpo.lab.verl_cpu.trainer import CPUResourcePoolManager
+    from ebpo.lab.verl_cpu.resources import CPUResourcePoolManager
     from ebpo.lab.verl_cpu.worker import CPUActorRolloutWorker
 
     run_dir = str(Path(config.trainer.default_local_dir).parent)

@@ -4,18 +4,50 @@ its results (:class:`Check`). Imports nothing from verl."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ebpo.integrations.verl.recipes import EBPO_OVERRIDES
 from ebpo.utils.checks import check_int, check_positive_int
 
-__all__ = ["ESTIMATORS", "Check", "EstimatorRun", "SmokeSettings"]
+__all__ = [
+    "ESTIMATORS",
+    "TRAINERS",
+    "WORK_DIR_MARKER",
+    "Check",
+    "EstimatorRun",
+    "SmokeSettings",
+    "check_work_dir",
+]
+
+
+#: the trainers the smoke can run: verl's default (v1 ``PPOTrainerSync`` through ``main_ppo``) and
+#: the deprecated ``RayPPOTrainer``
+TRAINERS = ("v1", "legacy")
+
+#: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
+WORK_DIR_MARKER = ".ebpo-verl-smoke"
+
+
+def check_work_dir(path: str | Path) -> None:
+    """Refuse (ValueError naming ``--work-dir``) a directory that holds files and is not one the
+    smoke wrote before: it clears its run folders there, and a user's files must never be among
+    them. Creates and changes nothing."""
+    work = Path(path).expanduser()
+    if work.is_dir() and any(work.iterdir()) and not (work / WORK_DIR_MARKER).is_file():
+        raise ValueError(
+            f"--work-dir {str(path)!r} holds files that ebpo verl smoke did not write; "
+            "give an empty or new directory (or leave --work-dir out for a temporary one)"
+        )
 
 
 @dataclass(frozen=True)
 class EstimatorRun:
     """One estimator configuration of the smoke: its Hydra overrides, the training file order it
-    reads and whether ebpo's curriculum sampler feeds verl's dataloader."""
+    reads and whether ebpo's curriculum sampler feeds verl's dataloader (legacy trainer only:
+    verl 0.9.1's v1 trainer builds its sampler with ``create_rl_sampler``, which knows only
+    sequential and random sampling, so there the topic order comes from the topic-sorted file, as
+    in the ``ebpo_topic`` recipe)."""
 
     name: str
     registry_name: str  # verl's adv_estimator (the prefix of its metrics)
@@ -23,6 +55,14 @@ class EstimatorRun:
     order: str = "file"
     curriculum_sampler: bool = False
     description: str = ""
+    topic_order: bool = False  # the prompts must come in topic blocks
+
+    def for_trainer(self, trainer: str) -> EstimatorRun:
+        """This configuration as the given trainer runs it (see class docstring)."""
+        if trainer == "v1" and self.curriculum_sampler:
+            overrides = tuple(o for o in self.overrides if not o.startswith("+data.curriculum."))
+            return replace(self, overrides=overrides, order="topic", curriculum_sampler=False)
+        return self
 
 
 ESTIMATORS: dict[str, EstimatorRun] = {
@@ -46,8 +86,9 @@ ESTIMATORS: dict[str, EstimatorRun] = {
             (*EBPO_OVERRIDES, "+data.curriculum.order=topic", "+data.curriculum.seed=0"),
             order="shuffle",
             curriculum_sampler=True,
-            description="the ebpo_topic recipe's estimator; ebpo's CurriculumSampler (topic order) "
-            "in verl's dataloader, resumed mid-epoch",
+            topic_order=True,
+            description="the ebpo_topic recipe's estimator and topic order, resumed mid-epoch "
+            "(legacy: ebpo's CurriculumSampler in verl's dataloader; v1: the topic-sorted file)",
         ),
     )
 }
@@ -59,6 +100,7 @@ class SmokeSettings:
 
     work_dir: str
     estimators: tuple[str, ...] = ("ebpo",)
+    trainer: str = "v1"
     steps: int = 4
     save_step: int = 2
     batch_size: int = 4
@@ -72,9 +114,18 @@ class SmokeSettings:
         None  # warm-start cache (None: ebpo's cache, ebpo.lab.cpu_task.policy.cache_dir)
     )
     verbose: bool = False  # show verl's console output instead of writing it to a file
+    #: v1: every ``short_group_every``-th prompt gets one sample fewer (verl's ``__rollout_n__``),
+    #: so a step has an odd number of rows and verl's ``_balance_batch`` adds a padding row for
+    #: the 2 data-parallel ranks (0: every prompt gets ``group_size``)
+    short_group_every: int = 4
+    timeout: float = 900.0  # seconds for one v1 run (main_ppo) before it is killed
 
     def check(self) -> None:
         """ValueError naming the first bad setting."""
+        if self.trainer not in TRAINERS:
+            raise ValueError(
+                f"--trainer must be one of {', '.join(TRAINERS)}; got {self.trainer!r}"
+            )
         unknown = [name for name in self.estimators if name not in ESTIMATORS]
         if not self.estimators or unknown:
             raise ValueError(

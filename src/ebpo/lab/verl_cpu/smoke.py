@@ -1,64 +1,146 @@
-"""``ebpo verl smoke``: verl's own ``RayPPOTrainer.fit()`` on CPU with ebpo inside, twice per
-estimator — once straight through, once resumed from the first run's step-2 checkpoint — and the
-checks that the two agree.
+"""``ebpo verl smoke``: verl's training loop on CPU with ebpo inside, twice per estimator — once
+straight through, once resumed from the first run's step-2 checkpoint — and the checks that the
+two agree (:mod:`~ebpo.lab.verl_cpu.checks`).
 
-Both runs go through one :class:`~ebpo.lab.verl_cpu.run.TaskRunner` Ray actor (whose estimator
-store is cleared before each run, as in a fresh process). Per estimator (:data:`ESTIMATORS`):
+``trainer="v1"`` (the default) runs verl's default path exactly as a user starts it: ``python -m
+verl.trainer.main_ppo`` with verl's ``ppo_trainer.yaml`` and overrides
+(:mod:`~ebpo.lab.verl_cpu.launch`) — Hydra, ``validate_config``, Ray, the ``TaskRunnerV1`` actor,
+TransferQueue, ``PPOTrainerSync``'s own ``init``/``fit``/checkpointing, verl's agent loop, reward
+loop and load balancer — with the CPU pieces entering through verl's registries
+(:mod:`~ebpo.lab.verl_cpu.plugin`), the actor on 2 data-parallel ranks. Each run is its own
+``main_ppo`` process (and Ray instance): a resumed run starts as fresh as a user's restart.
+
+``trainer="legacy"`` runs the deprecated ``RayPPOTrainer.fit()`` (``CPURayPPOTrainer``) in a
+``TaskRunner`` actor of one local Ray session (:mod:`~ebpo.lab.verl_cpu.run`).
+
+Per estimator (:data:`~ebpo.lab.verl_cpu.settings.ESTIMATORS`):
 
 * run A: validation before training, ``steps`` training steps, a checkpoint every ``save_step``
   steps (verl's ``_save_checkpoint`` + ebpo's ``EBPOCheckpointCallback``);
 * run B: a fresh trainer and fresh workers, ``trainer.resume_mode=resume_path`` from run A's
-  ``global_step_<save_step>``; verl restores the actor, the dataloader (and the sampler inside it)
-  and ebpo's callback restores the estimator state; it trains the remaining steps.
-
-Checked (each a :class:`Check`): the estimator verl calls in the TaskRunner is the plug-in's
-(entry point); run A
-trained every step with validation first; our ``compute_score`` scored it (its extra keys in
-verl's validation metrics); verl's file AND console loggers carry the ``<estimator>/*`` metrics at
-every step (the side channel); the checkpoint folder holds the actor, ``data.pt`` and the
-estimator state; run B's steps after the checkpoint have exactly (``torch.equal``, ``==``) the
-same prompts, rewards, advantages and ``<estimator>/*`` metrics as run A's, and both end with the
-same estimator state. Exact equality holds because every random draw is seeded per step (sampling,
-see :func:`~ebpo.lab.verl_cpu.worker.generation_seed`), the actor's model and AdamW state are
-restored bit for bit, the worker runs single-threaded in both runs, and the estimator state
-round-trips through JSON losslessly (Python floats). ``ebpo_topic`` also checks that the prompts
-follow ebpo's ``CurriculumSampler`` topic order, in verl's ``StatefulDataLoader``, across the
-mid-epoch resume.
+  ``global_step_<save_step>``; verl restores the actor and the dataloader, ebpo's callback the
+  estimator state; it trains the remaining steps, which must equal A's bit for bit. That holds
+  because every random draw is seeded per step (legacy: per batch,
+  :func:`~ebpo.lab.verl_cpu.sampling.generation_seed`; v1: per sample, from the request id,
+  :func:`~ebpo.lab.verl_cpu.sampling.request_seed`), the rows of a step reach the actor in
+  dataset order (v1: :mod:`~ebpo.lab.verl_cpu.replay`), the actor's model and AdamW state are
+  restored bit for bit, the workers run single-threaded, and the estimator state round-trips
+  through JSON losslessly (Python floats).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
 from ebpo.integrations.verl.state import STATE_FILENAME
 from ebpo.lab.cpu_task.policy import cache_dir
-from ebpo.lab.verl_cpu import assets
-from ebpo.lab.verl_cpu.run import (
-    METRICS_LOG,
+from ebpo.lab.verl_cpu import assets, checks
+from ebpo.lab.verl_cpu.results import (
+    TRACE_ENV,
     RunResult,
-    compose_config,
-    console_to,
-    ray_session,
-    start_task_runner,
+    read_logged_metrics,
+    read_trace,
 )
-from ebpo.lab.verl_cpu.settings import ESTIMATORS, Check, EstimatorRun, SmokeSettings
-from ebpo.lab.verl_cpu.worker import CHECKPOINT_FILE
+from ebpo.lab.verl_cpu.settings import (
+    ESTIMATORS,
+    WORK_DIR_MARKER,
+    Check,
+    EstimatorRun,
+    SmokeSettings,
+    check_work_dir,
+)
 
-__all__ = ["SmokeReport", "contiguous_blocks", "fit_once", "run_smoke"]
+__all__ = ["SmokeReport", "SmokeRunFailed", "fit_legacy", "fit_v1", "run_smoke"]
 
-CONSOLE_LOG = "verl_console.log"
-ADVANTAGE_MODULE = "ebpo.integrations.verl.advantage"
+TRACE_DIR = "trace"
+LEARNING_RATE = 1e-3
+MAX_PROMPT_LENGTH = 24
+
+
+class SmokeRunFailed(RuntimeError):
+    """A run of the smoke did not complete (verl or Ray failing on this machine)."""
 
 
 # ---------------------------------------------------------------------- runs
-def fit_once(
+def _sizes(settings: SmokeSettings) -> dict[str, Any]:
+    return {
+        "total_steps": settings.steps,
+        "save_freq": settings.save_step,
+        "batch_size": settings.batch_size,
+        "group_size": settings.group_size,
+        "lr": LEARNING_RATE,
+        "max_prompt_length": MAX_PROMPT_LENGTH,
+        "max_response_length": settings.max_response_length,
+        "seed": settings.seed,
+    }
+
+
+def fit_v1(
+    settings: SmokeSettings,
+    run: EstimatorRun,
+    files: dict[str, str],
+    model_path: str,
+    run_dir: Path,
+    resume_from: str | None,
+    extra: Sequence[str] = (),
+) -> RunResult:
+    """One ``python -m verl.trainer.main_ppo`` of ``run`` in ``run_dir`` (emptied first); ``extra``
+    overrides come last. The result carries the :class:`~ebpo.lab.verl_cpu.launch.Launch` (exit
+    code, listeners, leftovers) whether or not the run succeeded."""
+    from ebpo.lab.verl_cpu.launch import run_main_ppo, v1_overrides
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    trace_dir = run_dir / TRACE_DIR
+    # Ray's sockets live under its temp dir: a short path (unix sockets are limited to 107 bytes)
+    ray_temp = tempfile.mkdtemp(prefix="ebpo-ray-", dir="/tmp")
+    overrides = v1_overrides(
+        model_path=model_path,
+        train_file=assets.train_file(files, run.order),
+        val_file=assets.val_file(files),
+        run_dir=str(run_dir),
+        ray_temp_dir=ray_temp,
+        resume_from=resume_from,
+        env={TRACE_ENV: str(trace_dir), "VERL_FILE_LOGGER_PATH": str(run_dir / checks.METRICS_LOG)},
+        extra=(*run.overrides, *extra),
+        **_sizes(settings),
+    )
+    console = run_dir / checks.CONSOLE_LOG
+    try:
+        launch = run_main_ppo(
+            overrides,
+            cwd=str(run_dir),
+            console=str(console),
+            timeout=settings.timeout,
+            echo=settings.verbose,
+        )
+    finally:
+        shutil.rmtree(ray_temp, ignore_errors=True)
+    checkpoints = sorted(
+        str(p) for p in (run_dir / "checkpoints").glob("global_step_*") if p.is_dir()
+    )
+    last = Path(checkpoints[-1]) / STATE_FILENAME if checkpoints else None
+    state = json.loads(last.read_text()) if last is not None and last.is_file() else {}
+    return RunResult(
+        run_dir=str(run_dir),
+        trace=read_trace(str(trace_dir)),
+        metrics=read_logged_metrics(str(run_dir / checks.METRICS_LOG)),
+        estimator_state=state,
+        seconds=launch.seconds,
+        checkpoints=checkpoints,
+        console=str(console),
+        launch=launch,
+    )
+
+
+def fit_legacy(
     runner: Any,
     settings: SmokeSettings,
     run: EstimatorRun,
@@ -68,10 +150,12 @@ def fit_once(
     resume_from: str | None,
     extra: Sequence[str] = (),
 ) -> RunResult:
-    """One ``fit()`` of ``run`` in ``run_dir`` (emptied first) by ``runner`` (a
-    :class:`~ebpo.lab.verl_cpu.run.TaskRunner` actor, inside :func:`ray_session`); ``extra`` Hydra
-    overrides come last."""
+    """One ``RayPPOTrainer.fit()`` of ``run`` in ``run_dir`` (emptied first) by ``runner`` (a
+    :class:`~ebpo.lab.verl_cpu.run.TaskRunner` actor, inside :func:`~ebpo.lab.verl_cpu.run.ray_session`);
+    ``extra`` Hydra overrides come last."""
     import ray  # heavy optional import (verl extra)
+
+    from ebpo.lab.verl_cpu.run import compose_config
 
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -80,197 +164,27 @@ def fit_once(
         train_file=assets.train_file(files, run.order),
         val_file=assets.val_file(files),
         run_dir=str(run_dir),
-        total_steps=settings.steps,
-        save_freq=settings.save_step,
-        batch_size=settings.batch_size,
-        group_size=settings.group_size,
         mini_batch_size=settings.batch_size,
-        lr=1e-3,
-        max_prompt_length=24,
-        max_response_length=settings.max_response_length,
         resume_from=resume_from,
-        seed=settings.seed,
         extra=(*run.overrides, *extra),
+        **_sizes(settings),
     )
-    console = None if settings.verbose else str(run_dir / CONSOLE_LOG)
-    return ray.get(runner.run.remote(config, run.curriculum_sampler, console))
+    console = None if settings.verbose else str(run_dir / checks.CONSOLE_LOG)
+    result = ray.get(runner.run.remote(config, run.curriculum_sampler, console))
+    result.console = console or ""
+    return result
 
 
-# ---------------------------------------------------------------------- checks
-def _prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
-    return {key: value for key, value in metrics.items() if key.startswith(prefix + "/")}
-
-
-def _plugin_check(runner: Any, names: Sequence[str]) -> Check:
-    import ray  # heavy optional import (verl extra)
-
-    # in the TaskRunner actor, registered by `import verl` alone (the entry point)
-    found = ray.get(runner.registered.remote(list(names)))
-    ok = all(module == ADVANTAGE_MODULE for module in found.values())
-    detail = ", ".join(f"{name} -> {module}" for name, module in found.items())
-    return Check(
-        "verl's registry in the TaskRunner actor holds ebpo's estimators (entry point)", ok, detail
+def _failed(run: EstimatorRun, what: str, result: RunResult) -> SmokeRunFailed:
+    """One line: the run, its exit code and the last error line of its console."""
+    lines = Path(result.console).read_text(errors="replace").splitlines() if result.console else []
+    errors = [line for line in lines if "Error" in line and not line.lstrip().startswith("File ")]
+    code = result.launch.returncode if result.launch is not None else "?"
+    reason = errors[-1].strip() if errors else "no error line in its output"
+    return SmokeRunFailed(
+        f"{run.name} ({what}): main_ppo exited with code {code}: {reason[:600]} "
+        f"(console: {result.console})"
     )
-
-
-def _run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> list[Check]:
-    prefix = run.registry_name
-    steps = list(range(1, settings.steps + 1))
-    val = a.metrics.get(0, {})
-    reward_keys = [k for k in val if k.startswith("val-") and k.split("/")[-2] == "unscorable"]
-    logged = [s for s in steps if _prefixed(a.metrics.get(s, {}), prefix)]
-    console = (Path(a.run_dir) / CONSOLE_LOG).read_text() if not settings.verbose else ""
-    in_console = [s for s in steps if f"step:{s} - " in console and f" - {prefix}/" in console]
-    folder = Path(a.run_dir) / "checkpoints" / f"global_step_{settings.save_step}"
-    files = [folder / "actor" / CHECKPOINT_FILE, folder / "data.pt", folder / STATE_FILENAME]
-    advantages = [float(t.advantages.abs().max()) for t in a.trace]
-    checks = [
-        Check(
-            f"{run.name}: fit() trained {settings.steps} steps",
-            [t.step for t in a.trace] == steps,
-            f"steps {[t.step for t in a.trace]} in {a.seconds:.1f} s; max |advantage| per step "
-            + ", ".join(f"{x:.3f}" for x in advantages),
-        ),
-        Check(
-            f"{run.name}: validation before training, scored by ebpo's compute_score",
-            bool(val) and bool(reward_keys),
-            f"step 0: {len(val)} validation metrics, compute_score's extra keys: {reward_keys}",
-        ),
-        Check(
-            f"{run.name}: verl's file logger has {prefix}/* at every step",
-            logged == steps,
-            f"steps {logged} of {steps} in {Path(a.run_dir) / METRICS_LOG} (e.g. "
-            f"{sorted(_prefixed(a.metrics.get(steps[-1], {}), prefix))[:3]})",
-        ),
-        Check(
-            f"{run.name}: the trainer's `metrics` dict reached from the estimator (console too)",
-            settings.verbose or in_console == steps,
-            "console output shown (--verbose)"
-            if settings.verbose
-            else f"steps {in_console} in {Path(a.run_dir) / CONSOLE_LOG}",
-        ),
-        Check(
-            f"{run.name}: checkpoint at step {settings.save_step} (actor, dataloader, estimator state)",
-            all(f.is_file() for f in files),
-            ", ".join(f"{f.relative_to(folder)}{'' if f.is_file() else ' MISSING'}" for f in files),
-        ),
-        Check(
-            f"{run.name}: the rewards reached the estimator",
-            any(x > 0 for x in advantages),
-            "some advantage is non-zero"
-            if any(x > 0 for x in advantages)
-            else "every advantage is 0 (no reward variance: nothing compared)",
-        ),
-    ]
-    return checks
-
-
-def _resume_checks(
-    settings: SmokeSettings, run: EstimatorRun, a: RunResult, b: RunResult
-) -> list[Check]:
-    import torch  # heavy optional import
-
-    prefix = run.registry_name
-    after = list(range(settings.save_step + 1, settings.steps + 1))
-    by_step_a = {t.step: t for t in a.trace}
-    by_step_b = {t.step: t for t in b.trace}
-    same = {"prompts": [], "rewards": [], "advantages": [], "metrics": []}
-    for step in after:
-        ta, tb = by_step_a.get(step), by_step_b.get(step)
-        if ta is None or tb is None:
-            continue
-        if ta.prompt_ids == tb.prompt_ids:
-            same["prompts"].append(step)
-        if torch.equal(ta.token_level_rewards, tb.token_level_rewards):
-            same["rewards"].append(step)
-        if torch.equal(ta.advantages, tb.advantages):
-            same["advantages"].append(step)
-        ma, mb = (
-            _prefixed(a.metrics.get(step, {}), prefix),
-            _prefixed(b.metrics.get(step, {}), prefix),
-        )
-        if ma and ma == mb:
-            same["metrics"].append(step)
-    saved = [
-        json.loads(
-            (
-                Path(r.run_dir) / "checkpoints" / f"global_step_{settings.steps}" / STATE_FILENAME
-            ).read_text()
-        )
-        if (
-            Path(r.run_dir) / "checkpoints" / f"global_step_{settings.steps}" / STATE_FILENAME
-        ).is_file()
-        else None
-        for r in (a, b)
-    ]
-    nonzero = [s for s in after if s in by_step_a and bool(by_step_a[s].advantages.abs().max() > 0)]
-    checks = [
-        Check(
-            f"{run.name}: resumed run trained steps {after} only",
-            [t.step for t in b.trace] == after,
-            f"steps {[t.step for t in b.trace]} in {b.seconds:.1f} s",
-        ),
-        *(
-            Check(
-                f"{run.name}: resumed steps {after} have the same {what} (exact)",
-                steps == after,
-                f"equal at steps {steps}"
-                + (f"; non-zero advantages at steps {nonzero}" if what == "advantages" else ""),
-            )
-            for what, steps in same.items()
-        ),
-        Check(
-            f"{run.name}: same estimator state at the end (in memory and in global_step_{settings.steps})",
-            a.estimator_state == b.estimator_state
-            and saved[0] is not None
-            and saved[0] == saved[1],
-            f"{len(a.estimator_state.get('estimators', []))} estimator(s); "
-            f"saved states {'equal' if saved[0] is not None and saved[0] == saved[1] else 'DIFFER'}",
-        ),
-    ]
-    return checks
-
-
-def _curriculum_checks(
-    settings: SmokeSettings, run: EstimatorRun, files: dict[str, str], a: RunResult, b: RunResult
-) -> list[Check]:
-    import pandas as pd  # heavy optional import
-
-    frame = pd.read_parquet(assets.train_file(files, run.order))
-    order = CurriculumSampler(data_source=frame, order="topic", seed=0).indices(0)
-    ids = [str(frame["extra_info"][i]["id"]) for i in order]
-    topic_of = {str(info["id"]): info["topic"] for info in frame["extra_info"]}
-    # Compared step by step as sets: verl's balance_batch (on in these runs) reorders the rows of a
-    # step by sequence length, so the order inside a step depends on what the model wrote.
-    size = settings.batch_size
-    steps_a = [set(t.prompt_ids) for t in a.trace]
-    steps_b = [set(t.prompt_ids) for t in b.trace]
-    # run B (resumed) starts with the sampler's batch number save_step (0-based)
-    resumed_at = settings.save_step
-    walked = steps_a == [set(ids[k * size : (k + 1) * size]) for k in range(len(steps_a))]
-    topics = [topic_of[pid] for pid in ids[: len(steps_a) * size]]
-    continued = steps_b == [
-        set(ids[(resumed_at + k) * size : (resumed_at + k + 1) * size]) for k in range(len(steps_b))
-    ]
-    return [
-        Check(
-            f"{run.name}: verl's dataloader walked ebpo's CurriculumSampler (topic order)",
-            walked and contiguous_blocks(topics),
-            f"topics of the prompts trained on: {' '.join(dict.fromkeys(topics))} "
-            f"({len(steps_a)} steps of {size} prompts, file order is shuffled)",
-        ),
-        Check(
-            f"{run.name}: the resumed dataloader continued mid-epoch where the checkpoint left it",
-            continued,
-            f"resumed at prompt {resumed_at * size} of {len(ids)} (epoch of {len(ids) // size} steps)",
-        ),
-    ]
-
-
-def contiguous_blocks(topics: list[str]) -> bool:
-    """Each topic appears in one contiguous block."""
-    blocks = [t for i, t in enumerate(topics) if i == 0 or topics[i - 1] != t]
-    return len(blocks) == len(set(blocks))
 
 
 # ---------------------------------------------------------------------- the smoke
@@ -282,23 +196,18 @@ class SmokeReport:
     runs: dict[str, tuple[RunResult, RunResult]]
     files: dict[str, str]  # the parquet files (``ebpo verl prepare-data``)
     model_path: str
+    trainer: str = "v1"
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return all(check.ok for check in self.checks)
 
 
-def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print) -> SmokeReport:
-    """Run the smoke (see module docstring); ``report`` gets progress lines."""
-    settings.check()
-    from tqdm.auto import tqdm  # heavy optional import
+def prepare(settings: SmokeSettings, work: Path) -> tuple[dict[str, str], str]:
+    """The parquet files (v1: with short groups) and the tiny model, under ``work``."""
+    from ebpo.lab.verl_cpu.run import console_to
 
-    work = Path(settings.work_dir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    report(
-        f"preparing data (ebpo verl prepare-data on the arithmetic task) and the tiny model in {work}"
-    )
     with console_to(None if settings.verbose else str(work / "prepare.log")):
         files = assets.prepare_data(
             work / "data",
@@ -312,21 +221,120 @@ def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print)
             warm_steps=settings.warm_steps,
             seed=settings.seed,
         )
-    runs = [ESTIMATORS[name] for name in settings.estimators]
+    if settings.trainer == "v1" and settings.short_group_every:
+        files = assets.with_short_groups(
+            files, group_size=settings.group_size, every=settings.short_group_every
+        )
+    return files, model_path
+
+
+def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print) -> SmokeReport:
+    """Run the smoke (see module docstring); ``report`` gets progress lines.
+
+    Raises:
+        SmokeRunFailed: a v1 run exited with an error (one line naming it and its console file).
+    """
+    settings.check()
+    from tqdm.auto import tqdm  # heavy optional import
+
+    work = Path(settings.work_dir).resolve()
+    check_work_dir(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / WORK_DIR_MARKER).touch()
+    start = time.perf_counter()
+    report(
+        f"preparing data (ebpo verl prepare-data on the arithmetic task) and the tiny model in {work}"
+    )
+    files, model_path = prepare(settings, work)
+    runs = [ESTIMATORS[name].for_trainer(settings.trainer) for name in settings.estimators]
+    bar = tqdm(total=2 * len(runs), desc=f"verl fit() on CPU ({settings.trainer})", unit="run")
+    if settings.trainer == "v1":
+        found, results = _v1_runs(settings, runs, files, model_path, work, bar)
+    else:
+        found, results = _legacy_runs(settings, runs, files, model_path, work, bar)
+    bar.close()
+    seconds = {"total": time.perf_counter() - start}
+    report(f"done in {seconds['total']:.0f} s; runs under {work}")
+    return SmokeReport(found, results, files, model_path, settings.trainer, seconds)
+
+
+def _pair_checks(
+    settings: SmokeSettings, run: EstimatorRun, files: dict[str, str], a: RunResult, b: RunResult
+) -> list[Check]:
+    found = checks.run_a_checks(settings, run, a) + checks.resume_checks(settings, run, a, b)
+    if run.topic_order:
+        found += checks.curriculum_checks(settings, run, files, a, b)
+    return found
+
+
+def _v1_runs(
+    settings: SmokeSettings,
+    runs: list[EstimatorRun],
+    files: dict[str, str],
+    model_path: str,
+    work: Path,
+    bar: Any,
+) -> tuple[list[Check], dict[str, tuple[RunResult, RunResult]]]:
+    found: list[Check] = []
     results: dict[str, tuple[RunResult, RunResult]] = {}
-    bar = tqdm(total=2 * len(runs), desc="verl fit() on CPU", unit="run")
+    launches = []
+    for run in runs:
+        bar.set_postfix_str(f"{run.name}: uninterrupted", refresh=True)
+        a = fit_v1(settings, run, files, model_path, work / run.name / "full", None)
+        launches.append(a.launch)
+        if not a.ok:
+            raise _failed(run, "uninterrupted run", a)
+        bar.update(1)
+        bar.set_postfix_str(f"{run.name}: resumed from step {settings.save_step}", refresh=True)
+        checkpoint = work / run.name / "full" / "checkpoints" / f"global_step_{settings.save_step}"
+        b = fit_v1(settings, run, files, model_path, work / run.name / "resumed", str(checkpoint))
+        launches.append(b.launch)
+        if not b.ok:
+            raise _failed(run, f"resumed from step {settings.save_step}", b)
+        bar.update(1)
+        results[run.name] = (a, b)
+        found += checks.v1_path_checks(run, a, str(Path(a.run_dir) / TRACE_DIR))
+        found += _pair_checks(settings, run, files, a, b)
+        found += checks.data_parallel_checks(run, a)
+        found.append(checks.weight_sync_check(run, a, range(1, settings.steps + 1)))
+    found += checks.process_checks(f"{len(launches)} main_ppo runs", launches)
+    return found, results
+
+
+def _legacy_runs(
+    settings: SmokeSettings,
+    runs: list[EstimatorRun],
+    files: dict[str, str],
+    model_path: str,
+    work: Path,
+    bar: Any,
+) -> tuple[list[Check], dict[str, tuple[RunResult, RunResult]]]:
+    import ray  # heavy optional import (verl extra)
+
+    from ebpo.lab.verl_cpu.run import ray_session, start_task_runner
+
+    results: dict[str, tuple[RunResult, RunResult]] = {}
     with ray_session(num_cpus=2):
         runner = start_task_runner()
-        checks = [_plugin_check(runner, sorted({run.registry_name for run in runs}))]
+        names = sorted({run.registry_name for run in runs})
+        # in the TaskRunner actor, registered by `import verl` alone (the entry point)
+        registered = ray.get(runner.registered.remote(names))
+        found = [
+            Check(
+                "verl's registry in the TaskRunner actor holds ebpo's estimators (entry point)",
+                all(module == checks.ADVANTAGE_MODULE for module in registered.values()),
+                ", ".join(f"{name} -> {module}" for name, module in registered.items()),
+            )
+        ]
         for run in runs:
             bar.set_postfix_str(f"{run.name}: uninterrupted", refresh=True)
-            a = fit_once(runner, settings, run, files, model_path, work / run.name / "full", None)
+            a = fit_legacy(runner, settings, run, files, model_path, work / run.name / "full", None)
             bar.update(1)
             bar.set_postfix_str(f"{run.name}: resumed from step {settings.save_step}", refresh=True)
             checkpoint = (
                 work / run.name / "full" / "checkpoints" / f"global_step_{settings.save_step}"
             )
-            b = fit_once(
+            b = fit_legacy(
                 runner,
                 settings,
                 run,
@@ -337,10 +345,5 @@ def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print)
             )
             bar.update(1)
             results[run.name] = (a, b)
-            checks += _run_a_checks(settings, run, a)
-            checks += _resume_checks(settings, run, a, b)
-            if run.curriculum_sampler:
-                checks += _curriculum_checks(settings, run, files, a, b)
-    bar.close()
-    report(f"done in {time.perf_counter() - start:.0f} s; runs under {work}")
-    return SmokeReport(checks, results, files, model_path)
+            found += _pair_checks(settings, run, files, a, b)
+    return found, results

@@ -28,64 +28,29 @@ What :class:`CPURayPPOTrainer` changes:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 # verl is this module's base (a verl trainer subclass): it needs the verl extra
 from verl import DataProto
-from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, ResourcePoolManager
+from verl.single_controller.ray import RayClassWithInitArgs
 from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 from verl.utils.import_utils import load_class_from_fqn
 
+from ebpo.lab.verl_cpu.results import StepTrace
 from ebpo.lab.verl_cpu.rollout import (
     CPURolloutManager,
     SharedWeightsCheckpointManager,
     WorkerGroupClient,
 )
 
-__all__ = ["CPUResourcePoolManager", "CPURayPPOTrainer", "StepTrace"]
+__all__ = ["CPURayPPOTrainer"]
 
 DEFAULT_AGENT_LOOP_MANAGER = f"{CPURolloutManager.__module__}.{CPURolloutManager.__name__}"
 DEFAULT_CHECKPOINT_MANAGER = (
     f"{SharedWeightsCheckpointManager.__module__}.{SharedWeightsCheckpointManager.__name__}"
 )
-
-
-@dataclass
-class CPUResourcePoolManager(ResourcePoolManager):
-    """verl's ``ResourcePoolManager`` with CPU-only bundles (``RayResourcePool(use_gpu=False)``,
-    one CPU per worker process) and a CPU availability check instead of the GPU one."""
-
-    max_colocate_count: int = 1
-
-    def create_resource_pool(self) -> None:
-        import ray  # heavy optional import (verl extra)
-
-        for name, process_on_nodes in self.resource_pool_spec.items():
-            self.resource_pool_dict[name] = RayResourcePool(
-                process_on_nodes=process_on_nodes,
-                use_gpu=False,
-                max_colocate_count=self.max_colocate_count,
-                name_prefix=name,
-            )
-        needed = self.get_n_gpus() * self.max_colocate_count
-        available = ray.available_resources().get("CPU", 0)
-        if available < needed:
-            raise ValueError(f"Ray has {available} free CPUs; the CPU workers need {needed}")
-
-
-@dataclass
-class StepTrace:
-    """What the actor was updated with at one step (``[bs, T]`` tensors, verl's row order)."""
-
-    step: int
-    advantages: Any
-    response_mask: Any
-    token_level_rewards: Any
-    prompt_ids: list[str]  # the dataset row id of each row (``extra_info.id``)
-    uids: list[str]  # verl's group id of each row (fresh per prompt per step)
 
 
 class CPURayPPOTrainer(RayPPOTrainer):
@@ -165,7 +130,7 @@ class CPURayPPOTrainer(RayPPOTrainer):
                     step=int(self.global_steps),
                     advantages=batch.batch["advantages"].clone(),
                     response_mask=batch.batch["response_mask"].clone(),
-                    token_level_rewards=batch.batch["token_level_rewards"].clone(),
+                    rewards=batch.batch["token_level_rewards"].sum(dim=-1),
                     prompt_ids=[
                         str((info or {}).get("id", ""))
                         for info in batch.non_tensor_batch.get("extra_info", [])

@@ -1,31 +1,34 @@
-"""The CPU actor-rollout worker: a verl ``Worker`` that generates, scores log-probabilities and
-updates a small causal LM with transformers on one CPU process.
+"""The CPU actor-rollout worker: a verl ``Worker`` that scores log-probabilities and updates a small
+causal LM with transformers on CPU processes, one per data-parallel rank (gloo).
 
-It stands in for verl's ``ActorRolloutRefWorker`` (FSDP / Megatron engine + vLLM / SGLang server),
-with the same remote methods the trainer calls and the same data layout:
+It stands in for verl's ``ActorRolloutRefWorker`` (FSDP / Megatron engine) with the same remote
+methods the trainers call, in both of verl's data layouts:
 
-* ``compute_log_prob(td)`` receives verl's no-padding TensorDict (``left_right_2_no_padding``) and
-  returns ``log_probs`` / ``entropy`` as jagged tensors over the valid tokens, which the trainer
-  turns back into ``[bs, response_length]`` with ``no_padding_2_padding``: entry ``t`` of a
-  sequence is ``log π(x_{t+1} | x_{≤t}) `` (``logits / temperature``, as verl's engines);
-* ``update_actor(td)`` splits the batch into PPO mini-batches of ``global_batch_size`` rows (in
-  order, ``epochs`` passes) and, per mini-batch, takes one AdamW step on verl's own policy loss
-  (``core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)``: clipped ratio ``exp(log π −
-  log π_old)`` times the advantages, aggregated by ``agg_loss(actor.loss_agg_mode)``), gradients
-  clipped at ``actor.grad_clip``;
-* ``generate_sequences(prompts)`` samples ``rollout.response_length`` tokens with ``generate``;
-  the response mask covers the tokens up to and including the first EOS (as vLLM's output does),
-  and sampling is seeded from ``(rollout.seed, global step, train/validation)`` so that a resumed
-  run draws the same samples as an uninterrupted one;
-* ``save_checkpoint`` / ``load_checkpoint`` write and read model and optimizer state
-  (``cpu_actor.pt``) under verl's ``global_step_N/actor`` folder.
+* the legacy trainer (``RayPPOTrainer``) sends left/right-padded tensors (``left_right_2_no_padding``)
+  and also asks the worker to generate (``generate_sequences``, a whole batch, seeded from the
+  step: :func:`~ebpo.lab.verl_cpu.sampling.generation_seed`);
+* the v1 trainer sends ``KVBatchMeta`` handles that verl's ``tqbridge`` (inside ``register``)
+  turns into TensorDicts of jagged (nested) tensors fetched from TransferQueue, and writes the
+  outputs back there; generation happens on the rollout server
+  (:mod:`~ebpo.lab.verl_cpu.serving`), to which :meth:`CPUActorRolloutWorker.update_weights`
+  sends the trained weights (verl's ``naive`` checkpoint engine).
 
-Not implemented (the smoke does not use them): a learning-rate schedule (the rate is
-``actor.optim.lr`` throughout), mini-batch shuffling (``actor.shuffle=True`` is refused), KL and
-entropy terms, ``max_ckpt_to_keep`` and HDFS paths, data parallelism (one worker).
+``compute_log_prob`` returns ``log_probs`` / ``entropy`` as jagged tensors over each sequence's
+tokens (entry ``t`` is ``log π(x_{t+1} | x_{≤t})`` under ``logits / temperature``, as verl's
+engines); ``update_actor`` splits its rows into PPO mini-batches (``mini_batch_size`` global rows,
+``epochs`` passes, in order) and per mini-batch takes one AdamW step on verl's own policy loss
+(``core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)``, aggregated by ``agg_loss`` with
+verl's data-parallel normalisation: ``dp_size`` and the global token count), gradients averaged
+over the ranks (gloo all-reduce) and clipped at ``actor.grad_clip``. ``save_checkpoint`` /
+``load_checkpoint`` write and read model and optimizer state (``cpu_actor.pt``, rank 0 writes: the
+ranks hold the same weights) under verl's ``global_step_N/actor`` folder.
 
-The rollout shares the training model (a hybrid engine in one process), so there are no weights to
-synchronise: see :class:`~ebpo.lab.verl_cpu.rollout.SharedWeightsCheckpointManager`.
+With ``EBPO_CPU_TRACE_DIR`` set, every rank also writes what it was trained on at each step
+(``step_<N>_rank_<r>.pt``: advantages, response masks, rewards and row ids), so that a test can
+compare two runs row by row.
+
+Not implemented (the smoke does not use them): a learning-rate schedule, mini-batch shuffling
+(``actor.shuffle=True`` is refused), KL and entropy terms, ``max_ckpt_to_keep``, HDFS paths.
 """
 
 from __future__ import annotations
@@ -50,22 +53,40 @@ from verl.trainer.ppo import core_algos
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 
-__all__ = ["CHECKPOINT_FILE", "CPUActorRolloutWorker", "generation_seed"]
+from ebpo.lab.verl_cpu.results import TRACE_ENV
+from ebpo.lab.verl_cpu.sampling import generation_seed, sample
+
+__all__ = ["CHECKPOINT_FILE", "TRACE_ENV", "CPUActorRolloutWorker", "generation_seed"]
 
 CHECKPOINT_FILE = "cpu_actor.pt"
-#: keeps validation seeds apart from training seeds (validation runs at the same global step)
-_VALIDATION_SEED_OFFSET = 1_000_003
 
 
-def generation_seed(seed: int, global_step: int, validate: bool) -> int:
-    """The sampling seed of one ``generate_sequences`` call: a function of the step only, never of
-    what ran before in the process (so a resumed run samples what the uninterrupted one did)."""
-    return int(seed) * 7919 + int(global_step) + (_VALIDATION_SEED_OFFSET if validate else 0)
+def _rows(data: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each row's prompt tokens and response tokens, from either of verl's layouts: jagged
+    ``prompts``/``responses`` (v1, TransferQueue) or left/right-padded ones with an
+    ``attention_mask`` (legacy)."""
+    prompts, responses = data["prompts"], data["responses"]
+    if prompts.is_nested:
+        return list(prompts.unbind()), list(responses.unbind())
+    width = prompts.shape[1]
+    mask = data["attention_mask"].bool()
+    prompt_rows = [prompts[i][mask[i, :width]] for i in range(prompts.shape[0])]
+    lengths = mask[:, width:].sum(dim=1).tolist()
+    response_rows = [responses[i, :n] for i, n in enumerate(lengths)]
+    return prompt_rows, response_rows
+
+
+def _padded(values: Any, width: int) -> torch.Tensor:
+    """A ``[bs, width]`` float tensor from a jagged or padded one (zeros after each row)."""
+    if values.is_nested:
+        values = values.to_padded_tensor(0.0)
+    values = values.float()
+    return F.pad(values, (0, width - values.shape[1]))[:, :width]
 
 
 class CPUActorRolloutWorker(Worker):
-    """Actor + rollout on one CPU process (see module docstring). ``config`` is verl's
-    ``actor_rollout_ref`` section."""
+    """Actor (+ the legacy path's rollout) on one CPU process (see module docstring). ``config`` is
+    verl's ``actor_rollout_ref`` section."""
 
     def __init__(self, config: Any, role: str = "actor_rollout", **_: Any) -> None:
         super().__init__()
@@ -80,6 +101,8 @@ class CPUActorRolloutWorker(Worker):
         from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy optional import
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        if self.world_size > 1 and not torch.distributed.is_initialized():
+            self._gloo = _gloo_process_group(self.rank, self.world_size)
         torch.manual_seed(int(self.config.rollout.get("seed", 0) or 0))
         path = self.config.model.path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -96,7 +119,7 @@ class CPUActorRolloutWorker(Worker):
         # verl's dispatch asks each worker for its data-parallel rank on the "actor" mesh
         self._register_dispatch_collect_info("actor", dp_rank=self.rank, is_collect=True)
 
-    # ------------------------------------------------------------------ rollout
+    # ------------------------------------------------------------------ rollout (legacy trainer)
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         start = time.perf_counter()
@@ -109,50 +132,32 @@ class CPUActorRolloutWorker(Worker):
         else:
             do_sample = bool(meta.get("do_sample", rollout.get("do_sample", True)))
             temperature = float(rollout.temperature)
-        if temperature <= 0:
-            do_sample = False
-        width = int(rollout.response_length)
-        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         input_ids, attention_mask = self._prompt_ids(prompts.non_tensor_batch["raw_prompt"])
-        seed = generation_seed(rollout.get("seed", 0) or 0, meta.get("global_steps", 0), validate)
-        self.model.eval()
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            # pure sampling at the temperature (verl's rollout.top_k=-1, top_p=1): top_k = vocabulary
-            sampling = (
-                {"temperature": temperature, "top_p": 1.0, "top_k": len(self.tokenizer)}
-                if do_sample
-                else {}
-            )
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=width,
-                do_sample=do_sample,
-                pad_token_id=pad,
-                eos_token_id=eos,
-                **sampling,
-            )
-        responses = out[:, input_ids.shape[1] :]
-        responses = F.pad(responses, (0, width - responses.shape[1]), value=pad)
-        # the response: every token up to and including the first EOS
-        is_eos = responses.eq(eos).int()
-        after_eos = (is_eos.cumsum(dim=1) - is_eos) > 0
-        response_mask = (~after_eos).int()
-        responses = responses.masked_fill(after_eos, pad)
-        full_mask = torch.cat([attention_mask, response_mask.to(attention_mask.dtype)], dim=1)
-        position_ids = (full_mask.cumsum(dim=1) - 1).clamp(min=0)
+        out = sample(
+            self.model,
+            input_ids,
+            attention_mask,
+            width=int(rollout.response_length),
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+            do_sample=do_sample,
+            temperature=temperature,
+            seed=generation_seed(
+                rollout.get("seed", 0) or 0, meta.get("global_steps", 0), validate
+            ),
+            vocabulary=len(self.tokenizer),
+        )
+        full_mask = torch.cat([attention_mask, out.response_mask.to(attention_mask.dtype)], dim=1)
         batch = {
             "prompts": input_ids,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([input_ids, responses], dim=1),
+            "responses": out.responses,
+            "response_mask": out.response_mask,
+            "input_ids": torch.cat([input_ids, out.responses], dim=1),
             "attention_mask": full_mask,
-            "position_ids": position_ids,
+            "position_ids": (full_mask.cumsum(dim=1) - 1).clamp(min=0),
         }
         return DataProto.from_dict(
-            tensors=batch,
-            meta_info={"timing": {"gen_cpu_hf": time.perf_counter() - start}},
+            tensors=batch, meta_info={"timing": {"gen_cpu_hf": time.perf_counter() - start}}
         )
 
     def _prompt_ids(self, raw_prompts: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,74 +181,94 @@ class CPUActorRolloutWorker(Worker):
         return input_ids, attention_mask
 
     # ------------------------------------------------------------------ log-probs
-    def _forward(self, td: Any, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-position ``(log π(x_{t+1}), entropy)``, both ``[bs, seq]`` (last column 0), of
-        ``prompts ⧺ responses`` under ``attention_mask`` (``td``: a TensorDict or a dict)."""
-        input_ids = torch.cat([td["prompts"], td["responses"]], dim=1)
-        attention_mask = td["attention_mask"]
-        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = (
-            self.model(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-            )
-            .logits[:, :-1]
-            .float()
-            / temperature
-        )
-        log_softmax = logits.log_softmax(dim=-1)
+    def _forward(
+        self, prompts: list[torch.Tensor], responses: list[torch.Tensor], temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """``(log π(x_{t+1} | x_{≤t}), entropy, lengths)`` of each ``prompt ⧺ response``, as
+        right-padded ``[bs, L]`` tensors (entry ``length - 1`` of a row and after it: 0)."""
+        sequences = [torch.cat([p, r]).long() for p, r in zip(prompts, responses, strict=True)]
+        lengths = [len(s) for s in sequences]
+        width = max(lengths)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.stack([F.pad(s, (0, width - len(s)), value=pad) for s in sequences])
+        mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+        positions = torch.arange(width).expand(len(sequences), -1)
+        logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
+        log_softmax = (logits[:, :-1].float() / temperature).log_softmax(dim=-1)
         token_lp = log_softmax.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1)
-        return F.pad(token_lp, (0, 1)), F.pad(entropy, (0, 1))
+        valid = torch.tensor([[1.0] * (n - 1) + [0.0] * (width - n) for n in lengths])
+        return F.pad(token_lp * valid, (0, 1)), F.pad(entropy * valid, (0, 1)), lengths
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def compute_log_prob(self, data: Any) -> Any:
         temperature = float(tu.get(data, "temperature", default=self.config.rollout.temperature))
+        prompts, responses = _rows(data)
         self.model.eval()
         with torch.no_grad():
-            token_lp, entropy = self._forward(data, temperature)
-        valid = data["attention_mask"].bool()
-        offsets = data["input_ids"].offsets()
+            token_lp, entropy, lengths = self._forward(prompts, responses, temperature)
+        offsets = torch.tensor([0, *lengths]).cumsum(0)
+        valid = torch.tensor([[1] * n + [0] * (token_lp.shape[1] - n) for n in lengths]).bool()
         nested = {
             "log_probs": torch.nested.nested_tensor_from_jagged(token_lp[valid], offsets=offsets),
             "entropy": torch.nested.nested_tensor_from_jagged(entropy[valid], offsets=offsets),
         }
+        if data["prompts"].is_nested:  # v1: the outputs go back into TransferQueue, row by row
+            return tu.get_tensordict(tensor_dict=nested)
         return tu.get_tensordict(tensor_dict=nested, non_tensor_dict={"metrics": {"mfu": 0.0}})
 
     # ------------------------------------------------------------------ update
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def update_actor(self, data: Any) -> Any:
         temperature = float(tu.get(data, "temperature", default=self.config.rollout.temperature))
-        mini_batch = int(tu.get(data, "mini_batch_size", default=data.batch_size[0]))
+        rows = data.batch_size[0]
+        world = max(1, self.world_size if torch.distributed.is_initialized() else 1)
+        mini_batch = int(tu.get(data, "mini_batch_size", default=rows * world)) // world
         epochs = int(tu.get(data, "epochs", default=1))
         if (tu.get(data, "dataloader_kwargs", default=None) or {}).get("shuffle", False):
             raise ValueError(
                 "the CPU worker updates mini-batches in batch order: set actor_rollout_ref.actor.shuffle=False"
             )
+        prompts, responses = _rows(data)
+        width = max(max((len(r) for r in responses), default=1), 1)
+        if not data["prompts"].is_nested:
+            width = data["responses"].shape[1]
+        columns = {
+            name: _padded(data[name], width)
+            for name in ("response_mask", "old_log_probs", "advantages")
+        }
+        self._trace(data, columns)
         cfg = self.actor_config
-        width = data["responses"].shape[1]
-        prompt_width = data["prompts"].shape[1]
-        rows = data.batch_size[0]
-        # the padded columns the update reads (the jagged ones cannot be sliced by row)
-        names = ("prompts", "responses", "attention_mask", "response_mask", "old_log_probs")
-        columns = {name: data[name] for name in (*names, "advantages")}
         metrics: dict[str, list[float]] = {}
         self.model.train()
         for _ in range(epochs):
             for begin in range(0, rows, mini_batch):
-                part = {key: value[begin : begin + mini_batch] for key, value in columns.items()}
-                mask = part["response_mask"].float()
-                token_lp, _ = self._forward(part, temperature)
-                log_prob = token_lp[:, prompt_width - 1 : prompt_width - 1 + width]
+                part = slice(begin, begin + mini_batch)
+                mask = columns["response_mask"][part]
+                token_lp, _, _ = self._forward(prompts[part], responses[part], temperature)
+                # response token j of a row is predicted at position len(prompt) - 1 + j
+                shifted = F.pad(token_lp, (0, width))
+                log_prob = torch.stack(
+                    [
+                        shifted[i, len(p) - 1 : len(p) - 1 + width]
+                        for i, p in enumerate(prompts[part])
+                    ]
+                )
+                tokens = mask.sum()
+                rows_global = torch.tensor(float(mask.shape[0]))
+                if world > 1:
+                    torch.distributed.all_reduce(tokens)
+                    torch.distributed.all_reduce(rows_global)
                 cfg.global_batch_info.update(
-                    dp_size=1,
-                    batch_num_tokens=int(mask.sum().item()),
-                    global_batch_size=int(mask.shape[0]),
+                    dp_size=world,
+                    batch_num_tokens=int(tokens.item()),
+                    global_batch_size=int(rows_global.item()),
                     loss_scale_factor=cfg.loss_scale_factor,
                 )
                 loss, loss_metrics = self.loss_fn(
-                    old_log_prob=part["old_log_probs"].float(),
+                    old_log_prob=columns["old_log_probs"][part],
                     log_prob=log_prob,
-                    advantages=part["advantages"].float(),
+                    advantages=columns["advantages"][part],
                     response_mask=mask,
                     loss_agg_mode=cfg.loss_agg_mode,
                     config=cfg,
@@ -251,6 +276,13 @@ class CPUActorRolloutWorker(Worker):
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if (
+                    world > 1
+                ):  # verl's DP semantics: the loss carries dp_size, gradients are averaged
+                    for param in self.model.parameters():
+                        if param.grad is not None:
+                            torch.distributed.all_reduce(param.grad)
+                            param.grad /= world
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.optimizer.step()
                 step_metrics = {
@@ -265,6 +297,50 @@ class CPUActorRolloutWorker(Worker):
         summary["mfu"] = 0.0
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": summary})
 
+    def _trace(self, data: Any, columns: dict[str, torch.Tensor]) -> None:
+        """Write what this rank trains on at this step (see module docstring)."""
+        directory = os.environ.get(TRACE_ENV)
+        if not directory:
+            return
+        keys = set(data.keys())  # a TensorDict: membership through its keys
+        scores = data["rm_scores"] if "rm_scores" in keys else data["token_level_rewards"]
+        infos = tu.get(data, "extra_info", default=None)
+        record = {
+            "step": int(_first(tu.get(data, "global_steps", default=-1))),
+            "rank": self.rank,
+            "advantages": columns["advantages"],
+            "response_mask": columns["response_mask"],
+            "rewards": _padded(scores, columns["advantages"].shape[1]).sum(dim=-1),
+            "uids": [str(u) for u in (tu.get(data, "uid", default=None) or [])],
+            "prompt_ids": [str((info or {}).get("id", "")) for info in (infos or [])],
+            "session_ids": [int(s) for s in (tu.get(data, "session_id", default=None) or [])],
+        }
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"step_{record['step']}_rank_{self.rank}.pt")
+        torch.save(record, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    # ------------------------------------------------------------------ weights to the rollout (v1)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def update_weights(self, global_steps: int | None = None, mode: str = "auto") -> None:
+        """verl's ``naive`` checkpoint engine: the first rank of each rollout replica sends the
+        weights to that replica's server (:mod:`~ebpo.lab.verl_cpu.serving`), which wakes it."""
+        import ray  # heavy optional import (verl extra)
+
+        from ebpo.lab.verl_cpu.serving import server_actor_name
+
+        rollout = self.config.rollout
+        replica_size = int(
+            rollout.tensor_model_parallel_size
+            * rollout.data_parallel_size
+            * rollout.pipeline_model_parallel_size
+        )
+        if self.rank % replica_size:
+            return
+        server = ray.get_actor(server_actor_name(self.rank // replica_size))
+        state = {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
+        ray.get(server.load_weights.remote(state, global_steps))
+
     # ------------------------------------------------------------------ checkpoints
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(
@@ -274,6 +350,8 @@ class CPUActorRolloutWorker(Worker):
         global_step: int = 0,
         max_ckpt_to_keep: int | None = None,
     ) -> None:
+        if self.rank != 0:  # every rank holds the same weights and optimizer state
+            return
         os.makedirs(local_path, exist_ok=True)
         state = {
             "model": self.model.state_dict(),
@@ -291,3 +369,39 @@ class CPUActorRolloutWorker(Worker):
         state = torch.load(os.path.join(local_path, CHECKPOINT_FILE), weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+def _gloo_process_group(rank: int, world_size: int) -> Any:
+    """The default process group, gloo, rendezvous at verl's ``MASTER_ADDR:MASTER_PORT`` (the Ray
+    node's address). Rank 0 binds the store's socket to that address itself: torch's ``TCPStore``
+    would listen on every interface. Returns the bound socket (keep it alive)."""
+    import socket
+    from datetime import timedelta
+
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    listen = None
+    if rank == 0:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listen = socket.socket(family, socket.SOCK_STREAM)
+        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen.bind((host, port))
+        listen.listen()
+    store = torch.distributed.TCPStore(
+        host_name=host,
+        port=port,
+        world_size=world_size,
+        is_master=rank == 0,
+        timeout=timedelta(seconds=300),
+        use_libuv=False,
+        master_listen_fd=listen.fileno() if listen is not None else None,
+    )
+    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    return listen, store
+
+
+def _first(value: Any) -> Any:
+    """A scalar from a per-row list/array or a scalar."""
+    if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
+        items = value.tolist() if hasattr(value, "tolist") else list(value)
+        return items[0] if isinstance(items, list) and items else items
+    return value

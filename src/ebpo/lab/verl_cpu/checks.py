@@ -1,0 +1,328 @@
+"""The smoke's checks (each a :class:`~ebpo.lab.verl_cpu.settings.Check`) on the runs it made.
+
+For either trainer: run A trained every step with validation first, scored by ebpo's
+``compute_score``; verl's file and console loggers carry the ``<estimator>/*`` metrics at every
+step; the step-``save_step`` checkpoint holds the actor, ``data.pt`` and the estimator state; the
+resumed run B repeats A's later steps exactly (``torch.equal``, ``==``): prompts, rewards,
+advantages, metrics, final estimator state; with ``ebpo_topic`` the prompts come in topic blocks
+and the resumed dataloader continues mid-epoch.
+
+For verl's default path (v1) also: the classes that ran are verl's ``TaskRunnerV1`` and
+``PPOTrainerSync`` methods with TransferQueue up (:func:`v1_path_checks`); both data-parallel
+ranks trained, verl's padding rows reached the estimator's input and were left out of it
+(:func:`data_parallel_checks`); the rollout server generated with the actor's weights
+(``training/rollout_probs_diff_max``); everything listened on 127.0.0.1 and nothing was left
+running (:func:`process_checks`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ebpo.integrations.verl.state import STATE_FILENAME
+from ebpo.lab.verl_cpu import assets
+from ebpo.lab.verl_cpu.results import RunResult, read_manifest
+from ebpo.lab.verl_cpu.settings import Check, EstimatorRun, SmokeSettings
+from ebpo.lab.verl_cpu.worker import CHECKPOINT_FILE
+
+__all__ = [
+    "ADVANTAGE_MODULE",
+    "CONSOLE_LOG",
+    "METRICS_LOG",
+    "contiguous_blocks",
+    "curriculum_checks",
+    "data_parallel_checks",
+    "process_checks",
+    "resume_checks",
+    "run_a_checks",
+    "v1_path_checks",
+]
+
+CONSOLE_LOG = "verl_console.log"
+#: verl's file logger writes here (``VERL_FILE_LOGGER_PATH``), inside the run directory
+METRICS_LOG = "verl_metrics.jsonl"
+ADVANTAGE_MODULE = "ebpo.integrations.verl.advantage"
+#: largest |log π_rollout − log π_actor| that still means "the same weights" (float32 noise)
+WEIGHT_SYNC_TOLERANCE = 1e-4
+
+
+def prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {key: value for key, value in metrics.items() if key.startswith(prefix + "/")}
+
+
+def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> list[Check]:
+    prefix = run.registry_name
+    steps = list(range(1, settings.steps + 1))
+    val = a.metrics.get(0, {})
+    reward_keys = [k for k in val if k.startswith("val-") and k.split("/")[-2] == "unscorable"]
+    logged = [s for s in steps if prefixed(a.metrics.get(s, {}), prefix)]
+    console = Path(a.console).read_text() if a.console and Path(a.console).is_file() else ""
+    in_console = [s for s in steps if f"step:{s} - " in console and f" - {prefix}/" in console]
+    folder = Path(a.run_dir) / "checkpoints" / f"global_step_{settings.save_step}"
+    files = [folder / "actor" / CHECKPOINT_FILE, folder / "data.pt", folder / STATE_FILENAME]
+    advantages = [float(t.advantages.abs().max()) for t in a.trace]
+    return [
+        Check(
+            f"{run.name}: fit() trained {settings.steps} steps",
+            [t.step for t in a.trace] == steps,
+            f"steps {[t.step for t in a.trace]} in {a.seconds:.1f} s; max |advantage| per step "
+            + ", ".join(f"{x:.3f}" for x in advantages),
+        ),
+        Check(
+            f"{run.name}: validation before training, scored by ebpo's compute_score",
+            bool(val) and bool(reward_keys),
+            f"step 0: {len(val)} validation metrics, compute_score's extra keys: {reward_keys}",
+        ),
+        Check(
+            f"{run.name}: verl's file logger has {prefix}/* at every step",
+            logged == steps,
+            f"steps {logged} of {steps} in {Path(a.run_dir) / METRICS_LOG} (e.g. "
+            f"{sorted(prefixed(a.metrics.get(steps[-1], {}), prefix))[:3]})",
+        ),
+        Check(
+            f"{run.name}: the trainer's `metrics` dict reached from the estimator (console too)",
+            not a.console or in_console == steps,
+            f"steps {in_console} in {a.console}" if a.console else "console shown (--verbose)",
+        ),
+        Check(
+            f"{run.name}: checkpoint at step {settings.save_step} (actor, dataloader, estimator state)",
+            all(f.is_file() for f in files),
+            ", ".join(f"{f.relative_to(folder)}{'' if f.is_file() else ' MISSING'}" for f in files),
+        ),
+        Check(
+            f"{run.name}: the rewards reached the estimator",
+            any(x > 0 for x in advantages),
+            "some advantage is non-zero"
+            if any(x > 0 for x in advantages)
+            else "every advantage is 0 (no reward variance: nothing compared)",
+        ),
+    ]
+
+
+def _saved_state(result: RunResult, step: int) -> Any:
+    path = Path(result.run_dir) / "checkpoints" / f"global_step_{step}" / STATE_FILENAME
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def resume_checks(
+    settings: SmokeSettings, run: EstimatorRun, a: RunResult, b: RunResult
+) -> list[Check]:
+    import torch  # heavy optional import
+
+    prefix = run.registry_name
+    after = list(range(settings.save_step + 1, settings.steps + 1))
+    by_step_a = {t.step: t for t in a.trace}
+    by_step_b = {t.step: t for t in b.trace}
+    same: dict[str, list[int]] = {"prompts": [], "rewards": [], "advantages": [], "metrics": []}
+    for step in after:
+        ta, tb = by_step_a.get(step), by_step_b.get(step)
+        if ta is None or tb is None:
+            continue
+        if ta.prompt_ids == tb.prompt_ids and ta.session_ids == tb.session_ids:
+            same["prompts"].append(step)
+        if torch.equal(ta.rewards, tb.rewards):
+            same["rewards"].append(step)
+        if torch.equal(ta.advantages, tb.advantages):
+            same["advantages"].append(step)
+        ma = prefixed(a.metrics.get(step, {}), prefix)
+        mb = prefixed(b.metrics.get(step, {}), prefix)
+        if ma and ma == mb:
+            same["metrics"].append(step)
+    saved = [_saved_state(r, settings.steps) for r in (a, b)]
+    nonzero = [s for s in after if s in by_step_a and bool(by_step_a[s].advantages.abs().max() > 0)]
+    return [
+        Check(
+            f"{run.name}: resumed run trained steps {after} only",
+            [t.step for t in b.trace] == after,
+            f"steps {[t.step for t in b.trace]} in {b.seconds:.1f} s",
+        ),
+        *(
+            Check(
+                f"{run.name}: resumed steps {after} have the same {what} (exact)",
+                steps == after,
+                f"equal at steps {steps}"
+                + (f"; non-zero advantages at steps {nonzero}" if what == "advantages" else ""),
+            )
+            for what, steps in same.items()
+        ),
+        Check(
+            f"{run.name}: same estimator state at the end (in memory and in global_step_{settings.steps})",
+            a.estimator_state == b.estimator_state
+            and saved[0] is not None
+            and saved[0] == saved[1],
+            f"{len(a.estimator_state.get('estimators', []))} estimator(s); "
+            f"saved states {'equal' if saved[0] is not None and saved[0] == saved[1] else 'DIFFER'}",
+        ),
+    ]
+
+
+def curriculum_checks(
+    settings: SmokeSettings, run: EstimatorRun, files: dict[str, str], a: RunResult, b: RunResult
+) -> list[Check]:
+    """The prompts follow the topic order (ebpo's ``CurriculumSampler`` over the shuffled file for
+    the legacy trainer, the topic-sorted file for v1) across the mid-epoch resume."""
+    import pandas as pd  # heavy optional import
+
+    from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
+
+    frame = pd.read_parquet(assets.train_file(files, run.order))
+    order = (
+        CurriculumSampler(data_source=frame, order="topic", seed=0).indices(0)
+        if run.curriculum_sampler
+        else list(range(len(frame)))
+    )
+    ids = [str(frame["extra_info"][i]["id"]) for i in order]
+    topic_of = {str(info["id"]): info["topic"] for info in frame["extra_info"]}
+    # Compared step by step as sets: verl's balance_batch reorders the rows of a step by sequence
+    # length, so the order inside a step depends on what the model wrote. Padding rows carry a
+    # copy of a real row's data; they are left out.
+    size = settings.batch_size
+    steps_a = [
+        {p for p, pad in zip(t.prompt_ids, t.padding.tolist(), strict=True) if not pad}
+        for t in a.trace
+    ]
+    steps_b = [
+        {p for p, pad in zip(t.prompt_ids, t.padding.tolist(), strict=True) if not pad}
+        for t in b.trace
+    ]
+    # run B (resumed) starts with the sampler's batch number save_step (0-based)
+    resumed_at = settings.save_step
+    walked = steps_a == [set(ids[k * size : (k + 1) * size]) for k in range(len(steps_a))]
+    topics = [topic_of[pid] for pid in ids[: len(steps_a) * size]]
+    continued = steps_b == [
+        set(ids[(resumed_at + k) * size : (resumed_at + k + 1) * size]) for k in range(len(steps_b))
+    ]
+    source = "ebpo's CurriculumSampler" if run.curriculum_sampler else "the topic-sorted file"
+    return [
+        Check(
+            f"{run.name}: verl's dataloader walked {source} (topic order)",
+            walked and contiguous_blocks(topics),
+            f"topics of the prompts trained on: {' '.join(dict.fromkeys(topics))} "
+            f"({len(steps_a)} steps of {size} prompts)",
+        ),
+        Check(
+            f"{run.name}: the resumed dataloader continued mid-epoch where the checkpoint left it",
+            continued,
+            f"resumed at prompt {resumed_at * size} of {len(ids)} (epoch of {len(ids) // size} steps)",
+        ),
+    ]
+
+
+def contiguous_blocks(topics: list[str]) -> bool:
+    """Each topic appears in one contiguous block."""
+    blocks = [t for i, t in enumerate(topics) if i == 0 or topics[i - 1] != t]
+    return len(blocks) == len(set(blocks))
+
+
+# ---------------------------------------------------------------------- v1 only
+def v1_path_checks(run: EstimatorRun, a: RunResult, trace_dir: str) -> list[Check]:
+    """The classes that ran are verl's: ``main_ppo``'s ``TaskRunnerV1``, ``PPOTrainerSync``'s
+    own methods (an overridden ``fit`` or the legacy ``RayPPOTrainer`` fails here), TransferQueue."""
+    manifest = read_manifest(trace_dir)
+    methods = manifest.get("methods", {})
+    foreign = {k: v for k, v in methods.items() if not v.startswith("verl.trainer.ppo.v1.")}
+    runner = manifest.get("task_runner") or {}
+    verl_runner = runner.get("class") == "TaskRunnerV1" and str(runner.get("file", "")).endswith(
+        "verl/trainer/main_ppo.py"
+    )
+    bases = manifest.get("trainer_bases", [])
+    sync = "verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync"
+    ok = (
+        bool(methods)
+        and not foreign
+        and verl_runner
+        and sync in bases
+        and manifest.get("trainer_mode") == "sync"
+        and manifest.get("use_v1") is True
+        and manifest.get("transfer_queue_controller") is True
+    )
+    detail = (
+        f"TaskRunner {runner.get('class')} of {runner.get('file')}; trainer "
+        f"{manifest.get('trainer_class')} (a {sync}), mode "
+        f"{manifest.get('trainer_mode')}; {len(methods) - len(foreign)} of {len(methods)} loop "
+        f"methods verl's"
+        + (f", NOT: {foreign}" if foreign else "")
+        + f"; TransferQueue controller {'up' if manifest.get('transfer_queue_controller') else 'ABSENT'}"
+        if manifest
+        else f"no manifest in {trace_dir}"
+    )
+    return [
+        Check(
+            f"{run.name}: verl's default path ran (main_ppo → TaskRunnerV1 → TransferQueue → "
+            "PPOTrainerSync.fit)",
+            ok,
+            detail,
+        )
+    ]
+
+
+def data_parallel_checks(run: EstimatorRun, a: RunResult) -> list[Check]:
+    """Both ranks trained; verl's padding rows were in the batch and got no advantage; the
+    estimator counted exactly the real rows and groups of each step."""
+    import torch  # heavy optional import
+
+    prefix = run.registry_name
+    ranks_ok, padding, counted = [], [], []
+    for t in a.trace:
+        ranks_ok.append(set(t.ranks) == {0, 1})
+        pad = t.padding
+        padding.append(int(pad.sum()))
+        real = ~pad & (t.response_mask.sum(dim=-1) > 0)
+        zero = bool(torch.all(t.advantages[pad] == 0)) and bool(
+            torch.all(t.response_mask[pad] == 0)
+        )
+        metrics = a.metrics.get(t.step, {})
+        groups = len({u for u, r in zip(t.uids, real.tolist(), strict=True) if r})
+        counted.append(
+            zero
+            and metrics.get(f"{prefix}/num_responses") == float(real.sum())
+            and metrics.get(f"{prefix}/num_groups") == float(groups)
+        )
+    return [
+        Check(
+            f"{run.name}: the actor trained on 2 data-parallel CPU ranks (gloo)",
+            bool(ranks_ok) and all(ranks_ok),
+            f"rows per rank at step 1: {[a.trace[0].ranks.count(r) for r in (0, 1)] if a.trace else []}",
+        ),
+        Check(
+            f"{run.name}: verl's padding rows reached the estimator's input and were left out of it",
+            bool(counted) and all(counted) and all(n > 0 for n in padding),
+            f"padding rows per step {padding}; {prefix}/num_responses = real rows and "
+            f"{prefix}/num_groups = real groups at {sum(counted)} of {len(counted)} steps",
+        ),
+    ]
+
+
+def weight_sync_check(run: EstimatorRun, a: RunResult, steps: Sequence[int]) -> Check:
+    diffs = [a.metrics.get(s, {}).get("training/rollout_probs_diff_max") for s in steps]
+    ok = all(d is not None and d < WEIGHT_SYNC_TOLERANCE for d in diffs)
+    return Check(
+        f"{run.name}: the rollout server sampled with the actor's weights (verl's weight sync)",
+        ok,
+        "max |log π_rollout − log π_actor| per step: "
+        + ", ".join("missing" if d is None else f"{d:.1e}" for d in diffs),
+    )
+
+
+def process_checks(label: str, launches: Sequence[Any]) -> list[Check]:
+    """Every listener of every run on 127.0.0.1; nothing left running; every run exited 0."""
+    listeners = {x for launch in launches for x in launch.listeners}
+    foreign = sorted({x for launch in launches for x in launch.foreign_listeners}, key=str)
+    leftovers = [x for launch in launches for x in launch.leftovers]
+    processes = sorted({x.process.removeprefix("ray::").split(".")[0] for x in listeners})
+    return [
+        Check(
+            f"{label}: every socket the runs listened on is on 127.0.0.1",
+            bool(listeners) and not foreign,
+            f"{len(listeners)} listening sockets of {', '.join(processes)}"
+            + (f"; NOT loopback: {foreign}" if foreign else ""),
+        ),
+        Check(
+            f"{label}: nothing left running after the runs",
+            not leftovers,
+            "every process of the runs ended" if not leftovers else f"killed: {leftovers}",
+        ),
+    ]

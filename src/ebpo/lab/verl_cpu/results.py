@@ -1,0 +1,118 @@
+"""What one CPU ``fit()`` left behind, for either trainer: the rows the actor trained on at each
+step (:class:`StepTrace`), verl's logged metrics and the estimator state (:class:`RunResult`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MANIFEST_FILE",
+    "TRACE_ENV",
+    "RunResult",
+    "StepTrace",
+    "read_logged_metrics",
+    "read_manifest",
+    "read_trace",
+]
+
+#: written by the v1 CPU trainer next to the trace: which classes ran (see trainer_v1)
+MANIFEST_FILE = "trainer_manifest.json"
+#: the directory of the trace and the manifest (set by the smoke in every Ray worker; unset: none)
+TRACE_ENV = "EBPO_CPU_TRACE_DIR"
+
+
+@dataclass
+class StepTrace:
+    """What the actor was updated with at one step, rows in the order verl sent them (for the v1
+    path: rank 0's rows, then rank 1's): ``[bs, T]`` advantages and response masks, ``[bs]``
+    outcome rewards, the dataset row id, verl's group id and the sample index of each row."""
+
+    step: int
+    advantages: Any
+    response_mask: Any
+    rewards: Any
+    prompt_ids: list[str]
+    uids: list[str]
+    session_ids: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)  # the data-parallel rank of each row
+
+    @property
+    def padding(self) -> Any:
+        """``[bs]`` bool: verl's padding rows (uid ``pad…``)."""
+        import torch  # heavy optional import
+
+        return torch.tensor([uid.startswith("pad") for uid in self.uids])
+
+
+@dataclass
+class RunResult:
+    """What one ``fit()`` left behind."""
+
+    run_dir: str
+    trace: list[StepTrace]
+    metrics: dict[int, dict[str, float]]  # step -> what verl's file logger wrote
+    estimator_state: dict[str, Any]
+    seconds: float
+    checkpoints: list[str] = field(default_factory=list)
+    console: str = ""  # verl's console output (a file), if captured
+    launch: Any = None  # the v1 path's Launch (listeners, leftovers, exit code)
+
+    @property
+    def ok(self) -> bool:
+        return self.launch is None or self.launch.returncode == 0
+
+
+def read_logged_metrics(path: str) -> dict[int, dict[str, float]]:
+    """``{step: data}`` from verl's ``FileLogger`` JSONL (one ``{"step", "data"}`` object a line);
+    a step logged twice (validation before training, then the step) is merged."""
+    out: dict[int, dict[str, float]] = {}
+    if not Path(path).exists():
+        return out
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                out.setdefault(int(record["step"]), {}).update(record["data"])
+    return out
+
+
+def read_trace(directory: str) -> list[StepTrace]:
+    """The per-step, per-rank records the CPU worker wrote (``step_<N>_rank_<r>.pt``), ranks
+    concatenated in rank order, steps in order."""
+    import torch  # heavy optional import
+    import torch.nn.functional as F  # heavy optional import
+
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted(Path(directory).glob("step_*_rank_*.pt")):
+        record = torch.load(path, weights_only=False)
+        by_step.setdefault(int(record["step"]), []).append(record)
+    traces = []
+    for step, records in sorted(by_step.items()):
+        records.sort(key=lambda r: r["rank"])
+        width = max(r["advantages"].shape[1] for r in records)
+
+        def cat(name: str, records: list[dict[str, Any]] = records, width: int = width) -> Any:
+            return torch.cat([F.pad(r[name], (0, width - r[name].shape[1])) for r in records])
+
+        traces.append(
+            StepTrace(
+                step=step,
+                advantages=cat("advantages"),
+                response_mask=cat("response_mask"),
+                rewards=torch.cat([r["rewards"] for r in records]),
+                prompt_ids=[p for r in records for p in r["prompt_ids"]],
+                uids=[u for r in records for u in r["uids"]],
+                session_ids=[s for r in records for s in r["session_ids"]],
+                ranks=[r["rank"] for r in records for _ in r["uids"]],
+            )
+        )
+    return traces
+
+
+def read_manifest(directory: str) -> dict[str, Any]:
+    """The v1 trainer's manifest (empty if it was not written)."""
+    path = Path(directory) / MANIFEST_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
