@@ -117,3 +117,19 @@ def test_help_documents_the_dry_run(capsys):
     assert stop.value.code == 0
     assert "--dry-run parses the arguments exactly as a run would" in out
     assert "--advantage_estimator" in out and "recipes/trl/README.md" in out
+
+
+def test_trls_resume_from_its_own_checkpoints_passes_the_output_dir_guard(local_model_and_data):
+    """``output_dir`` holding a training run (TRL's own files) is TRL's: a run resumes from its
+    checkpoints; a run into a folder of the user's own files is refused (tests/hostile)."""
+    root = local_model_and_data
+    config = write_yaml(root, "resumed", "advantage_estimator: ebpo\n")
+    assert main(["grpo", "--config", str(config), "--max_steps", "1"]) == 0
+    out = root / "resumed"
+    assert (out / "training_args.bin").is_file() and (out / "config.json").is_file()
+    flags = ["--max_steps", "2", "--resume_from_checkpoint", str(out / "checkpoint-1")]
+    assert main(["grpo", "--config", str(config), *flags]) == 0
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    saved = json.loads((out / "checkpoint-2" / "ebpo_estimator_state.json").read_text())
+    assert saved["steps"] == 2  # the estimator went on from checkpoint-1's state

@@ -368,7 +368,8 @@ def test_a_data_directory_without_its_test_split_is_one_line_and_exit_2(
         ("dry_run: true\n", "dry_run"),
         ("no_such_key: 1\n", "no_such_key"),
         ("beta: [oops\n", "not valid YAML"),
-        ("advantage_estimator: ebpoo\n", "ebpoo"),
+        # the recipe sets it already: a second value would silently win in TRL's parser
+        ("advantage_estimator: ebpoo\n", "key 'advantage_estimator' appears twice"),
     ],
 )
 def test_a_bad_recipe_is_one_line_and_exit_2(text, message, tmp_path, monkeypatch, capsys):

@@ -19,6 +19,7 @@ pytest.importorskip("trl")
 from ebpo.cli import build_parser, main  # noqa: E402
 from ebpo.commands import train  # noqa: E402
 from ebpo.lab.train.config import TrainJobConfig  # noqa: E402
+from ebpo.utils import structured_input  # noqa: E402
 from tests.hostile.harness import CliCase, check_cli_error, ids, run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
@@ -321,19 +322,19 @@ BAD_FILES = [
     CliCase(
         "not-utf8",
         ["train", "--config", "job.yaml"],
-        C + r" is not UTF-8 text",
+        C + r": not UTF-8 text",
         setup=_yaml(b"group_size: \xff\n"),
     ),
     CliCase(
         "syntax",
         ["train", "--config", "job.yaml"],
-        C + r" is not valid YAML \(.* at line 3, column 1\)$",
+        C + r": not valid YAML \(.* at line 3, column 1\)$",
         setup=_yaml("group_size: 2\nsteps: [1,\n"),
     ),
     CliCase(
         "duplicate-key",
         ["train", "--config", "job.yaml"],
-        C + r" is not valid YAML \(key 'steps' appears twice at line 3, column 1\)$",
+        C + r": not valid YAML \(key 'steps' appears twice at line 3, column 1\)$",
         setup=_yaml("steps: 2\ngroup_size: 2\nsteps: 3\n"),
     ),
     CliCase(
@@ -463,10 +464,10 @@ def test_an_unreadable_config_file_is_one_line(tmp_path, monkeypatch):
     path = tmp_path / "job.yaml"
     path.write_text("steps: 2\n")
 
-    def denied(self, *args, **kwargs):
-        raise PermissionError(13, "Permission denied", str(self))
+    def denied(file, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(file))
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr(structured_input, "open", denied, raising=False)
     with pytest.raises(
         ValueError, match=r"^--config '.*job\.yaml' cannot be read \(Permission denied\)$"
     ):

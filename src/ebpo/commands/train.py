@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import difflib
 import json
-import re
 import reprlib
 import types
 import typing
@@ -42,12 +41,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from transformers.hf_argparser import string_to_bool
 
 from ebpo.lab.train.job import TrainJobConfig, run_train_job
-from ebpo.utils.checks import is_integer, is_real
+from ebpo.utils.field_values import check_field_value
 from ebpo.utils.files import storage_error
+from ebpo.utils.structured_input import parse_json, read_yaml_file
 
 __all__ = ["FLAG_EXCEPTIONS", "add_job_options", "job_config", "read_config_file"]
 
@@ -94,6 +93,19 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {_percent(_shown(default))})"
 
 
+class GivenOnce(argparse.Action):
+    """An option that may be given once: a second ``--config`` would silently replace the first
+    file (argparse keeps the last value), so it is refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(
+                f"argument {option_string}: given twice ({getattr(namespace, self.dest)!r} and "
+                f"{values!r}); give one file"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
@@ -106,6 +118,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         dest="config_file",
         metavar="FILE",
         default=None,
+        action=GivenOnce,
         help="a YAML mapping of TrainJobConfig field names (e.g. group_size) to values; the "
         "flags given on the command line win over it",
     )
@@ -153,7 +166,8 @@ def job_config(args: argparse.Namespace) -> TrainJobConfig:
 def read_config_file(path: str) -> dict[str, Any]:
     """The options of the YAML file ``path``: a mapping of :class:`TrainJobConfig` field names to
     values of the field's type (lists for tuples). An empty file is no options. ValueError
-    naming the file, and the key, for anything else."""
+    naming the file, and the key, for anything else (:mod:`ebpo.utils.structured_input` reads
+    it: size, depth, repeated keys and aliases are bounded there)."""
     where = f"--config {path!r}"
     if not path.strip():
         raise ValueError(f"--config must be a path to a YAML file, got {path!r}")
@@ -163,15 +177,9 @@ def read_config_file(path: str) -> dict[str, Any]:
     if not file.is_file():
         raise ValueError(f"{where} is not a file, expected a YAML file")
     try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{where} is not UTF-8 text ({error.reason})") from error
+        data = read_yaml_file(file, where)
     except OSError as error:
         raise ValueError(f"{where} cannot be read ({error.strerror or error})") from error
-    try:
-        data = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
-    except yaml.YAMLError as error:
-        raise ValueError(f"{where} is not valid YAML ({_yaml_problem(error)})") from error
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -184,36 +192,8 @@ def read_config_file(path: str) -> dict[str, Any]:
     for key, value in data.items():
         if key not in annotations:
             raise ValueError(f"{where}: unknown key {key!r}; expected {_field_hint(key)}")
-        values[key] = _check_type(f"{where}: {key}", value, annotations[key])
+        values[key] = check_field_value(f"{where}: {key}", value, annotations[key])
     return values
-
-
-class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with two changes for a config file: a repeated key is an error
-    (instead of the last one winning silently), and ``3e-4`` is a float as in YAML 1.2 and JSON
-    (YAML 1.1 wants ``3.0e-4``, so PyYAML reads ``3e-4`` as a string)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                repeated = key in seen
-            except TypeError:  # an unhashable key: SafeLoader's own error names it
-                break
-            if repeated:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -266,10 +246,11 @@ def _comma_list(item: type) -> Callable[[str], tuple[Any, ...]]:
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = parse_json(text)  # size, depth and repeated keys checked
     except ValueError as error:
+        shown = text if len(text) <= 80 else f"{text[:60]}..."
         raise argparse.ArgumentTypeError(
-            f"expected a JSON object such as '{{\"key\": 1}}', got {text!r} ({error})"
+            f"expected a JSON object such as '{{\"key\": 1}}', got {shown!r} ({error})"
         ) from error
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {_kind(value)}")
@@ -277,39 +258,6 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 _NAMES = {int: "integer", float: "number", str: "string", bool: "true or false"}
-
-
-def _check_type(where: str, value: Any, annotation: Any) -> Any:
-    """``value`` (from YAML) if it has the field's type (lists become tuples); ValueError
-    otherwise. Ranges are :meth:`TrainJobConfig.validate`'s."""
-    kind = _without_none(annotation)
-    if value is None and kind is not annotation:
-        return None
-    origin = typing.get_origin(kind) or kind
-    if origin is tuple:
-        item = typing.get_args(kind)[0]
-        if isinstance(value, list) and all(_is(v, item) for v in value):
-            return tuple(float(v) if item is float else v for v in value)
-        expected = f"a list of {_NAMES[item]}s"
-    elif origin is dict:
-        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-            return value
-        expected = "a mapping with string keys"
-    else:
-        if _is(value, kind):
-            return float(value) if kind is float else value
-        expected = {int: "an integer", float: "a number", str: "a string"}.get(kind, _NAMES[kind])
-    if kind is not annotation:
-        expected += " or null"
-    raise ValueError(f"{where} must be {expected}, got {reprlib.repr(value)}")
-
-
-def _is(value: Any, kind: type) -> bool:
-    if kind is int:
-        return is_integer(value)
-    if kind is float:
-        return is_real(value)
-    return isinstance(value, kind)
 
 
 def _without_none(annotation: Any) -> Any:
@@ -352,12 +300,3 @@ def _field_hint(key: Any) -> str:
     if close:
         return f"a TrainJobConfig field name (did you mean {close[0]!r}?)"
     return "a TrainJobConfig field name (the flags of ebpo train --help, with _ for -)"
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """The problem and where, from PyYAML's multi-line message."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None)
-    if problem and mark is not None:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(str(error).split())

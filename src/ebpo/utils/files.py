@@ -32,6 +32,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from ebpo.utils.structured_input import read_json_file
+
 __all__ = [
     "STORAGE_ERRNOS",
     "atomic_path",
@@ -256,5 +258,6 @@ def write_json(
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The JSON file ``path`` (:func:`ebpo.utils.structured_input.read_json_file`: its size, depth
+    and repeated keys bounded); ValueError for its content, OSError when it cannot be read."""
+    return read_json_file(path)

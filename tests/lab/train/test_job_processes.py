@@ -312,7 +312,7 @@ def test_the_exchanges_wait_ddp_timeout_seconds(tmp_path, monkeypatch):
         with pytest.raises(Started):
             run_train_job(replace(config, extra=extra))
     assert timeouts == [timedelta(minutes=30), timedelta(seconds=90)]
-    for bad in (0, -1, float("nan"), "60", True):
-        with pytest.raises(ValueError, match=r"^extra\['ddp_timeout'\] must be a positive number"):
+    for bad in (0, -1, float("nan"), "60", True, 10**30):
+        with pytest.raises(ValueError, match=r"^extra\['ddp_timeout'\] must be "):
             run_train_job(replace(config, extra={"ddp_timeout": bad}))
     assert len(timeouts) == 2 and not (tmp_path / "run").exists()

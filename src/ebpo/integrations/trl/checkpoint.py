@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from transformers.trainer import TRAINER_STATE_NAME
 
+from ebpo.utils.checks import is_integer
 from ebpo.utils.files import atomic_path, read_json, write_json
 
 __all__ = [
@@ -112,25 +113,53 @@ def read_state(
     checkpoint_dir: str,
 ) -> tuple[dict[str, Any] | None, GenerationCycle | None, dict[str, Any] | None]:
     """``(estimator_state, cycle, state_before_batch)``; None for what the checkpoint lacks
-    (checkpoints written before the cycle file existed have only the estimator state)."""
+    (checkpoints written before the cycle file existed have only the estimator state). Raises
+    ValueError naming the file when a file is not what EBPOTrainer wrote: not JSON (or nested too
+    deeply, :mod:`ebpo.utils.structured_input`), a state that is not an object, or a cycle whose
+    counters are not integers (``micro_step`` >= 0, the others >= 1)."""
     estimator_path = os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE)
-    estimator_state = read_json(estimator_path) if os.path.exists(estimator_path) else None
+    estimator_state = None
+    if os.path.exists(estimator_path):
+        estimator_state = _read_object(estimator_path)
     cycle_path = os.path.join(checkpoint_dir, GENERATION_STATE_FILE)
     if not os.path.exists(cycle_path):
         return estimator_state, None, None
-    record = read_json(cycle_path)
-    try:
-        cycle = GenerationCycle(
-            *(
-                int(record[key])
-                for key in ("micro_step", "generate_every", "steps_per_generation", "num_processes")
+    record = _read_object(cycle_path)
+    values = []
+    for key, low in _CYCLE_FIELDS.items():
+        value = record.get(key)
+        if not (is_integer(value) and value >= low):
+            raise ValueError(
+                f"{cycle_path} is not a generation-cycle record written by EBPOTrainer: {key} "
+                f"must be an integer >= {low}, got {value!r}"
             )
-        )
-    except (KeyError, TypeError, ValueError) as error:
+        values.append(int(value))
+    before = record.get("estimator_state_before_batch")
+    if before is not None and not isinstance(before, dict):
         raise ValueError(
-            f"{cycle_path} is not a generation-cycle record written by EBPOTrainer: {error}"
-        ) from error
-    return estimator_state, cycle, record.get("estimator_state_before_batch")
+            f"{cycle_path}: estimator_state_before_batch must be an object or null, got "
+            f"{type(before).__name__}"
+        )
+    return estimator_state, GenerationCycle(*values), before
+
+
+#: the counters of a generation-cycle record and their smallest values
+_CYCLE_FIELDS = {
+    "micro_step": 0,
+    "generate_every": 1,
+    "steps_per_generation": 1,
+    "num_processes": 1,
+}
+
+
+def _read_object(path: str) -> dict[str, Any]:
+    try:
+        value = read_json(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} is not readable JSON ({error})") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} should hold a JSON object, got {type(value).__name__}")
+    return value
 
 
 def write_buffer(

@@ -28,6 +28,7 @@ what is missing); ``resume_from_checkpoint=True`` takes the newest complete chec
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -127,9 +128,29 @@ class CheckpointingMixin:
     _ebpo_check_state: Any  # EBPOTrainer._ebpo_check_state
 
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """``GRPOTrainer.train``, resuming only from a complete checkpoint (see the module)."""
+        """``GRPOTrainer.train``, resuming only from a complete checkpoint whose ebpo files this
+        trainer can restore (see the module), checked before anything loads."""
         checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        if isinstance(checkpoint, str):
+            self.check_checkpoint(checkpoint)
         return super().train(checkpoint, *args, **kwargs)
+
+    def check_checkpoint(self, checkpoint: str) -> None:
+        """Raise ValueError naming the file when ``checkpoint``'s ebpo files cannot be restored
+        into this trainer: each is read and checked (:func:`.checkpoint.read_state`), and the
+        estimator states are loaded into copies of the estimator. Nothing of the trainer changes."""
+        estimator_state, cycle, before = ckpt.read_state(checkpoint)
+        if estimator_state is None or cycle is None:
+            raise ValueError(
+                f"checkpoint {checkpoint!r} lacks {ckpt.ESTIMATOR_STATE_FILE} or "
+                f"{ckpt.GENERATION_STATE_FILE}: it is not a complete EBPOTrainer checkpoint"
+            )
+        for name, state in (("", estimator_state), ("estimator_state_before_batch of ", before)):
+            if state is not None:
+                try:
+                    copy.deepcopy(self.estimator).load_state_dict(state)
+                except ValueError as error:
+                    raise ValueError(f"checkpoint {checkpoint!r}: {name}{error}") from error
 
     def _generation_cycle(self) -> GenerationCycle:
         return GenerationCycle(
@@ -218,12 +239,9 @@ class CheckpointingMixin:
 
     def _restore_generation_state(self, checkpoint: str) -> None:
         """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""
+        self.check_checkpoint(checkpoint)  # train() checked it too: changed since?
         estimator_state, saved, state_before_batch = ckpt.read_state(checkpoint)
-        if estimator_state is None or saved is None:  # train() checked; changed since?
-            raise ValueError(
-                f"checkpoint {checkpoint!r} lacks {ckpt.ESTIMATOR_STATE_FILE} or "
-                f"{ckpt.GENERATION_STATE_FILE}: it is not a complete EBPOTrainer checkpoint"
-            )
+        assert estimator_state is not None and saved is not None  # checked above
         current = self._generation_cycle()
         if not saved.inside_batch:
             # On a generation boundary: the next micro-step generates anyway.

@@ -15,7 +15,6 @@ a ``ValueError`` naming the field before anything is built.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +24,13 @@ from trl import GRPOConfig
 import ebpo
 from ebpo.estimators import VARIANTS
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
+from ebpo.integrations.trl.config_checks import check_trl_values
 from ebpo.integrations.trl.estimator_settings import (
     resolve_estimator,
     scale_rewards_name,
     trl_estimator_kwargs,
 )
+from ebpo.utils.structured_input import parse_json
 
 __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
 
@@ -246,6 +247,7 @@ class EBPOConfig(GRPOConfig):
         if self.data_order != "shuffle":
             # A curriculum is an order; TRL's sampler would shuffle it away.
             self.shuffle_dataset = False
+        check_trl_values(self)  # what TRL would refuse (or misuse) only once training runs
         super().__post_init__()
 
     @property
@@ -267,8 +269,8 @@ def parse_estimator_options(value: Any) -> dict[str, Any]:
         return {}
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
+            value = parse_json(value)  # size, depth and repeated keys bounded
+        except ValueError as error:
             raise ValueError(
                 f"estimator_options must be a dict or a JSON object string; {error}"
             ) from error

@@ -48,6 +48,7 @@ from ebpo.data.templates import build_messages
 from ebpo.evaluation.models import save_tiny_llama
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.grpo_script import parse
+from ebpo.integrations.trl.output_dir import check_output_dir
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
@@ -120,6 +121,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
     """
     argv = list(argv)
     script_args, config, model_args, dataset_args = parse([*argv, "--use_cpu", "true"])
+    check_output_dir(config.output_dir, config.resume_from_checkpoint)  # as the real run does
     if (
         script_args.reward_model_name_or_path
         and not Path(script_args.reward_model_name_or_path).exists()
@@ -137,7 +139,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
         flags = _cpu_flags(model_dir, workdir / "output", model_args)
         built = parse([*argv, *flags])
         loaded: dict[str, str] = {}
-        loader = _sample_loader(built[0], built[3], loaded)
+        loader = _sample_loader(built[0], built[3], _evaluates(built[1]), loaded)
         with (
             _swapped(trl, "GRPOTrainer", _build_and_stop),
             _swapped(trl, "get_dataset", lambda mixture: loader()),
@@ -247,12 +249,19 @@ def _cpu_flags(model_dir: Path, output_dir: Path, model_args: Any) -> list[str]:
     return flags
 
 
+def _evaluates(config: EBPOConfig) -> bool:
+    """Whether TRL's script takes an evaluation split (it reads ``dataset_test_split`` only then)."""
+    return getattr(config.eval_strategy, "value", config.eval_strategy) != "no"
+
+
 def _sample_loader(
-    script_args: Any, dataset_args: Any, note: dict[str, str]
+    script_args: Any, dataset_args: Any, evaluates: bool, note: dict[str, str]
 ) -> Callable[[], datasets.DatasetDict]:
     """What ``get_dataset`` / ``load_dataset`` return inside the dry run: the splits TRL's script
-    reads, ``SAMPLE_ROWS`` rows each (``note["note"]`` says where they came from)."""
+    reads (the test split only when it ``evaluates``), ``SAMPLE_ROWS`` rows each
+    (``note["note"]`` says where they came from)."""
     splits = [script_args.dataset_train_split, script_args.dataset_test_split]
+    needed = splits if evaluates else splits[:1]
 
     def load() -> datasets.DatasetDict:
         source = _local_source(script_args, dataset_args)
@@ -265,7 +274,7 @@ def _sample_loader(
                 {splits[0]: _synthetic("train"), splits[1]: _synthetic("test")}
             )
         full = _load_local(source, script_args, dataset_args)
-        missing = [s for s in dict.fromkeys(splits) if s not in full]
+        missing = [s for s in dict.fromkeys(needed) if s not in full]
         if missing:
             raise ValueError(
                 f"{source}: no split {missing} (dataset_train_split / dataset_test_split); "
@@ -312,7 +321,10 @@ def _load_local(source: str, script_args: Any, dataset_args: Any) -> datasets.Da
     try:
         if dataset_args.datasets:
             mixture = dataclasses.replace(dataset_args, streaming=False)
-            return _GET_DATASET(mixture)
+            # TRL's get_dataset calls datasets.load_dataset, which the dry run has swapped for
+            # the loader that called this: the original while it runs
+            with _swapped(datasets, "load_dataset", _LOAD_DATASET):
+                return _GET_DATASET(mixture)
         return _LOAD_DATASET(script_args.dataset_name, name=script_args.dataset_config)
     except (ValueError, OSError) as error:  # no such config / file / split, unreadable file
         raise ValueError(f"cannot load the recipe's data ({source}): {error}") from error

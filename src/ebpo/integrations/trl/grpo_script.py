@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import trl
@@ -36,6 +35,8 @@ from trl.scripts import grpo as trl_grpo
 
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.launcher import launch, launcher_arguments, plan, script_arguments
+from ebpo.integrations.trl.output_dir import check_output_dir
+from ebpo.integrations.trl.recipe_file import check_recipe_file
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
 __all__ = [
@@ -81,10 +82,13 @@ DESCRIPTION = (
 )
 
 
+#: the dataclasses of ``trl grpo``'s parser, with EBPOConfig in GRPOConfig's place
+PARSER_TYPES = (trl_grpo.GRPOScriptArguments, EBPOConfig, ModelConfig, DatasetMixtureConfig)
+
+
 def make_parser(prog: str = "ebpo grpo") -> TrlParser:
     """``trl grpo``'s parser with :class:`EBPOConfig` in ``GRPOConfig``'s place."""
-    types = (trl_grpo.GRPOScriptArguments, EBPOConfig, ModelConfig, DatasetMixtureConfig)
-    return GrpoParser(types, prog=prog, description=DESCRIPTION)
+    return GrpoParser(PARSER_TYPES, prog=prog, description=DESCRIPTION)
 
 
 def parse(argv: Sequence[str]) -> tuple[Any, EBPOConfig, Any, Any]:
@@ -104,8 +108,7 @@ def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], li
         index = argv.index("--config")
         if argv.count("--config") > 1 or index + 1 == len(argv):
             raise ValueError("--config takes one YAML file, given once")
-        if not Path(argv[index + 1]).is_file():
-            raise ValueError(f"--config {argv[index + 1]!r}: no such file")
+        check_recipe_file(argv[index + 1], PARSER_TYPES)  # before TRL's parser reads it
     try:
         *arguments, config_rest, cli_rest = make_parser().parse_args_and_config(
             args=argv, return_remaining_strings=True, separate_remaining_strings=True
@@ -115,7 +118,10 @@ def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], li
     source = argv[argv.index("--config") + 1] if "--config" in argv else "the config file"
     launch_args = launcher_arguments(config_rest, cli_rest, source)
     script_args, training_args, model_args, dataset_args = arguments
-    script_args.reward_funcs = [REWARD_ALIASES.get(n, n) for n in script_args.reward_funcs or []]
+    names = script_args.reward_funcs or []
+    if isinstance(names, str):  # `reward_funcs: math_reward` in a YAML: one name, not its letters
+        names = [names]
+    script_args.reward_funcs = [REWARD_ALIASES.get(n, n) for n in names]
     unknown = [n for n in script_args.reward_funcs if "." not in n and n not in TRL_REWARDS]
     if unknown:
         raise ValueError(
@@ -166,8 +172,10 @@ def describe_launch(argv: Sequence[str]) -> str:
 def main(argv: Sequence[str]) -> int:
     """Parse ``argv`` as ``trl grpo`` would; launch it as ``trl grpo`` would (launcher keys and
     flags, :mod:`.launcher`), or, for one plain process, run TRL's script with :class:`EBPOTrainer`
-    here. The exit code of the run."""
+    here. The exit code of the run. ``output_dir`` is checked first (:mod:`.output_dir`), here and
+    in every launched process."""
     arguments, launch_args, script_argv = parse_run(argv)
+    check_output_dir(arguments[1].output_dir, arguments[1].resume_from_checkpoint)
     planned = plan(launch_args, script_argv)
     if planned is not None:
         return launch(planned)

@@ -62,6 +62,7 @@ from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.estimator_settings import follows_trl_grpo, uses_trls_own_advantages
 from ebpo.integrations.trl.reference_model import reference_from_policy
+from ebpo.integrations.trl.reward_calls import checked_rewards
 from ebpo.integrations.trl.signal import NoSignalWatch
 from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.integrations.trl.trace import RankTrace
@@ -181,6 +182,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         if args.data_order != "shuffle":
             self.shuffle_dataset = False  # the config already says so; keep the sampler honest
         # The user's reward functions (TRL's, environments' included); the overlong punishment goes after.
+        self.reward_funcs = checked_rewards(self.reward_funcs)  # errors name the function and line
         self._ebpo_user_columns = slice(0, len(self.reward_funcs))
         if args.overlong_buffer_ratio > 0:
             self._add_overlong_reward(args)

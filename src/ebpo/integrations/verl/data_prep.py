@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -53,6 +52,7 @@ from ebpo.integrations.verl.recipes import TRAIN_STEM
 from ebpo.utils.checks import check_positive_int
 from ebpo.utils.files import check_output_path
 from ebpo.utils.runtime import quiet_logger
+from ebpo.utils.structured_input import parse_json
 
 __all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare", "to_verl_rows"]
 
@@ -115,11 +115,9 @@ def _read_labels(path: str) -> dict[str, dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"--labels {path}: line {number} is not JSON ({error.msg})"
-                ) from error
+                record = parse_json(line)  # depth and repeated keys bounded
+            except ValueError as error:
+                raise ValueError(f"--labels {path}: line {number} is not JSON ({error})") from error
             if not isinstance(record, dict) or "id" not in record:
                 raise ValueError(
                     f"--labels {path}: line {number} is not a JSON object with an 'id'"

@@ -29,6 +29,7 @@ from typing import Any
 
 from ebpo.estimators import AdvantageEstimator, make_estimator
 from ebpo.utils.files import write_json
+from ebpo.utils.structured_input import read_json_file
 
 __all__ = [
     "METRICS_FILENAME",
@@ -181,8 +182,7 @@ class EstimatorStore:
         if not os.path.exists(path):
             return False
         try:
-            with open(path, encoding="utf-8") as handle:
-                state = json.load(handle)
+            state = read_json_file(path)  # size, depth, repeated keys bounded
             where = non_finite_entry(state)
             if where is not None:
                 raise ValueError(f"{where} is not finite; a saved prior is never NaN or infinite")

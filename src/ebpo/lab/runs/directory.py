@@ -12,7 +12,10 @@ list, broken JSON) is refused in one line naming it, and nothing in its director
 
 **What may be replaced.** A directory is refused when it holds anything but an ebpo run, or
 another run that has done work (unless the caller asked to overwrite it); a run that failed or
-stopped before its first RL step holds nothing worth keeping and is replaced without asking.
+stopped before its first RL step, and holds no checkpoint, holds nothing worth keeping and is
+replaced without asking. The manifest records a step only once it has happened: a resume changes
+it (and truncates the metrics file) only when training has resumed, so a resume that fails
+before leaves the run as it was.
 Replacing a run (:func:`clear_run`) removes the entries its manifest lists and nothing else: a
 user's own files beside them survive; the run's own folders (``checkpoints/``, ``plots/``, …) go
 whole. :func:`check_run_dir` only decides; the job clears once every option and the model have
@@ -40,9 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.lab.runs.lock import LOCK
-from ebpo.utils.checkpoints import newest_complete
+from ebpo.utils.checkpoints import checkpoint_dirs, newest_complete
 from ebpo.utils.checks import is_integer, is_real
 from ebpo.utils.files import atomic_write, check_output_path, read_json, write_json
+from ebpo.utils.structured_input import parse_json
 
 __all__ = [
     "MANIFEST",
@@ -51,6 +55,7 @@ __all__ = [
     "STATUSES",
     "RunDir",
     "append_metrics",
+    "check_metrics",
     "check_run_dir",
     "clear_run",
     "completed_results",
@@ -136,11 +141,16 @@ def check_run_dir(
         raise ValueError(
             f"output_dir {str(path)!r} is not empty and holds no ebpo run; choose another directory"
         )
-    disposable = manifest["status"] in _DISPOSABLE and not manifest["global_step"]
+    # a run that never got past its start holds nothing worth keeping, unless a checkpoint says
+    # otherwise (its manifest may lag behind: it records only steps that have happened)
+    saved = [p.name for p in checkpoint_dirs(path / "checkpoints")]
+    disposable = manifest["status"] in _DISPOSABLE and not manifest["global_step"] and not saved
     if not (overwrite or disposable):
+        holds = f"; {', '.join(saved[-2:])} saved" if saved else ""
         raise ValueError(
             f"output_dir {str(path)!r} already holds a run ({manifest['status']}, step "
-            f"{manifest['global_step']}); pass --resume to continue it or --overwrite to replace it"
+            f"{manifest['global_step']}{holds}); pass --resume to continue it or --overwrite to "
+            "replace it"
         )
     strangers = [name for name in entries if name in RUN_ENTRIES and name not in manifest["files"]]
     if strangers:
@@ -346,7 +356,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_json(line)  # depth and repeated keys bounded
         except ValueError as error:
             if number == len(lines):  # no newline after it: a write cut short
                 break
@@ -365,15 +375,30 @@ def truncate_metrics(path: Path, step: int) -> None:
     its own), and a last line cut short."""
     if not path.is_file():
         return
-    keep = []
-    for record in read_metrics(path):
-        logged = record.get("step", 0)
-        if not is_real(logged):
-            raise ValueError(f"{str(path)!r} holds a record whose step is {logged!r}, not a number")
-        if logged <= step and not any(key in record for key in _SUMMARY_KEYS):
-            keep.append(json.dumps(record) + "\n")
+    keep = [
+        json.dumps(record) + "\n"
+        for record, logged in _stepped(path, read_metrics(path))
+        if logged <= step and not any(key in record for key in _SUMMARY_KEYS)
+    ]
     with atomic_write(path) as f:
         f.writelines(keep)
+
+
+def check_metrics(path: Path) -> None:
+    """Refuse (ValueError naming the file and the line) a metrics file that a resume could not
+    truncate: a line that is not a JSON object, a record whose step is not a number."""
+    _stepped(path, read_metrics(path))
+
+
+def _stepped(path: Path, records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
+    """``(record, its step)`` of each record; a record without a step counts as step 0."""
+    out = []
+    for record in records:
+        logged = record.get("step", 0)
+        if not (is_real(logged) and math.isfinite(logged)):
+            raise ValueError(f"{str(path)!r} holds a record whose step is {logged!r}, not a number")
+        out.append((record, logged))
+    return out
 
 
 def last_checkpoint(checkpoints: Path, say: Callable[[str], None] | None = None) -> Path | None:

@@ -121,12 +121,14 @@ def make_job_callback(
     evaluate: Callable[[Any, int], dict[str, Any]],
     on_checkpoint: Callable[[int], None],
     progress: bool,
+    on_start: Callable[[int], None] | None = None,
     processes: Processes | None = None,
 ):
     """A ``TrainerCallback`` that writes every log record to ``metrics_path`` (None: none),
     calls ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
     ``overall`` / ``topics`` as ``heldout/pass@1[/topic]``, shows the progress bar, calls
-    ``on_checkpoint(step)`` after each save, and stops on its :class:`StopFlag` (``.flag``;
+    ``on_checkpoint(step)`` after each save, ``on_start(step)`` when training starts (a resumed
+    trainer has loaded its checkpoint then; every process calls it), and stops on its :class:`StopFlag` (``.flag``;
     ``.interrupted`` tells that it did), or, without saving, on a non-finite loss, gradient norm
     or weight (``.diverged``: what it saw, else None; the weights are checked after every step, a
     pass over them). ``processes``: the processes of a launch, which decide to stop together (one
@@ -148,6 +150,8 @@ def make_job_callback(
             self.diverged: str | None = None
 
         def on_train_begin(self, args, state, control, **kwargs):
+            if on_start is not None:
+                on_start(state.global_step)
             self.bar = tqdm(
                 total=total_steps,
                 initial=state.global_step,

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ebpo.evaluation.models import resolve_model_path
-from ebpo.integrations.trl import DATA_ORDERS, available_presets
+from ebpo.integrations.trl import DATA_ORDERS, EBPOConfig, available_presets
+from ebpo.integrations.trl.config_checks import check_extra
 from ebpo.lab.cpu_task import task
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, cache_dir
 from ebpo.utils.checks import check_int, is_real
@@ -21,9 +22,12 @@ from ebpo.utils.files import check_output_path
 __all__ = [
     "INTEGER_OPTIONS",
     "MAX_COMPLETIONS_PER_STEP",
+    "MAX_COMPLETION_LENGTH",
+    "MAX_EVAL_COMPLETIONS",
     "MAX_LEARNING_RATE",
     "MAX_RL_PROMPTS",
     "MAX_SEED",
+    "MAX_TINY_PARAMETERS",
     "NOT_IDENTITY",
     "REWARDS",
     "TrainJobConfig",
@@ -58,6 +62,15 @@ MAX_COMPLETIONS_PER_STEP = 65_536
 #: the most RL prompts (steps × prompts_per_step) of a built-in dataset: the job draws them all
 #: before training (about 4 µs and 1 KB each)
 MAX_RL_PROMPTS = 1_000_000
+#: the most completions one held-out (or validation) evaluation may sample: eval_samples × the
+#: problems (at most eval_problems per topic and tier on the built-in task, eval_problems on
+#: another dataset); every prompt and completion of an evaluation is held at once
+MAX_EVAL_COMPLETIONS = 1_000_000
+#: the most parameters of the built-in model (about tiny_layers × 10 × tiny_hidden_size², with the
+#: embedding): 100 M weights, 1.2 GB with Adam's two moments, trained on a CPU
+MAX_TINY_PARAMETERS = 100_000_000
+#: the longest completion, in tokens (the largest context of the models people post-train)
+MAX_COMPLETION_LENGTH = 131_072
 #: the rewards of ``reward``: the built-in task's / score_math, the final integer, score_math
 REWARDS = ("auto", "integer", "math")
 
@@ -333,7 +346,6 @@ class TrainJobConfig:
                 raise ValueError(
                     f"{name} must be a finite positive number <= {MAX_LEARNING_RATE}, got {getattr(self, name)!r}"
                 )
-        self._check_sizes()
         for name in ("warm_start_clean", "warm_start_corrupt"):
             if not (is_real(getattr(self, name)) and 0 <= getattr(self, name) <= 1):
                 raise ValueError(f"{name} must be a number in [0, 1], got {getattr(self, name)!r}")
@@ -346,6 +358,7 @@ class TrainJobConfig:
         if self.order not in DATA_ORDERS:
             raise ValueError(f"order must be one of {list(DATA_ORDERS)}, got {self.order!r}")
         task.check_cells(self.topics, self.tiers)
+        self._check_sizes()
         if self.eval_validation and not self.builtin_dataset:
             raise ValueError(
                 f"eval_validation needs a built-in dataset {list(task.BUILTIN_DATASETS)} "
@@ -376,6 +389,7 @@ class TrainJobConfig:
             raise ValueError(
                 f"extra must be a dict of EBPOConfig fields, got {type(self.extra).__name__}"
             )
+        check_extra(self.extra, EBPOConfig)  # names and types; values when the config is built
 
     def _check_sizes(self) -> None:
         """The work one step and the whole prompt stream ask for, before anything runs."""
@@ -390,6 +404,33 @@ class TrainJobConfig:
                 f"steps × prompts_per_step must be at most {MAX_RL_PROMPTS:,} prompts on a built-in dataset, "
                 f"got {self.steps} × {self.prompts_per_step} = {self.steps * self.prompts_per_step:,}"
             )
+        if self.warm_start_batch_size > MAX_COMPLETIONS_PER_STEP:
+            raise ValueError(
+                f"warm_start_batch_size must be at most {MAX_COMPLETIONS_PER_STEP:,} sequences a "
+                f"step, got {self.warm_start_batch_size:,}"
+            )
+        if self.max_completion_length > MAX_COMPLETION_LENGTH:
+            raise ValueError(
+                f"max_completion_length must be at most {MAX_COMPLETION_LENGTH:,} tokens, "
+                f"got {self.max_completion_length:,}"
+            )
+        cells = len(self.topics) * len(self.tiers) if self.builtin_dataset else 1
+        problems = self.eval_problems * cells
+        if self.eval_samples * problems > MAX_EVAL_COMPLETIONS:
+            per = " per topic and tier" if self.builtin_dataset else ""
+            raise ValueError(
+                f"eval_samples × the evaluation's problems must be at most {MAX_EVAL_COMPLETIONS:,} "
+                f"completions, got {self.eval_samples:,} × {problems:,} (eval_problems "
+                f"{self.eval_problems:,}{per}) = {self.eval_samples * problems:,}"
+            )
+        if self.model == BUILTIN_MODEL:
+            size = self.tiny_layers * 10 * self.tiny_hidden_size**2 + 64 * self.tiny_hidden_size
+            if size > MAX_TINY_PARAMETERS:
+                raise ValueError(
+                    f"the built-in model would have about {size:,} parameters (tiny_layers "
+                    f"{self.tiny_layers} × 10 × tiny_hidden_size {self.tiny_hidden_size}²); at most "
+                    f"{MAX_TINY_PARAMETERS:,}: lower tiny_hidden_size or tiny_layers"
+                )
 
 
 def _check_finite_positive(name: str, value: Any) -> None:

@@ -63,6 +63,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ebpo.integrations.trl import EBPOTrainer, make_config
+from ebpo.integrations.trl.checkpoint import read_state
+from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
 from ebpo.lab.runs import directory as rundir
 from ebpo.lab.runs import lock as runlock
@@ -84,6 +86,7 @@ from ebpo.lab.train.warm_start import (
     warm_start_pending,
     warm_start_recipe,
 )
+from ebpo.utils.checkpoints import newest_complete
 from ebpo.utils.checks import is_real
 from ebpo.utils.files import write_json
 from ebpo.utils.runtime import torch_threads
@@ -178,7 +181,8 @@ def _run_locked(
         if run.replace:
             rundir.clear_run(run)  # only what the old run created; the user's own files stay
         run.path.mkdir(parents=True, exist_ok=True)
-        rundir.write_manifest(run.path, identity, "starting", 0)
+        if run.manifest is None:  # a resumed run's manifest changes once its training has resumed
+            rundir.write_manifest(run.path, identity, "starting", 0)
         if resumed_before is not None:
             return resumed_before
         evaluation = evaluate(model, "held-out eval (before)")
@@ -188,22 +192,28 @@ def _run_locked(
     before = on_main(start_run)
     say(format_pass_table(before))
 
+    def training_started(step: int) -> None:
+        """Once TRL has loaded the checkpoint it resumes from (if any) and starts to train: the
+        first change a resume makes to the run's files, so that a resume that fails before it
+        (a checkpoint that cannot be restored) leaves them as they were."""
+        if config.resume:
+            rundir.truncate_metrics(run.path / "metrics.jsonl", step)
+        rundir.write_manifest(run.path, identity, "running", step)
+
     trainer, callback = _build_trainer(
-        config, processes, run.path, data, model, tokenizer, trainer_args, evaluate, identity
-    )
+        config, processes, run.path, data, model, tokenizer, trainer_args, evaluate, identity,
+        lambda step: processes.on_main(lambda: training_started(step)),
+    )  # fmt: skip
 
     def resume_point() -> Path | None:
-        checkpoint = rundir.last_checkpoint(run.path / "checkpoints") if config.resume else None
-        if config.resume:
-            rundir.truncate_metrics(
-                run.path / "metrics.jsonl", int(checkpoint.name.split("-")[-1]) if checkpoint else 0
-            )
-            say(
-                f"resuming from {checkpoint}"
-                if checkpoint
-                else "no checkpoint yet: starting RL from step 0"
-            )
-        rundir.write_manifest(run.path, identity, "running", trainer.state.global_step)
+        if not config.resume:
+            return None
+        checkpoint = rundir.last_checkpoint(run.path / "checkpoints")
+        say(
+            f"resuming from {checkpoint}"
+            if checkpoint
+            else "no checkpoint yet: starting RL from step 0"
+        )
         return checkpoint
 
     checkpoint = on_main(resume_point)
@@ -280,17 +290,23 @@ def _check_processes(config: TrainJobConfig, count: int) -> _dt.timedelta:
             f"({count}): each process samples an equal share of every step's batch"
         )
     timeout = config.extra.get("ddp_timeout", DEFAULT_TIMEOUT.total_seconds())
-    if not (is_real(timeout) and math.isfinite(timeout) and timeout > 0):
+    if not (is_real(timeout) and math.isfinite(timeout) and 0 < timeout <= MAX_DDP_TIMEOUT):
         raise ValueError(
-            f"extra['ddp_timeout'] must be a positive number of seconds, got {timeout!r}"
+            f"extra['ddp_timeout'] must be a positive number of seconds up to {MAX_DDP_TIMEOUT}, "
+            f"got {timeout!r}"
         )
     return _dt.timedelta(seconds=timeout)
 
 
 def _resumed_files(path: Path) -> dict[str, Any] | None:
-    """The evaluation a resumed run made before RL (None if none yet), once its files are checked."""
+    """The evaluation a resumed run made before RL (None if none yet), once its files are checked:
+    the metrics file, and ebpo's files in the checkpoint the resume will load (the trainer checks
+    them again, with the estimator, before it loads the checkpoint)."""
     before = rundir.read_evaluation(path / "eval_before.json")
-    rundir.read_metrics(path / "metrics.jsonl")
+    rundir.check_metrics(path / "metrics.jsonl")
+    checkpoint, _ = newest_complete(path / "checkpoints")
+    if checkpoint is not None:
+        read_state(str(checkpoint))
     return before
 
 
@@ -418,7 +434,7 @@ def _trainer_args(config: TrainJobConfig, run_dir: Path, data: Any, num_processe
 
 
 def _build_trainer(
-    config, processes, run_dir, data, model, tokenizer, trainer_args, evaluate, identity
+    config, processes, run_dir, data, model, tokenizer, trainer_args, evaluate, identity, on_start
 ):
     # optional heavy dependencies (trl extra)
     import datasets
@@ -455,6 +471,7 @@ def _build_trainer(
         eval_every=config.eval_every,
         evaluate=periodic_eval,
         on_checkpoint=on_checkpoint,
+        on_start=on_start,
         progress=config.progress and processes.main,
         processes=processes,
     )
