@@ -1,5 +1,5 @@
-"""``ebpo grpo``'s output directory: TRL's own runs may be continued or written over; a user's
-folder and a file are refused (the CLI rows are in tests/hostile/test_cli_grpo.py)."""
+"""``ebpo grpo``'s output directory: an earlier run may be continued, never written over; a
+user's folder and a file are refused (the CLI rows are in tests/hostile/test_cli_grpo.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,8 @@ from ebpo.integrations.trl.output_dir import check_output_dir  # noqa: E402
 from ebpo.utils.checkpoints import mark_complete  # noqa: E402
 
 
-@pytest.mark.parametrize(
-    "entries",
-    [[], ["runs/Nov25/events"], ["training_args.bin", "config.json"], ["checkpoint-3/x"]],
-    ids=["empty", "tensorboard-only", "a-finished-run", "a-checkpoint"],
-)
-def test_a_training_run_or_an_empty_directory_is_trls(tmp_path, entries):
+@pytest.mark.parametrize("entries", [[], ["runs/Nov25/events"]], ids=["empty", "tensorboard-only"])
+def test_an_empty_directory_or_one_with_logs_only_may_be_written(tmp_path, entries):
     (tmp_path / "out").mkdir()
     for name in entries:
         (tmp_path / "out" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -50,3 +46,24 @@ def test_resume_needs_a_complete_checkpoint(tmp_path):
     mark_complete(out / "checkpoint-1")
     check_output_dir(str(out), True)
     check_output_dir(str(out), str(out / "checkpoint-1"))
+
+
+@pytest.mark.parametrize(
+    "entries, named",
+    [
+        (["training_args.bin", "config.json"], "training_args.bin"),
+        (["checkpoint-3/x", "runs/Nov25/events"], "checkpoint-3"),
+    ],
+    ids=["a-finished-run", "a-checkpoint"],
+)
+def test_an_earlier_run_is_refused_unless_resumed(tmp_path, entries, named):
+    out = tmp_path / "out"
+    for name in entries:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("x")
+    with pytest.raises(
+        ValueError, match=rf"holds an earlier training run \({named}.*--resume_from_checkpoint"
+    ):
+        check_output_dir(str(out))
+    with pytest.raises(ValueError, match=r"no complete checkpoint|holds no checkpoint-N"):
+        check_output_dir(str(out), True)  # resuming is allowed, and then needs a checkpoint

@@ -13,8 +13,11 @@ trainer's construction, comes first):
 * a directory that is not empty and holds no training run: refused. A training run is what
   transformers' ``Trainer`` leaves behind (:data:`RUN_ENTRIES`: ``checkpoint-N`` folders,
   ``training_args.bin``, ``trainer_state.json``, TensorBoard's ``runs/``); such a directory is
-  TRL's own, and TRL's rules apply to it (``resume_from_checkpoint`` continues it, a run without
-  it writes over it, as ``trl grpo`` does);
+  TRL's own;
+* a directory holding an earlier run's checkpoints or its finished model (``training_args.bin``)
+  without ``resume_from_checkpoint``: refused, as ``ebpo train`` refuses a plain run on a run
+  that holds checkpoints (``trl grpo`` would write over them). Only TensorBoard logs of a run that
+  stopped before its first checkpoint may be written beside (TRL adds an event file);
 * ``resume_from_checkpoint``: the checkpoint it names, or with ``True`` the newest one of
   ``output_dir``, must be complete (:func:`.checkpointing.resolve_checkpoint`) and must exist.
 """
@@ -50,12 +53,23 @@ def check_output_dir(output_dir: Any, resume_from_checkpoint: Any = None) -> Non
             f"{PREFIX_CHECKPOINT_DIR}-N, no training_args.bin); TRL would write its model, "
             "config.json and README.md over the files there: choose another directory"
         )
+    resuming = resume_from_checkpoint not in (None, False, "")
+    if path.is_dir() and not resuming:
+        earlier = [p.name for p in checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)][:3] + [
+            name for name in RUN_ENTRIES[:2] if (path / name).exists()
+        ]
+        if earlier:
+            raise ValueError(
+                f"output_dir {os.fspath(output_dir)!r} holds an earlier training run "
+                f"({', '.join(earlier)}): continue it with --resume_from_checkpoint true (or a "
+                "checkpoint's path), or choose another directory; ebpo grpo never writes over a run"
+            )
     if resume_from_checkpoint is True and not checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR):
         raise ValueError(
             f"resume_from_checkpoint: output_dir {os.fspath(output_dir)!r} holds no "
             f"{PREFIX_CHECKPOINT_DIR}-N to resume"
         )
-    if resume_from_checkpoint not in (None, False, ""):
+    if resuming:
         resolve_checkpoint(resume_from_checkpoint, os.fspath(path))
 
 
