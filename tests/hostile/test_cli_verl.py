@@ -286,8 +286,24 @@ CASES = [
     ),
     CliCase(
         "smoke-unknown-flag",
-        ["verl", "smoke", "--steps", "9"],
-        r"^ebpo verl smoke: error: unrecognized arguments: --steps 9",
+        ["verl", "smoke", "--epochs", "9"],
+        r"^ebpo verl smoke: error: unrecognized arguments: --epochs 9",
+    ),
+    CliCase(
+        "smoke-steps-too-few",
+        ["verl", "smoke", "--steps", "2"],
+        r"^ebpo verl smoke: error: --steps must be an integer >= 3, got 2$",
+    ),
+    CliCase(
+        "smoke-steps-more-than-the-task-has",
+        ["verl", "smoke", "--steps", "48"],
+        r"^ebpo verl smoke: error: --steps 48 needs 192 distinct prompts \(one epoch of 48 steps "
+        r"× 4\); the arithmetic task has 191: at most --steps 47$",
+    ),
+    CliCase(
+        "smoke-steps-not-a-number",
+        ["verl", "smoke", "--steps", "4.5"],
+        r"^ebpo verl smoke: error: argument --steps: invalid int value: '4.5'",
     ),
     CliCase(
         "smoke-typo",

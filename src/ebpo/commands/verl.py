@@ -4,7 +4,9 @@
     ebpo verl [run] [--dry-run] OVERRIDES...  verl's PPO entry point with the plug-in and our defaults
     ebpo verl recipe NAME [--dry-run] [OVERRIDES...]   the paper's runs (--list to see them)
     ebpo verl prepare-data --out-dir DIR      DAPO-Math-17K + eval sets as verl parquet files
-    ebpo verl smoke [--all] [--trainer legacy]  verl's default path (main_ppo, v1 trainer) on CPU with ebpo inside
+    ebpo verl smoke [--all] [--trainer legacy] [--steps N]
+                                              verl's default path (main_ppo, v1 trainer) on CPU
+                                              with ebpo inside; prints the `ebpo replay` command
 
 OVERRIDES are Hydra overrides of ``verl/trainer/config/ppo_trainer.yaml``; EBPO's options go under
 ``algorithm.ebpo`` with a ``+``, e.g. ``+algorithm.ebpo.prior=ema +algorithm.ebpo.half_life=20``.
@@ -14,17 +16,30 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import shlex
 import shutil
 import sys
 import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ebpo.commands import Parser, one_line, user_error
 from ebpo.integrations.verl import launcher
 from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
 from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
-from ebpo.lab.verl_cpu.settings import ESTIMATORS, TRAINERS, SmokeSettings, check_work_dir
+from ebpo.lab.verl_cpu.results import ROLLOUT_DIR
+from ebpo.lab.verl_cpu.settings import (
+    ESTIMATORS,
+    MIN_STEPS,
+    TRAINERS,
+    SmokeSettings,
+    check_work_dir,
+)
 from ebpo.utils.files import check_output_path
+
+if TYPE_CHECKING:
+    from ebpo.lab.verl_cpu.smoke import SmokeReport
 
 SUBCOMMANDS = ("doctor", "run", "recipe", "prepare-data", "smoke")
 
@@ -126,7 +141,9 @@ def _smoke_parser() -> argparse.ArgumentParser:
             "Run verl's default training path (python -m verl.trainer.main_ppo) on this CPU with "
             "ebpo inside: a tiny model on the arithmetic task, 4 steps, a checkpoint at step 2 and "
             "a resumed run that must repeat steps 3-4 exactly. Exit 0 when every check passes. "
-            "Checks an install before GPUs."
+            "Checks an install before GPUs. Every run dumps its rollouts with verl's writer "
+            "(trainer.rollout_data_dir: RUN/rollouts/{step}.jsonl); the summary prints the "
+            "`ebpo replay` command that replays them."
         ),
     )
     p.add_argument(
@@ -146,9 +163,18 @@ def _smoke_parser() -> argparse.ArgumentParser:
         "TransferQueue, PPOTrainerSync; ~1.5 min a run); legacy: the deprecated RayPPOTrainer.fit()",
     )
     p.add_argument(
+        "--steps",
+        type=int,
+        default=4,
+        help=f"training steps of the uninterrupted run (default: %(default)s, at least {MIN_STEPS}); "
+        "the checkpoint is 2 steps before the end and the resumed run repeats the last 2. A longer "
+        "run makes a longer rollout dump for `ebpo replay` (a v1 step takes a few seconds)",
+    )
+    p.add_argument(
         "--work-dir",
         default=None,
-        help="where the runs go (default: a temporary directory, removed when the smoke passes)",
+        help="where the runs go (default: a temporary directory, removed when the smoke passes, "
+        "rollout dumps included)",
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     p.add_argument(
@@ -307,11 +333,13 @@ def _smoke(args: argparse.Namespace) -> int:
         check_output_path(args.work_dir, "--work-dir", kind="dir")
         check_work_dir(args.work_dir)
     # every argument is checked before anything is written or anything slow is imported
-    SmokeSettings(work_dir=args.work_dir or ".", estimators=names, trainer=args.trainer).check()
+    SmokeSettings.of_length(
+        args.steps, work_dir=args.work_dir or ".", estimators=names, trainer=args.trainer
+    ).check()
     temporary = args.work_dir is None
     work = args.work_dir or tempfile.mkdtemp(prefix="ebpo-verl-smoke-")
-    settings = SmokeSettings(
-        work_dir=work, estimators=names, trainer=args.trainer, verbose=args.verbose
+    settings = SmokeSettings.of_length(
+        args.steps, work_dir=work, estimators=names, trainer=args.trainer, verbose=args.verbose
     )
 
     from ebpo.lab.verl_cpu.smoke import run_smoke  # imports verl, ray, transformers
@@ -344,10 +372,40 @@ def _smoke(args: argparse.Namespace) -> int:
             f"verl CPU smoke FAILED: {len(failed)} of {len(result.checks)} checks; runs kept in {work}"
         )
         return 1
-    if temporary and not args.keep:
+    removed = temporary and not args.keep
+    if removed:
         shutil.rmtree(work, ignore_errors=True)
         where = "(temporary runs removed)"
     else:
         where = f"(runs in {work})"
     print(f"verl CPU smoke OK: {len(result.checks)} checks passed {where}")
+    for line in replay_hints(result, removed=removed):
+        print(line)
     return 0
+
+
+def replay_hints(result: SmokeReport, *, removed: bool) -> list[str]:
+    """Where each estimator's rollout dumps are (verl's ``trainer.rollout_data_dir``) and the
+    ``ebpo replay`` command for the uninterrupted run's; if the temporary runs were removed, how
+    to keep them."""
+    if removed:
+        name = next(iter(result.runs))
+        return [
+            "verl's rollout dumps (trainer.rollout_data_dir) were removed with the temporary runs; "
+            f"to replay them, run the smoke with --work-dir DIR (or --keep), then: ebpo replay "
+            f"DIR/{name}/full/{ROLLOUT_DIR} --output-dir DIR/{name}/replay"
+        ]
+    lines = []
+    for name, (full, resumed) in result.runs.items():
+        dumps = ", ".join(
+            f"{run.rollout_dir} (steps {run.trace[0].step}-{run.trace[-1].step})"
+            for run in (full, resumed)
+            if run.trace
+        )
+        out = Path(full.run_dir).parent / "replay"
+        lines += [
+            f"{name}: verl's rollout dumps (trainer.rollout_data_dir): {dumps}",
+            f"{name}: replay the run through every estimator: ebpo replay "
+            f"{shlex.quote(str(full.rollout_dir))} --output-dir {shlex.quote(str(out))}",
+        ]
+    return lines

@@ -1,7 +1,10 @@
-"""Shared helpers for the verl plug-in tests: verl-shaped batches and a clean estimator store."""
+"""Shared helpers for the verl plug-in tests: verl-shaped batches, a clean estimator store, and the
+check of ``ebpo replay`` on a CPU run's rollout dump against what the run trained with."""
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 
 import numpy as np
@@ -85,3 +88,93 @@ def verl_batch(
         non_tensors={"uid": uids},
     )
     return data, rewards, uids, valid
+
+
+# ---------------------------------------------------------------------- replaying a CPU run's dump
+def group_pairs(labels, rewards, advantages) -> dict[str, list[tuple[float, float]]]:
+    """Each group's (reward, advantage) pairs, sorted: the group as a multiset, whatever the order
+    of its rows (within a group, equal rewards get equal advantages)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for label, reward, advantage in zip(labels, rewards.tolist(), advantages.tolist(), strict=True):
+        out.setdefault(str(label), []).append((float(reward), float(advantage)))
+    return {label: sorted(pairs) for label, pairs in out.items()}
+
+
+def trained_pairs(trace) -> dict[str, list[tuple[float, float]]]:
+    """:func:`group_pairs` of the rows the actor was updated with at one step (a ``StepTrace``),
+    by verl's uid; verl's padding rows and empty responses (masked out of the estimator) left
+    out. verl broadcasts one advantage over a response's tokens: the mean over its mask is it."""
+    tokens = trace.response_mask.sum(dim=-1)
+    real = ~trace.padding & (tokens > 0)
+    advantages = trace.advantages.sum(dim=-1) / tokens.clamp(min=1)
+    uids = [uid for uid, keep in zip(trace.uids, real.tolist(), strict=True) if keep]
+    return group_pairs(uids, trace.rewards[real], advantages[real])
+
+
+def same_state(got, want, rel: float = 1e-12) -> bool:
+    """Two ``state_dict()`` trees equal: the same keys, strings and integers; floats to ``rel``
+    (a replay sums a step's groups in another order than the trainer did)."""
+    if isinstance(want, dict):
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(same_state(got[k], want[k], rel) for k in want)
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(same_state(g, w, rel) for g, w in zip(got, want, strict=True))
+        )
+    if isinstance(want, float) and isinstance(got, float):
+        return math.isclose(got, want, rel_tol=rel, abs_tol=rel)
+    return type(got) is type(want) and got == want
+
+
+def replay_the_runs_dump(run, variant: str, out_dir, *, by_uid: bool) -> dict:
+    """``ebpo replay`` (the command, as the smoke's summary prints it) on the rollout dump verl's
+    own writer made during ``run`` (``trainer.rollout_data_dir``), with ``--estimators variant`` —
+    the variant the run trained with. Checks, step by step, that the replay's groups hold the
+    rewards and the ``variant`` advantages the actor was updated with (each group as a multiset;
+    ``by_uid``: the v1 dump's groups carry verl's uid, matched one to one; otherwise groups by
+    prompt text, matched by their rewards), to 1e-6 (verl keeps float32), and that the replay's
+    final state is the run's estimator state. Returns ``replay.json``."""
+    from ebpo.cli import main
+    from ebpo.lab.replay.engine import Replay
+    from ebpo.lab.replay.sources import Source
+
+    dump = run.rollout_dir
+    out = out_dir / "replay"
+    assert main(["replay", str(dump), "--output-dir", str(out), "--estimators", variant]) == 0
+    report = json.loads((out / "replay.json").read_text())
+    assert report["summary"]["steps"] == len(run.trace)
+
+    replay = Replay([variant])
+    traces = {trace.step: trace for trace in run.trace}
+    batches = list(Source([str(dump)], "verl").steps())
+    assert [batch.step for batch in batches] == sorted(traces)
+    signal = 0
+    for batch in batches:
+        replay.step(batch)
+        labels = batch.group_labels.to_pylist()
+        replayed = group_pairs(
+            [labels[g] for g in batch.group_index.tolist()],
+            batch.rewards,
+            replay.last_results[variant].advantages,
+        )
+        trained = trained_pairs(traces[batch.step])
+        if by_uid:
+            assert replayed.keys() == trained.keys(), batch.step
+            pairs = [(replayed[uid], trained[uid]) for uid in trained]
+        else:
+            assert len(replayed) == len(trained), batch.step
+            pairs = list(zip(sorted(replayed.values()), sorted(trained.values()), strict=True))
+        for got, want in pairs:
+            assert [r for r, _ in got] == [r for r, _ in want], batch.step
+            assert [a for _, a in got] == pytest.approx([a for _, a in want], abs=1e-6), batch.step
+            signal += sum(abs(a) > 1e-3 for _, a in want)
+    assert signal > 0  # the comparison saw real advantages
+    (entry,) = run.estimator_state["estimators"]
+    assert same_state(replay.estimators[variant].state_dict(), entry["state"])
+    assert same_state(report["estimators"][variant]["final_state"], entry["state"])
+    return report

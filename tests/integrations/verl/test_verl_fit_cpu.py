@@ -4,7 +4,8 @@ verl.trainer.main_ppo`` → ``TaskRunnerV1`` → TransferQueue → ``PPOTrainerS
 cores, most of it Ray and verl's actors starting):
 
 * ``ebpo`` uninterrupted and resumed from its step-2 checkpoint (``ebpo verl smoke``'s runs and
-  checks);
+  checks), each dumping its rollouts with verl's own writer (``trainer.rollout_data_dir``), which
+  ``ebpo replay`` reads back;
 * ``ebpo`` resumed from that checkpoint WITHOUT ebpo's checkpoint callback (verl's default
   ``checkpoint_callback_class=null``): the plug-in restores the state from the folder verl
   resumed from, and the steps after the checkpoint are still exact;
@@ -77,6 +78,7 @@ def test_every_smoke_check_passes(runs):
         "padding rows",
         "2 data-parallel CPU ranks",
         "weight sync",
+        "verl dumped its rollouts",
         "127.0.0.1",
         "nothing left running",
     ):
@@ -123,6 +125,26 @@ def test_the_loop_trained_on_the_core_estimators_advantages(runs):
         nonzero += int(trace.advantages.abs().max() > 0)
     assert nonzero >= 1  # the comparison saw real signal
     assert reference.state_dict() == entry["state"]
+
+
+def test_ebpo_replay_of_the_runs_rollout_dump_gives_what_verl_trained_with(runs, tmp_path):
+    """Issue #31: the rollouts verl's own writer dumped during the uninterrupted run (``{1..4}.jsonl``;
+    the resumed run: 3 and 4), replayed by ``ebpo replay`` as the smoke's summary says: every
+    group of every step gets the ``ebpo`` advantages the actor was updated with (verl's uid groups,
+    its padding rows and the short groups included), and the replay's final prior is the one the
+    run checkpointed at step 4. The smoke's ``ebpo`` is the ``ebpo`` variant (no options); its
+    ``jspo_plus_plus`` sets ``smooth_coef=0.9``, which the variant of that name does not."""
+    from tests.integrations.verl.conftest import replay_the_runs_dump
+
+    full, resumed = runs["smoke"].runs["ebpo"]
+    assert sorted(p.name for p in full.rollout_dir.iterdir()) == [
+        f"{s}.jsonl" for s in (1, 2, 3, 4)
+    ]
+    assert sorted(p.name for p in resumed.rollout_dir.iterdir()) == ["3.jsonl", "4.jsonl"]
+    report = replay_the_runs_dump(full, "ebpo", tmp_path, by_uid=True)
+    summary = report["summary"]
+    assert (summary["padding_rows"], summary["responses"], summary["groups"]) == (4, 60, 16)
+    assert (summary["group_size_min"], summary["group_size_max"]) == (3, 4)
 
 
 def test_uneven_groups_and_every_real_row_counted_once(runs):

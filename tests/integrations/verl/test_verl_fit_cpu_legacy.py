@@ -37,7 +37,13 @@ def test_every_legacy_smoke_check_passes(smoke):
     failed = [f"{check.name}: {check.detail}" for check in smoke.checks if not check.ok]
     assert not failed, "\n".join(failed)
     names = " | ".join(check.name for check in smoke.checks)
-    for what in ("entry point", "same advantages", "same metrics", "CurriculumSampler"):
+    for what in (
+        "entry point",
+        "same advantages",
+        "same metrics",
+        "CurriculumSampler",
+        "verl dumped its rollouts",
+    ):
         assert what in names
 
 
@@ -51,3 +57,16 @@ def test_the_legacy_loop_trained_on_the_core_estimators_advantages(smoke):
         expected = result.advantages.to(trace.advantages.dtype).unsqueeze(-1) * trace.response_mask
         torch.testing.assert_close(trace.advantages, expected, rtol=0, atol=1e-6)
     assert any(bool(t.advantages.abs().max() > 0) for t in run.trace)
+
+
+def test_ebpo_replay_of_the_legacy_runs_rollout_dump_gives_what_verl_trained_with(smoke, tmp_path):
+    """Issue #31, legacy trainer: its dump has no uid, so ``ebpo replay`` groups by prompt text;
+    the groups, their rewards and the advantages of ``ebpo_batch`` (the ``ebpo_topic``
+    configuration's estimator: batch prior, mean of group means) are those the actor was updated
+    with, step by step."""
+    from tests.integrations.verl.conftest import replay_the_runs_dump
+
+    run, resumed = smoke.runs["ebpo_topic"]
+    assert sorted(p.name for p in resumed.rollout_dir.iterdir()) == ["3.jsonl", "4.jsonl"]
+    report = replay_the_runs_dump(run, "ebpo_batch", tmp_path, by_uid=False)
+    assert report["inputs"]["key_columns"] == ["input"]

@@ -36,6 +36,50 @@ def test_smoke_settings_defaults_are_valid():
     SmokeSettings(work_dir=".", estimators=tuple(ESTIMATORS)).check()
 
 
+def test_a_smoke_of_n_steps_has_one_epoch_and_its_checkpoint_two_steps_before_the_end():
+    """``ebpo verl smoke --steps N``; the defaults are a smoke of 4 steps."""
+    assert SmokeSettings.of_length(4, work_dir=".") == SmokeSettings(work_dir=".")
+    longer = SmokeSettings.of_length(40, work_dir=".", batch_size=2)
+    assert (longer.steps, longer.save_step, longer.train_size) == (40, 38, 80)
+    longer.check()
+    SmokeSettings.of_length(3, work_dir=".").check()
+    with pytest.raises(ValueError, match=r"^--steps must be an integer >= 3, got 2$"):
+        SmokeSettings.of_length(2, work_dir=".")
+
+
+def test_the_longest_smoke_is_one_epoch_of_the_tasks_distinct_training_problems(tmp_path):
+    """``ebpo verl prepare-data`` drops repeated prompts: the smoke's epoch is drawn without
+    repeats, and ``--steps`` stops where the task's one-digit training problems run out."""
+    from ebpo.lab.cpu_task.task import TOPICS, problem_split
+    from ebpo.lab.verl_cpu.assets import distinct, prepare_data
+    from ebpo.lab.verl_cpu.settings import training_problems
+
+    # reference: every one-digit problem the stream can draw (mul's second operand is 2..9)
+    cells = {
+        "add": (range(10), range(10)),
+        "sub": (range(10), range(10)),
+        "mul": (range(10), range(2, 10)),
+    }
+    every = {
+        (topic, max(a, b) if topic == "sub" else a, min(a, b) if topic == "sub" else b)
+        for topic in TOPICS
+        for a in cells[topic][0]
+        for b in cells[topic][1]
+    }
+    assert training_problems() == sum(problem_split(*p) == "train" for p in every) == 191
+    SmokeSettings.of_length(47, work_dir=".").check()
+    with pytest.raises(
+        ValueError, match=r"^--steps 48 needs 192 distinct prompts .* at most --steps 47$"
+    ):
+        SmokeSettings.of_length(48, work_dir=".").check()
+    assert list(distinct(iter([3, 1, 3, 2, 1]))) == [3, 1, 2]
+    import pandas as pd
+
+    written = prepare_data(tmp_path, train_size=188, val_size=6)
+    frame = pd.read_parquet(written["train.file"])
+    assert len(frame) == 188 == len(set(frame["prompt"].map(str)))
+
+
 def test_cpu_platform_is_registered_with_gloo_and_no_accelerator():
     from verl.plugin.platform.platform_manager import PlatformRegistry
 

@@ -25,6 +25,7 @@ from typing import Any
 from ebpo.integrations.verl.data_prep import prepare
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, corrupted_examples, load_policy, warm_start
 from ebpo.lab.cpu_task.task import Problem, fixed_problems, problem_stream
+from ebpo.lab.verl_cpu.settings import TIERS, training_problems
 
 __all__ = [
     "ANSWER_PREFIX",
@@ -37,8 +38,6 @@ __all__ = [
 
 #: what the model is warm-started to write before its digits (graded by ``compute_score``)
 ANSWER_PREFIX = "Answer: "
-#: the task cells of the CPU loop: one-digit problems of every topic
-TIERS = (1,)
 #: share of warm-start answers with a corrupted digit: the model samples right answers 15-40% of
 #: the time per topic after the default warm start, so most groups mix right and wrong answers
 CORRUPT = 0.3
@@ -56,7 +55,10 @@ def prepare_data(out_dir: Path, *, train_size: int, val_size: int, seed: int = 0
     out_dir = Path(out_dir)
     source = out_dir / "source"
     source.mkdir(parents=True, exist_ok=True)
-    train = list(itertools.islice(problem_stream("train", seed=seed, tiers=TIERS), train_size))
+    if train_size > training_problems():  # the stream is endless: it would never find them
+        raise ValueError(f"train_size {train_size} > the {training_problems()} training problems")
+    stream = distinct(problem_stream("train", seed=seed, tiers=TIERS))
+    train = list(itertools.islice(stream, train_size))
     per_cell = max(1, -(-val_size // 3))
     val = fixed_problems("validation", per_cell, seed=seed, tiers=TIERS)[:val_size]
     _write_jsonl(source / "train.jsonl", train)
@@ -71,6 +73,17 @@ def prepare_data(out_dir: Path, *, train_size: int, val_size: int, seed: int = 0
         seed=seed,
     )
     return written
+
+
+def distinct(problems: Iterator[Problem]) -> Iterator[Problem]:
+    """``problems`` without repeats: ``prepare`` (DAPO-Math-17K's loader) would drop a repeated
+    prompt and leave the epoch short of steps (the stream repeats itself; its first 16 are
+    distinct, so the default smoke's data is the stream's start)."""
+    seen: set[Problem] = set()
+    for problem in problems:
+        if problem not in seen:
+            seen.add(problem)
+            yield problem
 
 
 def with_short_groups(written: dict[str, str], *, group_size: int, every: int) -> dict[str, str]:

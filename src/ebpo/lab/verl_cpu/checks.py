@@ -4,8 +4,9 @@ For either trainer: run A trained every step with validation first, scored by eb
 ``compute_score``; verl's file and console loggers carry the ``<estimator>/*`` metrics at every
 step; the step-``save_step`` checkpoint holds the actor, ``data.pt`` and the estimator state; the
 resumed run B repeats A's later steps exactly (``torch.equal``, ``==``): prompts, rewards,
-advantages, metrics, final estimator state; with ``ebpo_topic`` the prompts come in topic blocks
-and the resumed dataloader continues mid-epoch.
+advantages, metrics, final estimator state; both runs dumped every step's rollouts
+(``trainer.rollout_data_dir``: what ``ebpo replay`` reads); with ``ebpo_topic`` the prompts come
+in topic blocks and the resumed dataloader continues mid-epoch.
 
 For verl's default path (v1) also: the classes that ran are verl's ``TaskRunnerV1`` and
 ``PPOTrainerSync`` methods with TransferQueue up (:func:`v1_path_checks`); both data-parallel
@@ -37,6 +38,7 @@ __all__ = [
     "data_parallel_checks",
     "process_checks",
     "resume_checks",
+    "rollout_dump_check",
     "run_a_checks",
     "v1_path_checks",
 ]
@@ -100,6 +102,37 @@ def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> li
             else "every advantage is 0 (no reward variance: nothing compared)",
         ),
     ]
+
+
+def rollout_dump_check(run: EstimatorRun, result: RunResult, what: str) -> Check:
+    """verl wrote its rollout dump (``trainer.rollout_data_dir``): ``{step}.jsonl`` for exactly
+    the steps the run trained, each with one line per row the actor trained on (verl's padding
+    rows included). What the lines hold is ``ebpo replay``'s business (tested there)."""
+    directory = result.rollout_dir
+    found = sorted(int(p.stem) for p in directory.glob("*.jsonl") if p.stem.isdigit())
+    rows = {t.step: int(t.advantages.shape[0]) for t in result.trace}
+    lines = {step: _count_lines(directory / f"{step}.jsonl") for step in found}
+    ok = bool(rows) and found == sorted(rows) and all(lines[s] == rows[s] for s in found)
+    files = f"{found[0]}.jsonl … {found[-1]}.jsonl ({len(found)} files)" if found else "no files"
+    return Check(
+        f"{run.name} ({what}): verl dumped its rollouts at every step (trainer.rollout_data_dir)",
+        ok,
+        f"{directory}: {files}, lines per file {sorted(set(lines.values()))}; the actor trained "
+        f"steps {_span(sorted(rows))}, rows per step {sorted(set(rows.values()))}"
+        + ("" if ok else f"; lines per step {lines}, rows per step {rows}"),
+    )
+
+
+def _span(steps: list[int]) -> str:
+    """``1-47`` for consecutive steps, else the list."""
+    if steps and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}-{steps[-1]}"
+    return str(steps)
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def _saved_state(result: RunResult, step: int) -> Any:

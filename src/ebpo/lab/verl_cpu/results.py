@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "MANIFEST_FILE",
+    "ROLLOUT_DIR",
     "TRACE_ENV",
     "RunResult",
     "StepTrace",
@@ -22,6 +23,8 @@ __all__ = [
 MANIFEST_FILE = "trainer_manifest.json"
 #: the directory of the trace and the manifest (set by the smoke in every Ray worker; unset: none)
 TRACE_ENV = "EBPO_CPU_TRACE_DIR"
+#: verl's rollout dump of a run (``trainer.rollout_data_dir``: ``{step}.jsonl``), in its run dir
+ROLLOUT_DIR = "rollouts"
 
 
 @dataclass
@@ -63,6 +66,12 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.launch is None or self.launch.returncode == 0
+
+    @property
+    def rollout_dir(self) -> Path:
+        """Where verl dumped this run's rollouts (``trainer.rollout_data_dir``): what ``ebpo
+        replay`` reads."""
+        return Path(self.run_dir) / ROLLOUT_DIR
 
 
 def read_logged_metrics(path: str) -> dict[int, dict[str, float]]:

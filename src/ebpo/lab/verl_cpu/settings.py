@@ -6,24 +6,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ebpo.integrations.verl.recipes import EBPO_OVERRIDES
+from ebpo.lab.cpu_task.task import fixed_problems
 from ebpo.utils.checks import check_int, check_positive_int
 
 __all__ = [
     "ESTIMATORS",
+    "MIN_STEPS",
+    "TIERS",
     "TRAINERS",
     "WORK_DIR_MARKER",
     "Check",
     "EstimatorRun",
     "SmokeSettings",
     "check_work_dir",
+    "training_problems",
 ]
 
 
 #: the trainers the smoke can run: verl's default (v1 ``PPOTrainerSync`` through ``main_ppo``) and
 #: the deprecated ``RayPPOTrainer``
 TRAINERS = ("v1", "legacy")
+#: the shortest smoke: one step before the checkpoint, two after it (:meth:`SmokeSettings.of_length`)
+MIN_STEPS = 3
+#: the task cells of the CPU loop: one-digit problems of every topic
+TIERS = (1,)
+#: more than any one-digit cell holds: ``fixed_problems`` then gives all of a cell's problems
+_WHOLE_CELL = 100
+
+
+def training_problems() -> int:
+    """How many distinct problems the task's training split has in :data:`TIERS` (191): the most
+    one epoch can hold, since ``ebpo verl prepare-data`` (DAPO-Math-17K's loader) drops repeated
+    prompts."""
+    return len(fixed_problems("train", _WHOLE_CELL, tiers=TIERS))
+
 
 #: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
 WORK_DIR_MARKER = ".ebpo-verl-smoke"
@@ -120,6 +139,16 @@ class SmokeSettings:
     short_group_every: int = 4
     timeout: float = 900.0  # seconds for one v1 run (main_ppo) before it is killed
 
+    @classmethod
+    def of_length(cls, steps: int, **settings: Any) -> SmokeSettings:
+        """A smoke of ``steps`` training steps (``ebpo verl smoke --steps``): one epoch of exactly
+        ``steps × batch_size`` prompts, the checkpoint two steps before the end, so the resumed
+        run repeats the last 2 steps (the defaults are ``of_length(4)``). ValueError naming
+        ``--steps`` if it leaves no step before that checkpoint."""
+        check_int("--steps", steps, low=MIN_STEPS)
+        batch_size = settings.get("batch_size", cls.batch_size)
+        return cls(steps=steps, save_step=steps - 2, train_size=steps * batch_size, **settings)
+
     def check(self) -> None:
         """ValueError naming the first bad setting."""
         if self.trainer not in TRAINERS:
@@ -143,6 +172,13 @@ class SmokeSettings:
             raise ValueError(
                 f"--train-size must hold --steps × --batch-size = {self.steps * self.batch_size} "
                 f"prompts (one epoch); got {self.train_size}"
+            )
+        available = training_problems()
+        if self.train_size > available:
+            raise ValueError(
+                f"--steps {self.steps} needs {self.train_size} distinct prompts (one epoch of "
+                f"{self.steps} steps × {self.batch_size}); the arithmetic task has {available}: "
+                f"at most --steps {available // self.batch_size}"
             )
 
 

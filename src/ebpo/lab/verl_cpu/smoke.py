@@ -26,6 +26,10 @@ Per estimator (:data:`~ebpo.lab.verl_cpu.settings.ESTIMATORS`):
   dataset order (v1: :mod:`~ebpo.lab.verl_cpu.replay`), the actor's model and AdamW state are
   restored bit for bit, the workers run single-threaded, and the estimator state round-trips
   through JSON losslessly (Python floats).
+
+Both runs dump their rollouts with verl's own writer (``trainer.rollout_data_dir=<run
+dir>/rollouts``: ``{step}.jsonl``, steps 1..``steps`` for A, the steps after the checkpoint for B):
+what ``ebpo replay`` reads to show what each estimator would have done with the run's rewards.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ebpo.integrations.verl.state import STATE_FILENAME
 from ebpo.lab.cpu_task.policy import cache_dir
 from ebpo.lab.verl_cpu import assets, checks
 from ebpo.lab.verl_cpu.results import (
+    ROLLOUT_DIR,
     TRACE_ENV,
     RunResult,
     read_logged_metrics,
@@ -57,7 +62,14 @@ from ebpo.lab.verl_cpu.settings import (
     check_work_dir,
 )
 
-__all__ = ["SmokeReport", "SmokeRunFailed", "fit_legacy", "fit_v1", "run_smoke"]
+__all__ = [
+    "SmokeReport",
+    "SmokeRunFailed",
+    "fit_legacy",
+    "fit_v1",
+    "run_overrides",
+    "run_smoke",
+]
 
 TRACE_DIR = "trace"
 LEARNING_RATE = 1e-3
@@ -80,6 +92,13 @@ def _sizes(settings: SmokeSettings) -> dict[str, Any]:
         "max_response_length": settings.max_response_length,
         "seed": settings.seed,
     }
+
+
+def run_overrides(run_dir: Path) -> tuple[str, ...]:
+    """The overrides that depend on the run directory alone, for either trainer: verl dumps every
+    step's rollouts (``{step}.jsonl``, verl's own writer) into the run's :data:`ROLLOUT_DIR`, for
+    ``ebpo replay``."""
+    return (f"trainer.rollout_data_dir={run_dir / ROLLOUT_DIR}",)
 
 
 def fit_v1(
@@ -109,7 +128,7 @@ def fit_v1(
         ray_temp_dir=ray_temp,
         resume_from=resume_from,
         env={TRACE_ENV: str(trace_dir), "VERL_FILE_LOGGER_PATH": str(run_dir / checks.METRICS_LOG)},
-        extra=(*run.overrides, *extra),
+        extra=(*run_overrides(run_dir), *run.overrides, *extra),
         **_sizes(settings),
     )
     console = run_dir / checks.CONSOLE_LOG
@@ -166,7 +185,7 @@ def fit_legacy(
         run_dir=str(run_dir),
         mini_batch_size=settings.batch_size,
         resume_from=resume_from,
-        extra=(*run.overrides, *extra),
+        extra=(*run_overrides(run_dir), *run.overrides, *extra),
         **_sizes(settings),
     )
     console = None if settings.verbose else str(run_dir / checks.CONSOLE_LOG)
@@ -262,6 +281,10 @@ def _pair_checks(
     settings: SmokeSettings, run: EstimatorRun, files: dict[str, str], a: RunResult, b: RunResult
 ) -> list[Check]:
     found = checks.run_a_checks(settings, run, a) + checks.resume_checks(settings, run, a, b)
+    found += [
+        checks.rollout_dump_check(run, a, "uninterrupted"),
+        checks.rollout_dump_check(run, b, "resumed"),
+    ]
     if run.topic_order:
         found += checks.curriculum_checks(settings, run, files, a, b)
     return found
