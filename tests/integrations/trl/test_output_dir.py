@@ -49,21 +49,23 @@ def test_resume_needs_a_complete_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "entries, named",
+    "entries, named, advice",
     [
-        (["training_args.bin", "config.json"], "training_args.bin"),
-        (["checkpoint-3/x", "runs/Nov25/events"], "checkpoint-3"),
+        (["training_args.bin", "config.json"], "training_args.bin", "no checkpoint to continue"),
+        (
+            ["checkpoint-3/x", "runs/Nov25/events"],
+            "checkpoint-3",
+            "--resume_from_checkpoint .*checkpoint-3,",
+        ),
     ],
     ids=["a-finished-run", "a-checkpoint"],
 )
-def test_an_earlier_run_is_refused_unless_resumed(tmp_path, entries, named):
+def test_an_earlier_run_is_refused_unless_resumed(tmp_path, entries, named, advice):
     out = tmp_path / "out"
     for name in entries:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text("x")
-    with pytest.raises(
-        ValueError, match=rf"holds an earlier training run \({named}.*--resume_from_checkpoint"
-    ):
+    with pytest.raises(ValueError, match=rf"holds an earlier training run \({named}.*{advice}"):
         check_output_dir(str(out))
     with pytest.raises(ValueError, match=r"no complete checkpoint|holds no checkpoint-N"):
         check_output_dir(str(out), True)  # resuming is allowed, and then needs a checkpoint

@@ -55,14 +55,19 @@ def check_output_dir(output_dir: Any, resume_from_checkpoint: Any = None) -> Non
         )
     resuming = resume_from_checkpoint not in (None, False, "")
     if path.is_dir() and not resuming:
-        earlier = [p.name for p in checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)][:3] + [
-            name for name in RUN_ENTRIES[:2] if (path / name).exists()
-        ]
+        checkpoints = [p.name for p in checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)]
+        earlier = checkpoints[:3] + [name for name in RUN_ENTRIES[:2] if (path / name).exists()]
         if earlier:
+            # on the command line transformers reads `true` as a path: name the newest checkpoint
+            how = (
+                "continue it with --resume_from_checkpoint "
+                f"{os.path.join(os.fspath(output_dir), checkpoints[-1])}, or choose another directory"
+                if checkpoints
+                else "it has no checkpoint to continue: choose another directory"
+            )
             raise ValueError(
                 f"output_dir {os.fspath(output_dir)!r} holds an earlier training run "
-                f"({', '.join(earlier)}): continue it with --resume_from_checkpoint true (or a "
-                "checkpoint's path), or choose another directory; ebpo grpo never writes over a run"
+                f"({', '.join(earlier)}): {how}; ebpo grpo never writes over a run"
             )
     if resume_from_checkpoint is True and not checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR):
         raise ValueError(
