@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES
+
 __all__ = [
     "LOCAL_ADDRESSES",
     "RAY_CPUS",
@@ -49,7 +51,6 @@ RAY_CPUS = 8
 #: the addresses a listening socket of the run may have
 LOCAL_ADDRESSES = frozenset({"127.0.0.1", "::ffff:127.0.0.1", "::1"})
 PLUGIN_MODULE = "ebpo.lab.verl_cpu.plugin"
-CALLBACK = "ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback"
 REPLAY_MODULE = "ebpo.lab.verl_cpu.replay"
 #: the process environment of the run, forwarded to every Ray worker
 RUN_ENV = {
@@ -64,44 +65,18 @@ RUN_ENV = {
 }
 #: the overrides of every CPU run of verl's default path (sizes and files come separately)
 V1_OVERRIDES = (
-    "trainer.device=cpu",
-    "trainer.nnodes=1",
+    *LOOP_OVERRIDES,
     "trainer.n_gpus_per_node=2",
     "trainer.v1.trainer_mode=ebpo_cpu_sync",
     f"trainer.v1.sampler.custom_sampler.path=pkg://{REPLAY_MODULE}",
     "trainer.v1.sampler.custom_sampler.name=OrderedReplayBuffer",
     "+trainer.v1.sampler.sampler_kwargs.poll_interval=0.2",
-    "trainer.logger=[console,file]",
-    "trainer.val_before_train=True",
-    "trainer.test_freq=-1",
-    "trainer.total_epochs=1",
-    "trainer.balance_batch=True",
-    f"trainer.checkpoint_callback_class={CALLBACK}",
-    "data.prompt_key=prompt",
-    "data.shuffle=False",
-    "data.validation_shuffle=False",
-    "data.dataloader_num_workers=0",
-    "data.filter_overlong_prompts=False",
-    "data.truncation=error",
-    "actor_rollout_ref.hybrid_engine=True",
-    "actor_rollout_ref.actor.use_kl_loss=False",
-    "actor_rollout_ref.actor.entropy_coeff=0",
-    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-    "actor_rollout_ref.actor.ppo_epochs=1",
-    "actor_rollout_ref.actor.shuffle=False",
-    "actor_rollout_ref.actor.grad_clip=1.0",
     "actor_rollout_ref.rollout.name=ebpo_cpu",
-    "actor_rollout_ref.rollout.temperature=1.0",
     # one rollout replica over both actor ranks: one server
     "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
     "actor_rollout_ref.rollout.full_determinism=True",
     "actor_rollout_ref.rollout.calculate_log_probs=True",
-    "actor_rollout_ref.rollout.agent.num_workers=1",
     "actor_rollout_ref.rollout.agent.default_agent_loop=ebpo_cpu_single_turn",
-    "algorithm.use_kl_in_reward=False",
-    "reward.num_workers=1",
-    "reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward",
-    "reward.custom_reward_function.name=compute_score",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     f"ray_kwargs.ray_init.num_cpus={RAY_CPUS}",
     "+ray_kwargs.ray_init.include_dashboard=False",

@@ -19,6 +19,7 @@ from typing import Any
 from ebpo.integrations.verl.state import STORE
 from ebpo.lab.verl_cpu.platform import PLATFORM_NAME, cpu_platform
 from ebpo.lab.verl_cpu.results import RunResult, StepTrace, read_logged_metrics
+from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES
 from ebpo.lab.verl_cpu.trainer import CPURayPPOTrainer
 
 __all__ = [
@@ -39,36 +40,10 @@ METRICS_LOG = "verl_metrics.jsonl"
 
 #: Hydra overrides that every CPU run adds to verl's ``ppo_trainer`` config (sizes come separately)
 CPU_OVERRIDES = (
-    "trainer.device=cpu",
-    "trainer.nnodes=1",
+    *LOOP_OVERRIDES,
     "trainer.n_gpus_per_node=1",
-    "trainer.logger=[console,file]",
-    "trainer.val_before_train=True",
-    "trainer.test_freq=-1",
-    "trainer.total_epochs=1",
-    "trainer.balance_batch=True",
-    "trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback",
-    "data.prompt_key=prompt",
-    "data.shuffle=False",
-    "data.validation_shuffle=False",
-    "data.dataloader_num_workers=0",
-    "data.filter_overlong_prompts=False",
-    "data.truncation=error",
-    "actor_rollout_ref.hybrid_engine=True",
-    "actor_rollout_ref.actor.use_kl_loss=False",
-    "actor_rollout_ref.actor.entropy_coeff=0",
-    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-    "actor_rollout_ref.actor.ppo_epochs=1",
-    "actor_rollout_ref.actor.shuffle=False",
-    "actor_rollout_ref.actor.grad_clip=1.0",
-    "actor_rollout_ref.rollout.temperature=1.0",
-    "actor_rollout_ref.rollout.agent.num_workers=1",
     "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=ebpo.lab.verl_cpu.rollout.CPURolloutManager",
     "+actor_rollout_ref.rollout.checkpoint_manager_class=ebpo.lab.verl_cpu.rollout.SharedWeightsCheckpointManager",
-    "algorithm.use_kl_in_reward=False",
-    "reward.num_workers=1",
-    "reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward",
-    "reward.custom_reward_function.name=compute_score",
 )
 
 

@@ -14,6 +14,7 @@ from ebpo.utils.checks import check_int, check_positive_int
 
 __all__ = [
     "ESTIMATORS",
+    "LOOP_OVERRIDES",
     "MIN_STEPS",
     "TIERS",
     "TRAINERS",
@@ -43,6 +44,40 @@ def training_problems() -> int:
     prompts."""
     return len(fixed_problems("train", _WHOLE_CELL, tiers=TIERS))
 
+
+#: the Hydra overrides that both trainers' CPU runs add to verl's ``ppo_trainer`` config: the
+#: loop's settings (validation first, one epoch, checkpoints saved with ebpo's callback, data in
+#: file order), the actor's PPO settings and ebpo's reward; each trainer adds its own pieces
+#: (:data:`ebpo.lab.verl_cpu.launch.V1_OVERRIDES`, :data:`ebpo.lab.verl_cpu.run.CPU_OVERRIDES`)
+LOOP_OVERRIDES = (
+    "trainer.device=cpu",
+    "trainer.nnodes=1",
+    "trainer.logger=[console,file]",
+    "trainer.val_before_train=True",
+    "trainer.test_freq=-1",
+    "trainer.total_epochs=1",
+    "trainer.balance_batch=True",
+    "trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback",
+    "data.prompt_key=prompt",
+    "data.shuffle=False",
+    "data.validation_shuffle=False",
+    "data.dataloader_num_workers=0",
+    "data.filter_overlong_prompts=False",
+    "data.truncation=error",
+    "actor_rollout_ref.hybrid_engine=True",
+    "actor_rollout_ref.actor.use_kl_loss=False",
+    "actor_rollout_ref.actor.entropy_coeff=0",
+    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+    "actor_rollout_ref.actor.ppo_epochs=1",
+    "actor_rollout_ref.actor.shuffle=False",
+    "actor_rollout_ref.actor.grad_clip=1.0",
+    "actor_rollout_ref.rollout.temperature=1.0",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "algorithm.use_kl_in_reward=False",
+    "reward.num_workers=1",
+    "reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward",
+    "reward.custom_reward_function.name=compute_score",
+)
 
 #: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
 WORK_DIR_MARKER = ".ebpo-verl-smoke"
