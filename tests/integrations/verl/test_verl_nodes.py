@@ -111,6 +111,26 @@ def test_ebpo_verl_checks_the_cluster_before_launching(cluster, monkeypatch):
     assert info["bad"][:12] in out.stderr
 
 
+def test_the_cpu_loop_starts_its_own_ray_beside_a_cluster(cluster):
+    """While a cluster runs on this machine (Ray's ``ray_current_cluster`` file names it, and a
+    plain ``ray.init(num_cpus=…)`` would join it and refuse ``num_cpus``), the CPU loop's
+    ``ray_session`` starts a new local instance of its own: one node, its 2 CPUs."""
+    _, env, _ = cluster
+    script = textwrap.dedent(
+        """
+        import ray
+        from ebpo.lab.verl_cpu.run import ray_session
+        with ray_session(num_cpus=2):
+            print(len(ray.nodes()), ray.cluster_resources()["CPU"])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["1", "2.0"]
+
+
 def test_the_cluster_listened_on_loopback_only_and_is_gone(cluster):
     """Runs last in this module (pytest keeps the file order): the watcher saw both nodes'
     processes; every listening socket was on 127.0.0.1."""

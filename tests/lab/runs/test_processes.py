@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 pytest.importorskip("accelerate")
@@ -78,6 +79,8 @@ def worker(rank: int, port: int, out: str) -> None:
     )
     seen["any"] = outcome(lambda: list(processes.any(processes.rank == 1, False)))
     seen["gather"] = outcome(lambda: processes.gather(processes.rank))
+    processes.stop()
+    seen["group after stop"] = dist.is_initialized()
     Path(out).write_text(json.dumps(seen))
 
 
@@ -123,6 +126,7 @@ def test_the_exchanges_of_two_processes(tmp_path):
     assert other["main_first ok"] == ["value", "loaded"]
     assert main["any"] == other["any"] == ["value", [True, False]]
     assert main["gather"] == other["gather"] == ["value", [0, 1]]
+    assert main["group after stop"] is other["group after stop"] is False
 
 
 def test_one_process_runs_each_action_once_and_raises_its_own_error():
@@ -138,3 +142,5 @@ def test_one_process_runs_each_action_once_and_raises_its_own_error():
     with pytest.raises(KeyError):
         processes.on_main(lambda: {}["missing"])
     processes.start()  # no process group for one process
+    assert not dist.is_initialized()
+    processes.stop()

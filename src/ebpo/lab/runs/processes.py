@@ -70,6 +70,13 @@ class Processes:
         if self.count > 1 and not dist.is_initialized():
             PartialState(cpu=True, timeout=timeout)
 
+    def stop(self) -> None:
+        """Leave the process group :meth:`start` joined; nothing with one process. Call it when the
+        job ends, failed or not: a gloo group left to the interpreter's exit can abort the process
+        (exit code -6, "terminate called without an active exception") after the work is done."""
+        if self.count > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
     # ------------------------------------------------------------------ exchanges
     def on_main(self, action: Callable[[], T]) -> T:
         """Run ``action`` on the main process only; every process returns its value (which must

@@ -122,10 +122,13 @@ def run_train_job(config: TrainJobConfig | None = None) -> dict[str, Any]:
     processes = Processes.from_environment()
     timeout = _check_processes(config, processes.count)
     processes.start(timeout)  # the first exchange: every process has checked the options
-    # One intra-op thread for the built-in model: its matrices are too small to gain from more,
-    # and on a shared CPU extra threads spin against other processes.
-    with torch_threads(1 if config.model == BUILTIN_MODEL else None), quiet_transformers():
-        return _run(config, processes, started)
+    try:
+        # One intra-op thread for the built-in model: its matrices are too small to gain from
+        # more, and on a shared CPU extra threads spin against other processes.
+        with torch_threads(1 if config.model == BUILTIN_MODEL else None), quiet_transformers():
+            return _run(config, processes, started)
+    finally:
+        processes.stop()
 
 
 def _run(config: TrainJobConfig, processes: Processes, started: float) -> dict[str, Any]:

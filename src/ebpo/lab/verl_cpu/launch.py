@@ -78,6 +78,8 @@ V1_OVERRIDES = (
     "actor_rollout_ref.rollout.calculate_log_probs=True",
     "actor_rollout_ref.rollout.agent.default_agent_loop=ebpo_cpu_single_turn",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    # a new local Ray instance even when this machine runs a cluster or RAY_ADDRESS is set
+    "+ray_kwargs.ray_init.address=local",
     f"ray_kwargs.ray_init.num_cpus={RAY_CPUS}",
     "+ray_kwargs.ray_init.include_dashboard=False",
     f"+ray_kwargs.ray_init.object_store_memory={200 * 1024**2}",

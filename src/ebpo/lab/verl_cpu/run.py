@@ -118,7 +118,7 @@ WORKER_ENV = {
 
 @contextlib.contextmanager
 def ray_session(num_cpus: int = 2) -> Iterator[None]:
-    """A local Ray instance with ``num_cpus`` CPUs, a 200 MB object store and no dashboard, whose
+    """A new local Ray instance with ``num_cpus`` CPUs, a 200 MB object store and no dashboard, whose
     workers import and select the CPU platform; the driver uses it too (:func:`cpu_platform`).
     Ray is shut down on exit, if this call started it."""
     import ray  # heavy optional import (verl extra)
@@ -127,6 +127,9 @@ def ray_session(num_cpus: int = 2) -> Iterator[None]:
         started = False
         if not ray.is_initialized():
             ray.init(
+                # a new instance even when this machine runs a cluster (a `ray start`, or RAY_ADDRESS
+                # set): the CPU loop is local, and Ray refuses num_cpus for a cluster it joins
+                address="local",
                 num_cpus=num_cpus,
                 num_gpus=0,
                 include_dashboard=False,
