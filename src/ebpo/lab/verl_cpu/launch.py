@@ -32,10 +32,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES
+from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES, run_overrides
 
 __all__ = [
     "LOCAL_ADDRESSES",
@@ -112,34 +111,29 @@ def v1_overrides(
 ) -> list[str]:
     """The ``main_ppo`` overrides of one CPU run in ``run_dir`` (see module docstring); ``env`` is
     added to every Ray worker's environment; ``extra`` comes last (and wins)."""
-    resume = (
-        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
-        if resume_from
-        else ["trainer.resume_mode=disable"]
-    )
     rows = batch_size * group_size
     return [
         *V1_OVERRIDES,
-        f"data.train_files={train_file}",
-        f"data.val_files={val_file}",
-        f"data.train_batch_size={batch_size}",
-        f"data.max_prompt_length={max_prompt_length}",
-        f"data.max_response_length={max_response_length}",
-        f"actor_rollout_ref.model.path={model_path}",
+        *run_overrides(
+            model_path=model_path,
+            train_file=train_file,
+            val_file=val_file,
+            run_dir=run_dir,
+            total_steps=total_steps,
+            save_freq=save_freq,
+            batch_size=batch_size,
+            group_size=group_size,
+            lr=lr,
+            max_prompt_length=max_prompt_length,
+            max_response_length=max_response_length,
+            seed=seed,
+            resume_from=resume_from,
+        ),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows}",
-        f"actor_rollout_ref.actor.optim.lr={lr}",
-        f"actor_rollout_ref.rollout.n={group_size}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-        f"trainer.total_training_steps={total_steps}",
-        f"trainer.save_freq={save_freq}",
-        f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
-        "trainer.project_name=ebpo-verl-cpu",
-        f"trainer.experiment_name={Path(run_dir).name}",
         f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
         f"hydra.run.dir={os.path.join(run_dir, 'hydra')}",
-        *resume,
         *(_env_override(key, value) for key, value in {**RUN_ENV, **dict(env)}.items()),
         *extra,
     ]

@@ -19,7 +19,7 @@ from typing import Any
 from ebpo.integrations.verl.state import STORE
 from ebpo.lab.verl_cpu.platform import PLATFORM_NAME, cpu_platform
 from ebpo.lab.verl_cpu.results import RunResult, StepTrace, read_logged_metrics
-from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES
+from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES, run_overrides
 from ebpo.lab.verl_cpu.trainer import CPURayPPOTrainer
 
 __all__ = [
@@ -71,32 +71,27 @@ def compose_config(
     from hydra import compose, initialize_config_dir  # heavy optional import (verl extra)
     from omegaconf import OmegaConf  # heavy optional import (verl extra)
 
-    resume = (
-        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
-        if resume_from
-        else ["trainer.resume_mode=disable"]
-    )
     overrides = [
         *CPU_OVERRIDES,
-        f"data.train_files={train_file}",
-        f"data.val_files={val_file}",
-        f"data.train_batch_size={batch_size}",
-        f"data.max_prompt_length={max_prompt_length}",
-        f"data.max_response_length={max_response_length}",
-        f"actor_rollout_ref.model.path={model_path}",
+        *run_overrides(
+            model_path=model_path,
+            train_file=train_file,
+            val_file=val_file,
+            run_dir=run_dir,
+            total_steps=total_steps,
+            save_freq=save_freq,
+            batch_size=batch_size,
+            group_size=group_size,
+            lr=lr,
+            max_prompt_length=max_prompt_length,
+            max_response_length=max_response_length,
+            seed=seed,
+            resume_from=resume_from,
+        ),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch_size}",
         # the CPU worker updates a mini-batch at once: one micro-batch per mini-batch
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini_batch_size * group_size}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch_size * group_size}",
-        f"actor_rollout_ref.actor.optim.lr={lr}",
-        f"actor_rollout_ref.rollout.n={group_size}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-        f"trainer.total_training_steps={total_steps}",
-        f"trainer.save_freq={save_freq}",
-        f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
-        "trainer.project_name=ebpo-verl-cpu",
-        f"trainer.experiment_name={Path(run_dir).name}",
-        *resume,
         *extra,
     ]
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")

@@ -4,6 +4,7 @@ its results (:class:`Check`). Imports nothing from verl."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "EstimatorRun",
     "SmokeSettings",
     "check_work_dir",
+    "run_overrides",
     "training_problems",
 ]
 
@@ -78,6 +80,51 @@ LOOP_OVERRIDES = (
     "reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward",
     "reward.custom_reward_function.name=compute_score",
 )
+
+
+def run_overrides(
+    *,
+    model_path: str,
+    train_file: str,
+    val_file: str,
+    run_dir: str,
+    total_steps: int,
+    save_freq: int,
+    batch_size: int,
+    group_size: int,
+    lr: float,
+    max_prompt_length: int,
+    max_response_length: int,
+    seed: int,
+    resume_from: str | None,
+) -> list[str]:
+    """The overrides of one CPU run that come from its files and sizes, the same for both
+    trainers: data, model, learning rate, samples per prompt, steps, checkpoints (in
+    ``run_dir/checkpoints``) and where to resume from (``None``: a fresh run). Each trainer adds its
+    own batch splits."""
+    resume = (
+        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
+        if resume_from
+        else ["trainer.resume_mode=disable"]
+    )
+    return [
+        f"data.train_files={train_file}",
+        f"data.val_files={val_file}",
+        f"data.train_batch_size={batch_size}",
+        f"data.max_prompt_length={max_prompt_length}",
+        f"data.max_response_length={max_response_length}",
+        f"actor_rollout_ref.model.path={model_path}",
+        f"actor_rollout_ref.actor.optim.lr={lr}",
+        f"actor_rollout_ref.rollout.n={group_size}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        f"trainer.total_training_steps={total_steps}",
+        f"trainer.save_freq={save_freq}",
+        f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
+        "trainer.project_name=ebpo-verl-cpu",
+        f"trainer.experiment_name={Path(run_dir).name}",
+        *resume,
+    ]
+
 
 #: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
 WORK_DIR_MARKER = ".ebpo-verl-smoke"
