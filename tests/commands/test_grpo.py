@@ -110,6 +110,38 @@ def test_bad_input_is_one_line_and_exit_2(local_model_and_data, capsys, argv, me
     assert len(err.splitlines()) == 1 and message in err and err.startswith("ebpo grpo: error:")
 
 
+@pytest.mark.parametrize(
+    "argv, missing",
+    [
+        (["--dataset_train_split", "training"], "['training']"),
+        (["--eval_strategy", "steps", "--eval_steps", "1"], "['test']"),
+    ],
+)
+def test_a_missing_split_stops_the_real_run_in_one_line(
+    local_model_and_data, capsys, monkeypatch, argv, missing
+):
+    """TRL's script would index the loaded data and end in a KeyError traceback; the split is
+    checked when the data loads, before the model does, and nothing is written."""
+    import transformers
+
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM,
+        "from_pretrained",
+        lambda *a, **k: pytest.fail("the model was loaded"),
+    )
+    config = write_yaml(local_model_and_data, "nosplit", "advantage_estimator: ebpo\n")
+    code = main(["grpo", "--config", str(config), *argv])
+    # datasets' own progress bar may come first ("Generating train split: …", while it loads)
+    lines = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
+    err = lines[-1]
+    assert code == 2, lines
+    assert all(line.startswith("Generating train split") for line in lines[:-1]), lines
+    assert err.startswith("ebpo grpo: error:")
+    assert f"no split {missing}" in err and "its splits are ['train']" in err
+    assert not (local_model_and_data / "nosplit").exists()
+    assert trl.get_dataset.__name__ == "get_dataset"  # the loaders are TRL's again
+
+
 def test_help_documents_the_dry_run(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["grpo", "--help"])

@@ -47,7 +47,7 @@ from trl.scripts import grpo as trl_grpo
 from ebpo.data.templates import build_messages
 from ebpo.evaluation.models import save_tiny_llama
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
-from ebpo.integrations.trl.grpo_script import parse
+from ebpo.integrations.trl.grpo_script import check_splits, parse, splits_read
 from ebpo.integrations.trl.output_dir import check_output_dir
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
@@ -139,7 +139,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
         flags = _cpu_flags(model_dir, workdir / "output", model_args)
         built = parse([*argv, *flags])
         loaded: dict[str, str] = {}
-        loader = _sample_loader(built[0], built[3], _evaluates(built[1]), loaded)
+        loader = _sample_loader(built[0], built[3], splits_read(built[0], built[1]), loaded)
         with (
             _swapped(trl, "GRPOTrainer", _build_and_stop),
             _swapped(trl, "get_dataset", lambda mixture: loader()),
@@ -249,19 +249,13 @@ def _cpu_flags(model_dir: Path, output_dir: Path, model_args: Any) -> list[str]:
     return flags
 
 
-def _evaluates(config: EBPOConfig) -> bool:
-    """Whether TRL's script takes an evaluation split (it reads ``dataset_test_split`` only then)."""
-    return getattr(config.eval_strategy, "value", config.eval_strategy) != "no"
-
-
 def _sample_loader(
-    script_args: Any, dataset_args: Any, evaluates: bool, note: dict[str, str]
+    script_args: Any, dataset_args: Any, needed: Sequence[str], note: dict[str, str]
 ) -> Callable[[], datasets.DatasetDict]:
     """What ``get_dataset`` / ``load_dataset`` return inside the dry run: the splits TRL's script
-    reads (the test split only when it ``evaluates``), ``SAMPLE_ROWS`` rows each
-    (``note["note"]`` says where they came from)."""
+    reads (``needed``, :func:`~ebpo.integrations.trl.grpo_script.splits_read`), ``SAMPLE_ROWS``
+    rows each (``note["note"]`` says where they came from)."""
     splits = [script_args.dataset_train_split, script_args.dataset_test_split]
-    needed = splits if evaluates else splits[:1]
 
     def load() -> datasets.DatasetDict:
         source = _local_source(script_args, dataset_args)
@@ -274,12 +268,7 @@ def _sample_loader(
                 {splits[0]: _synthetic("train"), splits[1]: _synthetic("test")}
             )
         full = _load_local(source, script_args, dataset_args)
-        missing = [s for s in dict.fromkeys(needed) if s not in full]
-        if missing:
-            raise ValueError(
-                f"{source}: no split {missing} (dataset_train_split / dataset_test_split); "
-                f"its splits are {sorted(full)}"
-            )
+        check_splits(full, needed, source)
         sizes = ", ".join(f"{name} {len(split)} rows" for name, split in full.items())
         train = full[splits[0]]
         if "topic" in train.column_names:

@@ -25,9 +25,11 @@ runs the same ``main`` up to the trainer's construction, on a tiny local model.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
+import datasets
 import trl
 import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
@@ -42,11 +44,14 @@ from ebpo.integrations.trl.trainer import EBPOTrainer
 __all__ = [
     "REWARD_ALIASES",
     "describe_launch",
+    "check_splits",
     "ebpo_trainer_in_trl",
     "main",
     "make_parser",
     "parse",
     "parse_run",
+    "splits_checked",
+    "splits_read",
 ]
 
 #: our reward functions by short name -> their import path (TRL's own names pass through)
@@ -153,6 +158,54 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
         trl.GRPOTrainer = original  # type: ignore[misc]
 
 
+def splits_read(script_args: Any, training_args: EBPOConfig) -> list[str]:
+    """The splits TRL's script takes from the loaded data: ``dataset_train_split``, and
+    ``dataset_test_split`` when it evaluates (``eval_strategy`` is not ``"no"``)."""
+    evaluates = getattr(training_args.eval_strategy, "value", training_args.eval_strategy) != "no"
+    splits = [script_args.dataset_train_split]
+    if evaluates:
+        splits.append(script_args.dataset_test_split)
+    return list(dict.fromkeys(splits))
+
+
+def check_splits(data: Mapping[str, Any], needed: Sequence[str], source: str) -> None:
+    """Raises ValueError (one line naming the missing splits and the ones ``data`` has) unless
+    ``data`` holds every split in ``needed``."""
+    missing = [split for split in needed if split not in data]
+    if missing:
+        raise ValueError(
+            f"{source}: no split {missing} (dataset_train_split / dataset_test_split); "
+            f"its splits are {sorted(data)}"
+        )
+
+
+@contextlib.contextmanager
+def splits_checked(script_args: Any, training_args: EBPOConfig) -> Iterator[None]:
+    """TRL's script loads the data (``trl.get_dataset`` or ``datasets.load_dataset``) and then
+    indexes the splits it reads, a ``KeyError`` traceback when one is missing. Inside the block
+    both loaders check :func:`splits_read` first (:func:`check_splits`): one line, before the
+    model is loaded. Restored on exit."""
+    needed = splits_read(script_args, training_args)
+    source = script_args.dataset_name or "the dataset mixture (datasets:)"
+
+    def checked(load: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(load)
+        def load_and_check(*args: Any, **kwargs: Any) -> Any:
+            data = load(*args, **kwargs)
+            if isinstance(data, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+                check_splits(data, needed, source)
+            return data
+
+        return load_and_check
+
+    originals = (trl.get_dataset, datasets.load_dataset)
+    trl.get_dataset, datasets.load_dataset = (checked(load) for load in originals)
+    try:
+        yield
+    finally:
+        trl.get_dataset, datasets.load_dataset = originals
+
+
 #: what the dry run adds to parse a GPU recipe on a CPU
 DRY_RUN_CPU = ("--use_cpu", "true")
 
@@ -179,6 +232,6 @@ def main(argv: Sequence[str]) -> int:
     planned = plan(launch_args, script_argv)
     if planned is not None:
         return launch(planned)
-    with ebpo_trainer_in_trl():
+    with ebpo_trainer_in_trl(), splits_checked(arguments[0], arguments[1]):
         trl_grpo.main(*arguments)
     return 0
