@@ -26,6 +26,7 @@ from ebpo.lab.runs import directory as rundir  # noqa: E402
 from ebpo.lab.runs.directory import read_metrics  # noqa: E402
 from ebpo.lab.runs.lock import LOCK  # noqa: E402
 from ebpo.lab.train import job  # noqa: E402
+from ebpo.lab.train import trainer as job_trainer  # noqa: E402
 from tests.hostile.harness import CliResult, assert_user_error, run_cli  # noqa: E402
 
 #: a run of seconds (the built-in model, no warm start, two RL steps of 2 prompts × G = 2)
@@ -216,7 +217,7 @@ def _full_checkpoint_torch(monkeypatch):
     def save_model(self, *args, **kwargs):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
 
-    monkeypatch.setattr(job.EBPOTrainer, "save_model", save_model)
+    monkeypatch.setattr(job_trainer.EBPOTrainer, "save_model", save_model)
     usage = shutil.disk_usage("/")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=0))
     return r"cannot write '.*run': No space left on device"
@@ -231,7 +232,7 @@ def _full_checkpoint_safetensors(monkeypatch):
             "Error while serializing: I/O error: No space left on device (os error 28)"
         )
 
-    monkeypatch.setattr(job.EBPOTrainer, "save_model", save_model)
+    monkeypatch.setattr(job_trainer.EBPOTrainer, "save_model", save_model)
     return r"cannot write '.*run': No space left on device"
 
 

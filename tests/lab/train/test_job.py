@@ -21,6 +21,7 @@ from ebpo.lab.cpu_task import policy  # noqa: E402
 from ebpo.lab.runs.directory import RUN_ENTRIES, read_metrics, write_manifest  # noqa: E402
 from ebpo.lab.train import data as job_data  # noqa: E402
 from ebpo.lab.train import job  # noqa: E402
+from ebpo.lab.train import trainer as job_trainer  # noqa: E402
 from ebpo.lab.train.job import TrainJobConfig, run_train_job  # noqa: E402
 
 pytestmark = pytest.mark.trl
@@ -192,7 +193,7 @@ def test_training_that_diverges_stops_in_one_line(tmp_path, monkeypatch):
     """NaN weights during RL: a ValueError naming the step and learning_rate (the CLI's one line),
     the run marked failed, no checkpoint of NaN weights."""
 
-    class Poisoned(job.EBPOTrainer):
+    class Poisoned(job_trainer.EBPOTrainer):
         def training_step(self, model, *args, **kwargs):
             loss = super().training_step(model, *args, **kwargs)
             if self.state.global_step >= 1:  # during step 2
@@ -200,7 +201,7 @@ def test_training_that_diverges_stops_in_one_line(tmp_path, monkeypatch):
                     parameter.data.fill_(float("nan"))
             return loss
 
-    monkeypatch.setattr(job, "EBPOTrainer", Poisoned)
+    monkeypatch.setattr(job_trainer, "EBPOTrainer", Poisoned)  # where the job builds it
     with pytest.raises(
         ValueError, match=r"training diverged at step \d.*lower learning_rate \(now 0\.0003\)"
     ):

@@ -66,6 +66,7 @@ from pathlib import Path
 from ebpo.cli import main
 from ebpo.lab.cpu_task import policy
 from ebpo.lab.train import job
+from ebpo.lab.train import trainer as job_trainer
 
 RANK = int(os.environ["RANK"])
 LOG = Path(os.environ["RECORD_DIR"]) / f"rank{RANK}.jsonl"
@@ -89,7 +90,7 @@ def warm_start(*args, **kwargs):
 policy.warm_start = warm_start
 
 
-class Recording(job.EBPOTrainer):
+class Recording(job_trainer.EBPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         if self.model.training:
@@ -102,7 +103,7 @@ class Recording(job.EBPOTrainer):
         return super().training_step(*args, **kwargs)
 
 
-job.EBPOTrainer = Recording
+job_trainer.EBPOTrainer = Recording
 sys.exit(main())
 """
 

@@ -62,7 +62,6 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ebpo.integrations.trl import EBPOTrainer, make_config
 from ebpo.integrations.trl.checkpoint import read_state
 from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
@@ -73,13 +72,12 @@ from ebpo.lab.train import data as job_data
 from ebpo.lab.train.callbacks import (
     finite_weights,
     graceful_interrupts,
-    make_job_callback,
     quiet_transformers,
-    quiet_trl_console,
 )
 from ebpo.lab.train.config import TrainJobConfig
 from ebpo.lab.train.evaluate import evaluate_pass1, format_pass_table
 from ebpo.lab.train.plots import plot_run
+from ebpo.lab.train.trainer import build_trainer, completion_length, trainer_args_of
 from ebpo.lab.train.warm_start import (
     initial_policy,
     warm_start,
@@ -203,7 +201,7 @@ def _run_locked(
             rundir.truncate_metrics(run.path / "metrics.jsonl", step)
         rundir.write_manifest(run.path, identity, "running", step)
 
-    trainer, callback = _build_trainer(
+    trainer, callback = build_trainer(
         config, processes, run.path, data, model, tokenizer, trainer_args, evaluate, identity,
         lambda step: processes.on_main(lambda: training_started(step)),
     )  # fmt: skip
@@ -321,7 +319,7 @@ def _load(config: TrainJobConfig, num_processes: int, run_dir: Path) -> tuple[An
             f"prompts_per_step ({config.prompts_per_step}) exceeds the {len(data.rl_rows)} "
             f"training prompts of dataset {config.dataset!r}"
         )
-    trainer_args = _trainer_args(
+    trainer_args = trainer_args_of(
         config, run_dir, data, num_processes
     )  # checks the preset's options
     model, tokenizer = initial_policy(config)
@@ -384,7 +382,7 @@ def _evaluator(config: TrainJobConfig, data: Any, tokenizer: Any):
             data.score,
             samples=config.eval_samples,
             temperature=config.temperature,
-            max_new_tokens=_completion_length(config, data),
+            max_new_tokens=completion_length(config, data),
             seed=config.seed + 12345,
             batch_size=512 if config.model == BUILTIN_MODEL else 16,
             desc=desc,
@@ -392,98 +390,6 @@ def _evaluator(config: TrainJobConfig, data: Any, tokenizer: Any):
         )
 
     return evaluate
-
-
-def _completion_length(config: TrainJobConfig, data: Any) -> int:
-    return config.max_completion_length or data.completion_length
-
-
-def _trainer_args(config: TrainJobConfig, run_dir: Path, data: Any, num_processes: int = 1):
-    """The EBPOConfig of this run: the preset, then the job's settings, then ``config.extra``.
-    TRL counts the batch per process and in completions: each of ``num_processes`` samples an equal
-    share of the step's ``prompts_per_step × group_size`` (a group may straddle two processes:
-    TRL gathers the rewards of the whole step before it groups them)."""
-    overrides: dict[str, Any] = {
-        "output_dir": str(run_dir / "checkpoints"),
-        "num_generations": config.group_size,
-        "per_device_train_batch_size": config.prompts_per_step * config.group_size // num_processes,
-        "gradient_accumulation_steps": 1,
-        "max_steps": config.steps,
-        "learning_rate": config.learning_rate,
-        "lr_scheduler_type": "constant",
-        "temperature": config.temperature,
-        "max_completion_length": _completion_length(config, data),
-        "seed": config.seed,
-        "data_order": config.order,
-        "cluster_column": config.cluster_column,
-        "estimator_options": config.estimator_options,
-        "logging_steps": 1,
-        # save_every=0: no periodic checkpoints (an interrupt still saves one)
-        "save_strategy": "steps" if config.save_every else "no",
-        "save_steps": config.save_every or config.steps,
-        "save_total_limit": 2,
-        "report_to": ["tensorboard"],
-        "use_cpu": True,
-        "bf16": False,
-        "disable_tqdm": True,
-        "dataloader_num_workers": 0,
-    }
-    if data.style is not None:
-        overrides["shuffle_dataset"] = False  # the stream is already random; keep it in order
-    if config.beta is not None:
-        overrides["beta"] = config.beta
-    overrides.update(config.extra)
-    return make_config(config.estimator, **overrides)
-
-
-def _build_trainer(
-    config, processes, run_dir, data, model, tokenizer, trainer_args, evaluate, identity, on_start
-):
-    # optional heavy dependencies (trl extra)
-    import datasets
-    from transformers.integrations import TensorBoardCallback
-
-    rows = data.rl_rows
-    dataset = datasets.Dataset.from_dict(
-        {
-            "prompt": job_data.render_prompts(rows, tokenizer, data.style),
-            "answer": [str(r["answer"]) for r in rows],
-            "topic": [str(r["topic"]) for r in rows],
-            "difficulty": [r["difficulty"] for r in rows],
-        }
-    )
-    trainer = EBPOTrainer(
-        model=model,
-        reward_funcs=job_data.trl_reward(data.score),
-        args=trainer_args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
-    quiet_trl_console(trainer)
-
-    def periodic_eval(policy: Any, step: int) -> dict[str, Any]:
-        return processes.on_main(lambda: evaluate(policy, f"held-out eval @ {step}"))
-
-    def on_checkpoint(step: int) -> None:
-        if processes.main:
-            rundir.write_manifest(run_dir, identity, "running", step)
-
-    callback = make_job_callback(
-        run_dir / "metrics.jsonl" if processes.main else None,
-        total_steps=config.steps,
-        eval_every=config.eval_every,
-        evaluate=periodic_eval,
-        on_checkpoint=on_checkpoint,
-        on_start=on_start,
-        progress=config.progress and processes.main,
-        processes=processes,
-    )
-    # first, so the held-out metrics it adds to a log record reach TensorBoard (see make_job_callback)
-    trainer.callback_handler.callbacks.insert(0, callback)
-    for cb in trainer.callback_handler.callbacks:
-        if isinstance(cb, TensorBoardCallback):
-            cb.logging_dir = str(run_dir / "tensorboard")
-    return trainer, callback
 
 
 def _silent(*args: Any, **kwargs: Any) -> None:
