@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ebpo.analysis.replay.engine import DEFAULT_ESTIMATORS
+from ebpo.analysis.replay.sources import Source
 from ebpo.estimators import make_variant
-from ebpo.lab.replay.engine import DEFAULT_ESTIMATORS
-from ebpo.lab.replay.sources import Source
 
 GROUP_SIZE = 4
 PADDING = 8

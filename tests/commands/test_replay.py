@@ -1,7 +1,7 @@
 """``ebpo replay``: the command on rollout dumps written by verl (tests/fixtures/replay) and on a
 table of another trainer: its files, their schema, the verdict, the estimator option. Bad inputs
 are in tests/hostile/test_cli_replay.py; the equality of the replayed advantages with the
-estimators run step by step is in tests/lab/replay/test_verl_dumps.py."""
+estimators run step by step is in tests/analysis/replay/test_verl_dumps.py."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ebpo.analysis.replay.engine import DEFAULT_ESTIMATORS, ESTIMATOR_FIELDS, INPUT_FIELDS
+from ebpo.analysis.replay.plots import PLOTS
 from ebpo.cli import main
-from ebpo.lab.replay.engine import DEFAULT_ESTIMATORS, ESTIMATOR_FIELDS, INPUT_FIELDS
-from ebpo.lab.replay.plots import PLOTS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "replay"
 #: the fixture: 3 steps of 6 groups of 4, 2 all-fail and 1 all-pass groups a step

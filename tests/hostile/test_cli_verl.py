@@ -391,7 +391,7 @@ def test_a_verl_failure_on_a_config_nothing_refused_exits_1_in_one_line(
     """What stays exit code 1: verl itself failing (here: a RuntimeError inside its validation)
     on a configuration no check refused — not the user's error, reported in one line."""
     from ebpo.cli import main
-    from ebpo.integrations.verl import launcher
+    from ebpo.commands.verl import launcher
 
     def broken(config):
         raise RuntimeError("CUDA driver exploded\nsecond line")
@@ -408,7 +408,7 @@ def test_a_plugin_missing_where_verl_runs_exits_1_in_one_line(monkeypatch, capsy
     """Not the user's command line but an install: exit 1, one stderr line naming the node, and
     nothing launched (the cluster version: tests/integrations/verl/test_verl_nodes.py)."""
     from ebpo.cli import main
-    from ebpo.integrations.verl import launcher
+    from ebpo.commands.verl import launcher
 
     def missing(args, env):
         raise launcher.PluginUnavailable(

@@ -28,7 +28,7 @@ pytest.importorskip("trl")
 
 from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE  # noqa: E402
 from ebpo.utils.checkpoints import newest_complete  # noqa: E402
-from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 from tests.hostile.harness import assert_user_error  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
 from tests.hostile.test_run_dirs import ebpo, result_of  # noqa: E402

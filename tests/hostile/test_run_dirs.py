@@ -24,9 +24,9 @@ pytest.importorskip("trl")
 
 from ebpo.lab.runs import directory as rundir  # noqa: E402
 from ebpo.lab.runs.directory import read_metrics  # noqa: E402
-from ebpo.lab.runs.lock import LOCK  # noqa: E402
 from ebpo.lab.train import job  # noqa: E402
 from ebpo.lab.train import trainer as job_trainer  # noqa: E402
+from ebpo.utils.run_lock import LOCK  # noqa: E402
 from tests.hostile.harness import CliResult, assert_user_error, run_cli  # noqa: E402
 
 #: a run of seconds (the built-in model, no warm start, two RL steps of 2 prompts × G = 2)

@@ -6,14 +6,14 @@ code 2.
 module         command
 =============  ==================================================================
 ``train``      ``ebpo train``: the main job (:mod:`ebpo.lab.train.job`)
-``grpo``       ``ebpo grpo``: ``trl grpo`` + an estimator (:mod:`ebpo.integrations.trl.grpo_script`)
+``grpo``       ``ebpo grpo``: ``trl grpo`` + an estimator (:mod:`ebpo.commands.grpo.grpo_script`)
 ``eval``       ``ebpo eval``: Pass@k on math benchmarks (:mod:`ebpo.evaluation`)
 ``simulate``   ``ebpo simulate``: simulated experiments (:mod:`ebpo.lab.simulation`)
 ``bench``      ``ebpo bench``: the paired comparison of estimators (:mod:`ebpo.lab.bench.run`)
 ``data``       ``ebpo data``: curriculum labels and orders (:mod:`ebpo.curriculum`)
 ``verl``       ``ebpo verl``: the verl plug-in (:mod:`ebpo.integrations.verl`), ``smoke`` (:mod:`ebpo.lab.verl_cpu`)
 ``demo``       ``ebpo demo``: EBPO and GRPO advantages on a simulated batch
-``replay``     ``ebpo replay``: a finished run's rewards through every estimator (:mod:`ebpo.lab.replay`)
+``replay``     ``ebpo replay``: a finished run's rewards through every estimator (:mod:`ebpo.analysis.replay`)
 =============  ==================================================================
 """
 

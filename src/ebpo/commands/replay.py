@@ -2,7 +2,7 @@
 
 Reads verl's rollout dumps (``trainer.rollout_data_dir``: ``{step}.jsonl`` files) or a table of
 prompt id, reward and step from another trainer, replays the steps in order through GRPO and the
-estimators asked for (:mod:`ebpo.lab.replay`), and writes ``replay.json``, ``replay.csv`` and three
+estimators asked for (:mod:`ebpo.analysis.replay`), and writes ``replay.json``, ``replay.csv`` and three
 PNGs to ``--output-dir``; prints a table and a one-line verdict. Every argument and every input
 file is checked before anything is written: a bad row ends in one line naming the file and the
 line (exit 2), and the output directory is left as it was. docs/replay.md explains the numbers.
@@ -14,11 +14,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ebpo.lab.replay.engine import DEFAULT_ESTIMATORS, Replay, replay_steps, summarize
-from ebpo.lab.replay.plots import PLOTS, write_plots
-from ebpo.lab.replay.readers import Columns
-from ebpo.lab.replay.report import console_table, report, write_report
-from ebpo.lab.replay.sources import INPUT_FORMATS, Source
+from ebpo.analysis.replay.engine import DEFAULT_ESTIMATORS, Replay, replay_steps, summarize
+from ebpo.analysis.replay.plots import PLOTS, write_plots
+from ebpo.analysis.replay.readers import Columns
+from ebpo.analysis.replay.report import console_table, report, write_report
+from ebpo.analysis.replay.sources import INPUT_FORMATS, Source
 from ebpo.utils.files import check_output_path, same_path, storage_error
 
 DESCRIPTION = (

@@ -139,9 +139,9 @@ def replay_the_runs_dump(run, variant: str, out_dir, *, by_uid: bool) -> dict:
     ``by_uid``: the v1 dump's groups carry verl's uid, matched one to one; otherwise groups by
     prompt text, matched by their rewards), to 1e-6 (verl keeps float32), and that the replay's
     final state is the run's estimator state. Returns ``replay.json``."""
+    from ebpo.analysis.replay.engine import Replay
+    from ebpo.analysis.replay.sources import Source
     from ebpo.cli import main
-    from ebpo.lab.replay.engine import Replay
-    from ebpo.lab.replay.sources import Source
 
     dump = run.rollout_dir
     out = out_dir / "replay"

@@ -524,7 +524,7 @@ def test_batch_prior_recipes_reproduce_the_authors_formula_on_uneven_groups(seed
     """The EBPO recipes' estimator options, through verl's compute_advantage, equal the authors'
     batch-prior EBPO on uneven groups with padding rows — where μ = mean of group means differs
     from the mean of all rewards."""
-    from ebpo.integrations.verl.launcher import algorithm_overrides
+    from ebpo.commands.verl.launcher import algorithm_overrides
     from ebpo.integrations.verl.recipes import recipe_overrides
 
     algorithm = algorithm_overrides(recipe_overrides("ebpo_topic"))

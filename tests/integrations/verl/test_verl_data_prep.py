@@ -73,7 +73,7 @@ def test_training_orders(prepared):
 
 
 def test_eval_sets_and_recipe_finds_them(prepared):
-    from ebpo.integrations.verl.launcher import dry_run, with_defaults
+    from ebpo.commands.verl.launcher import dry_run, with_defaults
     from ebpo.integrations.verl.recipes import recipe_overrides
 
     out, _, pd = prepared

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ebpo.integrations.verl.doctor import run_checks
+from ebpo.commands.verl.doctor import run_checks
 
 pytestmark = pytest.mark.verl
 
@@ -32,7 +32,7 @@ def test_doctor_fails_when_verl_would_skip_the_entry_point(monkeypatch, capsys, 
 
 
 def test_doctor_fails_when_the_entry_point_is_missing(monkeypatch):
-    import ebpo.integrations.verl.doctor as doctor
+    import ebpo.commands.verl.doctor as doctor
 
     monkeypatch.setattr(doctor, "entry_points", lambda group: [])
     entry = {c.name: c for c in doctor.run_checks(fresh_process=False)}["entry point"]
@@ -49,7 +49,7 @@ def test_doctor_fresh_interpreter_probe():
 def test_doctor_points_to_the_cpu_smoke_when_healthy(capsys):
     """After its checks pass, the doctor names the deeper check: verl's own loop on CPU."""
     from ebpo.cli import main
-    from ebpo.integrations.verl.doctor import SMOKE_HINT
+    from ebpo.commands.verl.doctor import SMOKE_HINT
 
     assert main(["verl", "doctor", "--no-fresh-process"]) == 0
     out = capsys.readouterr().out

@@ -177,14 +177,14 @@ def test_kl_in_reward_is_refused_for_the_bounded_prior_only(tmp_path):
     ],
 )
 def test_ebpo_verl_refuses_them_before_launching(overrides, match):
-    from ebpo.integrations.verl.launcher import check_overrides
+    from ebpo.commands.verl.launcher import check_overrides
 
     with pytest.raises(ValueError, match=match):
         check_overrides(overrides)
 
 
 def test_what_is_not_refused():
-    from ebpo.integrations.verl.launcher import check_overrides
+    from ebpo.commands.verl.launcher import check_overrides
 
     ebpo = "algorithm.adv_estimator=ebpo"
     check_overrides([ebpo, "+trainer.v1.sync.parameter_sync_step=2"])  # history: per sub-batch
@@ -204,7 +204,7 @@ def test_verls_own_trainer_constructor_refuses_a_half_life_with_sub_batches(tmp_
     refusal comes there, in seconds, not after the first rollout."""
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
-    from ebpo.integrations.verl.launcher import compose
+    from ebpo.commands.verl.launcher import compose
 
     config = compose(
         [

@@ -98,7 +98,7 @@ def test_ebpo_verl_checks_the_cluster_before_launching(cluster, monkeypatch):
     info, env, _ = cluster
     script = textwrap.dedent(
         f"""
-        from ebpo.integrations.verl import launcher
+        from ebpo.commands.verl import launcher
         launcher.subprocess.call = lambda *a, **k: print("LAUNCHED") or 0
         raise SystemExit(launcher.run(["+ray_kwargs.ray_init.address={info["address"]}"]))
         """

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ebpo.integrations.verl.advantage import PLUGIN_KEYS
-from ebpo.integrations.verl.launcher import (
+from ebpo.commands.verl.launcher import (
     CALLBACK_FQN,
     ENV_FORWARD,
     dry_run,
     override_value,
     with_defaults,
 )
+from ebpo.integrations.verl.advantage import PLUGIN_KEYS
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 
 pytestmark = pytest.mark.verl
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.verl
 def plugin_checked_elsewhere(monkeypatch):
     """``launcher.run`` probes a fresh interpreter before launching (tests/integrations/verl/
     test_verl_nodes.py tests that); here it would only cost time."""
-    from ebpo.integrations.verl import launcher
+    from ebpo.commands.verl import launcher
 
     monkeypatch.setattr(launcher, "check_plugin_where_it_runs", lambda args, env: None)
 
@@ -210,7 +210,7 @@ def test_recipe_scripts_cover_every_recipe():
 def test_launcher_command_and_plugin_fallback(monkeypatch, entry_point):
     import sys
 
-    import ebpo.integrations.verl.launcher as launcher
+    import ebpo.commands.verl.launcher as launcher
 
     calls = []
     monkeypatch.setattr(
@@ -229,7 +229,7 @@ def test_launcher_command_and_plugin_fallback(monkeypatch, entry_point):
 
 
 def test_entry_point_active_follows_verl_policy(monkeypatch):
-    from ebpo.integrations.verl.launcher import entry_point_active
+    from ebpo.commands.verl.launcher import entry_point_active
 
     monkeypatch.delenv("VERL_USE_EXTERNAL_PLUGINS", raising=False)
     assert entry_point_active()
@@ -241,13 +241,13 @@ def test_entry_point_active_follows_verl_policy(monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_passes_the_launch_check(name):
-    from ebpo.integrations.verl.launcher import check_overrides
+    from ebpo.commands.verl.launcher import check_overrides
 
     check_overrides(with_defaults(recipe_overrides(name)))  # raises if a recipe had a bad key
 
 
 def test_algorithm_overrides_follow_hydra_order():
-    from ebpo.integrations.verl.launcher import algorithm_overrides
+    from ebpo.commands.verl.launcher import algorithm_overrides
 
     got = algorithm_overrides(
         [
@@ -268,7 +268,7 @@ def test_algorithm_overrides_follow_hydra_order():
 
 
 def test_bad_estimator_overrides_never_launch(monkeypatch):
-    import ebpo.integrations.verl.launcher as launcher
+    import ebpo.commands.verl.launcher as launcher
     from ebpo.estimators import estimator_options
 
     calls = []
@@ -298,7 +298,7 @@ def test_bad_estimator_overrides_never_launch(monkeypatch):
 
 
 def test_jspo_plus_plus_options_are_checked_before_launch(monkeypatch):
-    import ebpo.integrations.verl.launcher as launcher
+    import ebpo.commands.verl.launcher as launcher
     from ebpo.estimators import estimator_options
 
     calls = []
@@ -344,7 +344,7 @@ def test_jspo_plus_plus_dry_run_with_the_authors_key(tmp_path):
 
 
 def test_cli_subcommand_typo_does_not_launch(monkeypatch, capsys):
-    import ebpo.integrations.verl.launcher as launcher
+    import ebpo.commands.verl.launcher as launcher
     from ebpo.cli import main
 
     calls = []

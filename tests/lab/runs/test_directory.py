@@ -24,8 +24,8 @@ from ebpo.lab.runs.directory import (
     truncate_metrics,
     write_manifest,
 )
-from ebpo.lab.runs.lock import LOCK
 from ebpo.utils.checkpoints import mark_complete
+from ebpo.utils.run_lock import LOCK
 
 IDENTITY = {"estimator": "ebpo", "seed": 0, "steps": 10}
 

@@ -25,10 +25,10 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo.lab.runs import lock as runlock  # noqa: E402
 from ebpo.lab.runs.directory import read_metrics  # noqa: E402
 from ebpo.lab.train import job  # noqa: E402
 from ebpo.lab.train.job import TrainJobConfig, run_train_job  # noqa: E402
+from ebpo.utils import run_lock as runlock  # noqa: E402
 from tests.processes import launch  # noqa: E402
 
 pytestmark = pytest.mark.trl

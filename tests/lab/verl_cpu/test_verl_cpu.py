@@ -226,7 +226,7 @@ def test_the_v1_command_line_composes_and_passes_verls_validation(tmp_path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from ebpo.integrations.verl.launcher import compose
+    from ebpo.commands.verl.launcher import compose
     from ebpo.lab.verl_cpu.launch import v1_overrides
 
     overrides = v1_overrides(

@@ -16,9 +16,11 @@ Modules (importing this package imports nothing from verl):
   ``reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward``;
 * :mod:`~ebpo.integrations.verl.curriculum_sampler` — the sampler and dataset class that keep a
   curriculum order in verl's dataloader (``pkg://ebpo.integrations.verl.curriculum_sampler``);
-* :mod:`~ebpo.integrations.verl.launcher`, :mod:`~ebpo.integrations.verl.recipes`,
-  :mod:`~ebpo.integrations.verl.data_prep`, :mod:`~ebpo.integrations.verl.doctor` — what
-  ``ebpo verl`` runs.
+* :mod:`~ebpo.integrations.verl.recipes` — the paper's recipes as verl overrides;
+  :mod:`~ebpo.integrations.verl.data_prep` — DAPO-Math-17K and the evaluation sets as verl rows.
+
+The command line (``ebpo verl``: launcher, doctor, node probes, ``prepare-data``) lives in
+:mod:`ebpo.commands.verl`.
 
 See ``recipes/verl/README.md`` for usage.
 """

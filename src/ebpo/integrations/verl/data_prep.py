@@ -33,7 +33,6 @@ network, a bad file, an interrupt) leaves neither ``--out-dir`` nor a partial fi
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -54,7 +53,7 @@ from ebpo.utils.files import check_output_path
 from ebpo.utils.runtime import quiet_logger
 from ebpo.utils.structured_input import parse_json
 
-__all__ = ["EVAL_STEMS", "add_arguments", "label_rows", "prepare", "run_prepare", "to_verl_rows"]
+__all__ = ["EVAL_STEMS", "label_rows", "prepare", "to_verl_rows"]
 
 TRAIN_NAME = "dapo-math-17k"
 #: registry name → file stem used by the recipes (see ebpo.integrations.verl.recipes.EVAL_SETS)
@@ -66,46 +65,6 @@ EVAL_STEMS = {
     "olympiadbench": "olympiadbench",
 }
 ORDER_FILES = ("file", "shuffle", "topic", "difficulty")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out-dir", default="data/ebpo", help="where to write the parquet files")
-    parser.add_argument(
-        "--train-file", default=None, help="local copy of DAPO-Math-17K (default: the hub)"
-    )
-    parser.add_argument(
-        "--eval",
-        nargs="*",
-        default=list(EVAL_STEMS),
-        metavar="NAME",
-        help=f"evaluation sets (default: all of {list(EVAL_STEMS)})",
-    )
-    parser.add_argument(
-        "--eval-file",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="local copy of an evaluation set",
-    )
-    parser.add_argument(
-        "--labels",
-        default=None,
-        help="JSONL with id and topic / pass_rate / difficulty per training problem",
-    )
-    parser.add_argument(
-        "--topic-method",
-        default="auto",
-        choices=("auto", "metadata", "tfidf", "embed", "none"),
-        help="how to label topics when --labels has none (auto: metadata column, else TF-IDF clusters)",
-    )
-    parser.add_argument(
-        "--num-topics", type=int, default=10, help="clusters for tfidf/embed topics (paper: 10)"
-    )
-    parser.add_argument(
-        "--limit", type=int, default=None, help="only the first N training problems (smoke tests)"
-    )
-    parser.add_argument("--template", default="dapo", help="prompt template (ebpo.data.templates)")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def _read_labels(path: str) -> dict[str, dict[str, Any]]:
@@ -380,31 +339,3 @@ def prepare(
             )  # a rename: same file system
             written[what] = str(out / file_name)
     return written, notes
-
-
-def run_prepare(args: argparse.Namespace) -> int:
-    eval_files: dict[str, str] = {}
-    for item in args.eval_file:
-        name, sep, path = item.partition("=")
-        if not sep or name not in EVAL_STEMS or not path:
-            raise ValueError(
-                f"--eval-file must be NAME=PATH with NAME in {list(EVAL_STEMS)}, got {item!r}"
-            )
-        eval_files[name] = path
-    written, notes = prepare(
-        args.out_dir,
-        train_file=args.train_file,
-        eval_sets=args.eval,
-        eval_files=eval_files,
-        labels_file=args.labels,
-        topic_method=args.topic_method,
-        num_topics=args.num_topics,
-        limit=args.limit,
-        template=args.template,
-        seed=args.seed,
-    )
-    for note in notes:
-        print(note)
-    for what, path in written.items():
-        print(f"wrote {what}: {path}")
-    return 0

@@ -21,7 +21,7 @@ user's own files beside them survive; the run's own folders (``checkpoints/``, `
 whole. :func:`check_run_dir` only decides; the job clears once every option and the model have
 loaded.
 
-**One job at a time.** The job holds the directory's lock (:mod:`ebpo.lab.runs.lock`) for its
+**One job at a time.** The job holds the directory's lock (:mod:`ebpo.utils.run_lock`) for its
 life, and decides (:func:`check_run_dir`) again once it holds it.
 
 **Several processes.** A run of a launch with N > 1 processes records ``num_processes`` among
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ebpo.lab.runs.lock import LOCK
 from ebpo.utils.checkpoints import checkpoint_dirs, newest_complete
 from ebpo.utils.checks import is_integer, is_real
 from ebpo.utils.files import atomic_write, check_output_path, read_json, write_json
+from ebpo.utils.run_lock import LOCK
 from ebpo.utils.structured_input import parse_json
 
 __all__ = [

@@ -30,7 +30,7 @@ A run directory holds::
 Everything that can fail cheaply (options, dataset, model) is checked and loaded before a run
 directory is created or an old run replaced (:mod:`ebpo.lab.runs.directory`: only the entries the old run
 created go; a user's own files in the directory stay). The job holds the directory's lock for its
-life (:mod:`ebpo.lab.runs.lock`): a second job on it is refused. Ctrl-C or SIGTERM during RL saves a
+life (:mod:`ebpo.utils.run_lock`): a second job on it is refused. Ctrl-C or SIGTERM during RL saves a
 checkpoint at the end of the current step; ``resume=True`` continues from it. Training that
 diverges (NaN or infinite loss or weights) stops with a ValueError; so does a resume of a run
 whose files are not what the run wrote (each message names the file).
@@ -66,7 +66,6 @@ from ebpo.integrations.trl.checkpoint import read_state
 from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
 from ebpo.lab.runs import directory as rundir
-from ebpo.lab.runs import lock as runlock
 from ebpo.lab.runs.processes import DEFAULT_TIMEOUT, Processes
 from ebpo.lab.train import data as job_data
 from ebpo.lab.train.callbacks import (
@@ -84,6 +83,7 @@ from ebpo.lab.train.warm_start import (
     warm_start_pending,
     warm_start_recipe,
 )
+from ebpo.utils import run_lock as runlock
 from ebpo.utils.checkpoints import newest_complete
 from ebpo.utils.checks import is_real
 from ebpo.utils.files import write_json

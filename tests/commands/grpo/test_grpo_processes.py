@@ -25,7 +25,7 @@ from ebpo.cli import main  # noqa: E402
 from ebpo.integrations.trl.consistency import state_digest  # noqa: E402
 from ebpo.integrations.trl.trace import TRACE_DIR_ENV, trace_file  # noqa: E402
 from ebpo.utils.checkpoints import MARKER  # noqa: E402
-from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 from tests.processes import launch  # noqa: E402
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]

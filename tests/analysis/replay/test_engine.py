@@ -1,4 +1,4 @@
-"""``ebpo.lab.replay.engine``: the per-step measurements against a slow loop over groups, the run's
+"""``ebpo.analysis.replay.engine``: the per-step measurements against a slow loop over groups, the run's
 summary against the same numbers computed on all responses at once, and the estimators' state
 carried from step to step."""
 
@@ -11,9 +11,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from ebpo.estimators import make_variant
-from ebpo.estimators.metrics import SIGNAL_THRESHOLD
-from ebpo.lab.replay.engine import (
+from ebpo.analysis.replay.engine import (
     DEFAULT_ESTIMATORS,
     ESTIMATOR_FIELDS,
     Replay,
@@ -21,7 +19,9 @@ from ebpo.lab.replay.engine import (
     replay_steps,
     summarize,
 )
-from ebpo.lab.replay.sources import StepBatch
+from ebpo.analysis.replay.sources import StepBatch
+from ebpo.estimators import make_variant
+from ebpo.estimators.metrics import SIGNAL_THRESHOLD
 
 
 def random_step(

@@ -1,4 +1,4 @@
-"""``ebpo.lab.replay.sources`` and ``readers``: which files, in which order, the groups of each step,
+"""``ebpo.analysis.replay.sources`` and ``readers``: which files, in which order, the groups of each step,
 in every input format, and reading in chunks. The verl inputs are tests/fixtures/replay, written by
 verl's own writers (test_verl_dumps.py checks that they still are)."""
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ebpo.lab.replay import readers
-from ebpo.lab.replay.readers import Columns, input_file, python_json_chunks
-from ebpo.lab.replay.sources import Source, verl_groups
+from ebpo.analysis.replay import readers
+from ebpo.analysis.replay.readers import Columns, input_file, python_json_chunks
+from ebpo.analysis.replay.sources import Source, verl_groups
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "replay"
 TABLE = Columns("prompt", "reward", "step")

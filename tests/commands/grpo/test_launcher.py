@@ -1,7 +1,7 @@
-"""``ebpo grpo``'s launcher keys (``ebpo.integrations.trl.launcher``): split from the script's
+"""``ebpo grpo``'s launcher keys (``ebpo.commands.grpo.launcher``): split from the script's
 arguments as ``trl grpo`` splits them, checked by accelerate's own parser, and the launch they make
 (accelerate's ``launch_command`` recorded, nothing started: fast). The real launches, side by side
-with ``trl grpo``, are in tests/commands/test_grpo_as_trl.py."""
+with ``trl grpo``, are in tests/commands/grpo/test_grpo_as_trl.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("trl")
 
 from ebpo.cli import main as cli_main  # noqa: E402
-from ebpo.integrations.trl import launcher  # noqa: E402
-from ebpo.integrations.trl.grpo_script import main as grpo_main  # noqa: E402
-from ebpo.integrations.trl.grpo_script import parse_run  # noqa: E402
-from ebpo.integrations.trl.launcher import (  # noqa: E402
+from ebpo.commands.grpo import launcher  # noqa: E402
+from ebpo.commands.grpo.grpo_script import main as grpo_main  # noqa: E402
+from ebpo.commands.grpo.grpo_script import parse_run  # noqa: E402
+from ebpo.commands.grpo.launcher import (  # noqa: E402
     LAUNCHED_ENV,
     Launch,
     launcher_arguments,

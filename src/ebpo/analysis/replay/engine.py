@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ebpo.analysis.replay.sources import StepBatch
 from ebpo.estimators import AdvantageEstimator, AdvantageResult, make_variant, variant_spec
 from ebpo.estimators.functional import segment_sum
 from ebpo.estimators.metrics import SIGNAL_THRESHOLD
-from ebpo.lab.replay.sources import StepBatch
 from ebpo.utils.runtime import torch_threads
 
 __all__ = [

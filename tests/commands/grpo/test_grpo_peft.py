@@ -22,7 +22,7 @@ from safetensors.torch import load_file  # noqa: E402
 from ebpo.cli import main  # noqa: E402
 from ebpo.integrations.trl import EBPOTrainer  # noqa: E402
 from ebpo.utils.checkpoints import MARKER  # noqa: E402
-from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 
@@ -35,7 +35,7 @@ datasets:
   - path: json
     data_files: {data}
 reward_funcs:
-  - tests.commands.test_grpo_peft.digit_share_reward
+  - tests.commands.grpo.test_grpo_peft.digit_share_reward
 num_generations: 2
 per_device_train_batch_size: 4
 max_completion_length: 8

@@ -13,9 +13,9 @@ pytest.importorskip("trl")
 import trl  # noqa: E402
 
 from ebpo.cli import main  # noqa: E402
+from ebpo.commands.grpo.grpo_script import parse  # noqa: E402
 from ebpo.integrations.trl import EBPOTrainer  # noqa: E402
-from ebpo.integrations.trl.grpo_script import parse  # noqa: E402
-from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 

@@ -1,4 +1,4 @@
-"""ebpo.lab.runs.lock: one job at a time in a run directory (issue #21 item 2). The lock is an OS
+"""ebpo.utils.run_lock: one job at a time in a run directory (issue #21 item 2). The lock is an OS
 lock held by a process: a second holder is refused with the first one's pid, and a killed holder
 (SIGKILL) leaves a lock the next job takes. The holders here are real processes."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ebpo.lab.runs.lock import LOCK, check_not_in_use, lock_run_dir
+from ebpo.utils.run_lock import LOCK, check_not_in_use, lock_run_dir
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from ebpo.lab.runs.lock import lock_run_dir
+from ebpo.utils.run_lock import lock_run_dir
 with lock_run_dir(Path(sys.argv[1])):
     print("locked", flush=True)
     time.sleep(600)

@@ -27,7 +27,7 @@ pytest.importorskip("trl")
 
 from ebpo.cli import main  # noqa: E402
 from ebpo.utils.launch import cpu_launch_env, free_port  # noqa: E402
-from tests.commands.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ebpo.commands import Parser, one_line, user_error
-from ebpo.integrations.verl import launcher
-from ebpo.integrations.verl.data_prep import add_arguments, run_prepare
-from ebpo.integrations.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
+from ebpo.commands.verl import launcher
+from ebpo.commands.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
+from ebpo.commands.verl.prepare_data import add_arguments, run_prepare
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.results import ROLLOUT_DIR
 from ebpo.lab.verl_cpu.settings import (

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ebpo.lab.replay.readers import (
+from ebpo.analysis.replay.readers import (
     FORMATS,
     Chunk,
     Columns,

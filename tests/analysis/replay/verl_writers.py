@@ -232,7 +232,7 @@ def fixture_prompts(step: int) -> list[Prompt]:
 
 def write_fixtures(root: Path) -> None:
     """``root/v1/{step}.jsonl`` (2 padding rows a step) and ``root/legacy/{step}.jsonl``: what
-    tests/fixtures/replay holds (regenerate with ``python -m tests.lab.replay.verl_writers``)."""
+    tests/fixtures/replay holds (regenerate with ``python -m tests.analysis.replay.verl_writers``)."""
     for step in FIXTURE_STEPS:
         write_v1(root / "v1", step, fixture_prompts(step), padding=2)
         write_legacy(root / "legacy", step, fixture_prompts(step))

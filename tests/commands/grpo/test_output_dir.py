@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo.integrations.trl.output_dir import check_output_dir  # noqa: E402
+from ebpo.commands.grpo.output_dir import check_output_dir  # noqa: E402
 from ebpo.utils.checkpoints import mark_complete  # noqa: E402
 
 

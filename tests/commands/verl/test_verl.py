@@ -20,7 +20,7 @@ from ebpo.cli import main  # noqa: E402
 from ebpo.lab.verl_cpu.results import RunResult, StepTrace  # noqa: E402
 from ebpo.lab.verl_cpu.settings import Check  # noqa: E402
 
-DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "replay" / "v1"
+DUMP = Path(__file__).resolve().parents[2] / "fixtures" / "replay" / "v1"
 
 
 def _run(run_dir: Path, steps: list[int]) -> RunResult:

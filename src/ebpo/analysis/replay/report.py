@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ebpo import __version__
+from ebpo.analysis.replay.engine import ESTIMATOR_FIELDS, INPUT_FIELDS, REFERENCE
 from ebpo.estimators import AdvantageEstimator, variant_spec
 from ebpo.estimators.metrics import SIGNAL_THRESHOLD
-from ebpo.lab.replay.engine import ESTIMATOR_FIELDS, INPUT_FIELDS, REFERENCE
 from ebpo.utils.files import atomic_write, write_json
 
 __all__ = [

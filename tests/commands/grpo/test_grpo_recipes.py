@@ -23,6 +23,8 @@ pytest.importorskip("peft")
 
 import ebpo  # noqa: E402
 from ebpo.cli import main  # noqa: E402
+from ebpo.commands.grpo import dry_run as dry_run_module  # noqa: E402
+from ebpo.commands.grpo.dry_run import METHOD_FIELDS  # noqa: E402
 from ebpo.curriculum import is_contiguous  # noqa: E402
 from ebpo.data import load_dataset  # noqa: E402
 from ebpo.evaluation.models import save_tiny_llama  # noqa: E402
@@ -32,12 +34,10 @@ from ebpo.integrations.trl import (  # noqa: E402
     available_presets,
     make_config,
 )
-from ebpo.integrations.trl import dry_run as dry_run_module  # noqa: E402
-from ebpo.integrations.trl.dry_run import METHOD_FIELDS  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPES_DIR = REPO / "recipes" / "trl"
 RECIPES = sorted(RECIPES_DIR.glob("**/*.yaml"))
 FIXTURES = REPO / "tests" / "fixtures" / "datasets"

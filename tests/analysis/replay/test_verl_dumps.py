@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
+from ebpo.analysis.replay.engine import Replay
+from ebpo.analysis.replay.sources import Source
 from ebpo.estimators import make_variant
-from ebpo.lab.replay.engine import Replay
-from ebpo.lab.replay.sources import Source
 
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl
 
-from tests.lab.replay.verl_writers import (  # noqa: E402
+from tests.analysis.replay.verl_writers import (  # noqa: E402
     FIXTURE_STEPS,
     FIXTURES,
     synthetic_step,

@@ -1,9 +1,9 @@
-"""``ebpo grpo``: ``trl grpo`` with an ebpo estimator (:mod:`ebpo.integrations.trl.grpo_script`).
+"""``ebpo grpo``: ``trl grpo`` with an ebpo estimator (:mod:`ebpo.commands.grpo.grpo_script`).
 Every argument after ``grpo`` goes to TRL's own parser (GRPOConfig, ModelConfig, the dataset
 mixture, ``--config recipe.yaml``) with ``EBPOConfig``'s ``--advantage_estimator`` and
 ``--estimator_options`` added.
 
-``--dry-run`` (ebpo's own flag, :mod:`ebpo.integrations.trl.dry_run`) parses the same arguments,
+``--dry-run`` (ebpo's own flag, :mod:`ebpo.commands.grpo.dry_run`) parses the same arguments,
 builds the trainer on this CPU with a tiny local model and a few rows in place of the model and
 the data, prints what the run would do and stops: ``ebpo grpo --config recipes/trl/qwen3-1.7b/
 ebpo_batch.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
@@ -33,12 +33,12 @@ def run(args: argparse.Namespace) -> int:
     argv = [arg for arg in args.trl_args if arg not in DRY_RUN_FLAGS]
     if len(argv) == len(args.trl_args):
         # heavy optional import: trl (the trl extra), and the trainer behind it
-        from ebpo.integrations.trl.grpo_script import main
+        from ebpo.commands.grpo.grpo_script import main
 
         return main(argv)
     # heavy optional import: trl, transformers, datasets
-    from ebpo.integrations.trl.dry_run import dry_run
-    from ebpo.integrations.trl.grpo_script import describe_launch
+    from ebpo.commands.grpo.dry_run import dry_run
+    from ebpo.commands.grpo.grpo_script import describe_launch
 
     built = dry_run(argv)
     source = argv[argv.index("--config") + 1] if "--config" in argv else "the command line"

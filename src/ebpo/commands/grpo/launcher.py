@@ -1,0 +1,278 @@
+"""``ebpo grpo``'s launcher keys: what ``trl grpo`` hands to ``accelerate launch``, and the launch.
+
+``trl grpo`` (TRL 1.16, ``trl/cli/commands/training.py``) parses its arguments with the script's
+parser, takes what that parser does not know — YAML keys and command-line flags alike — as
+arguments of ``accelerate launch`` (``num_processes``, ``multi_gpu``, ``config_file``, ...; TRL's own
+``accelerate_config`` names a file or one of TRL's profiles, ``trl/accelerate_configs/``:
+``multi_gpu``, ``zero1``-``zero3``, ``fsdp1``, ``fsdp2``), and runs accelerate's launcher on its
+script with the user's arguments minus those flags; the script re-reads the YAML and ignores the
+launcher keys. ``ebpo grpo`` does the same with ``-m ebpo grpo`` as the script
+(:func:`launcher_arguments`, :func:`script_arguments`, :func:`plan`, :func:`launch`), reusing
+TRL's ``resolve_accelerate_config_argument`` and accelerate's own parser and ``launch_command``.
+
+Where it differs from ``trl grpo``, on purpose:
+
+* A key that is neither a field nor an ``accelerate launch`` option is refused in one line naming
+  it (TRL hands it to accelerate, whose parser stops with a usage message).
+* A YAML flag (``multi_gpu: true``) is the flag; ``false`` leaves it out (TRL passes
+  ``--multi_gpu True``, and ``True`` becomes the script accelerate runs).
+* Several processes on CPUs: where accelerate would start ONE process although ``num_processes``
+  asks for more — no GPU (or ``--cpu``) and nothing saying how to distribute — ``ebpo grpo`` starts
+  them with accelerate's multi-process launcher (torchrun) and ``ACCELERATE_USE_CPU=1``: N
+  processes, gloo (``accelerate launch --cpu`` would need MPI for more than one).
+* Without any launcher key, no accelerate default config file and at most one accelerator device,
+  ``accelerate launch`` would start one plain process: ``ebpo grpo`` runs in its own process
+  instead (same result; ``trl grpo`` always starts a second interpreter).
+* Inside a launch (``accelerate launch -m ebpo grpo``, torchrun, or a process ``ebpo grpo``
+  started) the launcher keys are checked and ignored, as TRL's script ignores them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, NoReturn
+
+import torch
+from accelerate.commands.config import default_config_file
+from accelerate.commands.launch import launch_command, launch_command_parser
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+__all__ = [
+    "LAUNCHED_ENV",
+    "Launch",
+    "launch",
+    "launcher_arguments",
+    "plan",
+    "script_arguments",
+    "trl_profiles",
+    "under_launcher",
+]
+
+#: set in the environment of the processes ``ebpo grpo`` launches (they must not launch again)
+LAUNCHED_ENV = "EBPO_GRPO_LAUNCHED"
+#: TRL's name for an accelerate config (a file or a profile of ``trl/accelerate_configs``)
+ACCELERATE_CONFIG = "--accelerate_config"
+#: ``accelerate launch`` options that would replace what ``ebpo grpo`` launches
+NOT_LAUNCHER_KEYS = ("-m", "--module", "--no_python", "-h", "--help")
+#: environment variables that say this process was started by a launcher
+_LAUNCHER_MARKS = (LAUNCHED_ENV, "LOCAL_RANK", "ACCELERATE_DYNAMO_USE_FULLGRAPH")
+#: what ``ebpo grpo`` puts after accelerate's own arguments
+MODULE_ARGS = ("-m", "ebpo", "grpo")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An ``accelerate launch`` of ``-m ebpo grpo``: its arguments (TRL's ``--accelerate_config``
+    resolved), each process's arguments after ``grpo``, and what to add to their environment."""
+
+    args: list[str]
+    script_argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def command(self) -> str:
+        """The equivalent command line (for messages and the dry run)."""
+        env = " ".join(f"{k}={v}" for k, v in self.env.items() if k != LAUNCHED_ENV)
+        words = [env, "accelerate launch", *self.args, *MODULE_ARGS, *self.script_argv]
+        return " ".join(w for w in words if w)
+
+
+def trl_profiles() -> list[str]:
+    """The accelerate configs TRL ships, by the name ``accelerate_config`` takes."""
+    folder = resources.files("trl.accelerate_configs")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def launcher_arguments(
+    config_rest: Sequence[str], cli_rest: Sequence[str], source: str
+) -> list[str]:
+    """``accelerate launch`` arguments from what ``trl grpo``'s parser left over: ``config_rest``
+    (``["--key", "value", ...]`` from the YAML file ``source``, as TRL builds it) and ``cli_rest``
+    (command-line tokens). TRL's ``--accelerate_config`` becomes ``--config_file PATH``.
+
+    Raises:
+        ValueError: a key or flag that is neither a field nor a launcher option (all of them named),
+            a YAML flag that is not true / false, a launcher option ``ebpo grpo`` sets itself, a
+            bad value (accelerate's parser), an unknown ``accelerate_config``.
+    """
+    options = _parser()._option_string_actions
+    launch_args: list[str] = []
+    unknown_keys: list[str] = []
+    for key, value in zip(config_rest[::2], config_rest[1::2], strict=True):
+        action = options.get(key)
+        if key != ACCELERATE_CONFIG and action is None:
+            unknown_keys.append(key[2:])
+            continue
+        _check_settable(key, f"{key[2:]} in {source}")
+        if action is not None and action.nargs == 0:  # a flag: true gives it, false leaves it out
+            if value not in ("True", "False"):
+                raise ValueError(
+                    f"{key[2:]} in {source} is a flag of accelerate launch: write true or false, got {value!r}"
+                )
+            launch_args += [key] if value == "True" else []
+        else:
+            launch_args += [key, value]
+    if unknown_keys:
+        raise ValueError(_unknown(f"key(s) {unknown_keys} in {source}"))
+    launch_args += _cli_launcher_arguments(list(cli_rest), options)
+    return _resolve_accelerate_config(launch_args)
+
+
+def script_arguments(argv: Sequence[str], cli_rest: Sequence[str]) -> list[str]:
+    """``argv`` without the launcher tokens ``cli_rest`` (an ordered subsequence of it): what each
+    launched process gets, as ``trl grpo`` hands its script the arguments minus the launcher's."""
+    rest = iter(cli_rest)
+    pending = next(rest, None)
+    kept = []
+    for token in argv:
+        if pending is not None and token == pending:
+            pending = next(rest, None)
+        else:
+            kept.append(token)
+    return kept
+
+
+def under_launcher(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process was started by a launcher (accelerate, torchrun, ``ebpo grpo``)."""
+    environ = os.environ if environ is None else environ
+    return any(mark in environ for mark in _LAUNCHER_MARKS)
+
+
+def plan(
+    launch_args: Sequence[str],
+    script_argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+) -> Launch | None:
+    """The launch ``trl grpo`` would make with ``launch_args``, or None when this process should run
+    the training itself: inside a launch already, or when accelerate would start one plain process
+    (no launcher argument, no accelerate default config file, at most one accelerator device)."""
+    environ = os.environ if environ is None else environ
+    if under_launcher(environ):
+        return None
+    args = list(launch_args)
+    has_default_config = os.path.isfile(default_config_file)
+    if not args and not has_default_config and _accelerator_count() <= 1:
+        return None
+    env = {LAUNCHED_ENV: "1"}
+    parsed = _parse(args)
+    distributes = any(
+        getattr(parsed, name)
+        for name in ("multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu")
+    )
+    no_config = parsed.config_file is None and (parsed.cpu or not has_default_config)
+    on_cpus = parsed.cpu or _accelerator_count() == 0
+    if (
+        no_config
+        and not distributes
+        and on_cpus
+        and (parsed.num_processes or 1) > 1
+        and (parsed.num_machines or 1) == 1
+        and parsed.mpirun_hostfile is None
+    ):
+        # accelerate would start ONE process here (its CPU launcher needs MPI for more): start N
+        # with the multi-process launcher, each on the CPU (gloo)
+        args = [a for a in args if a != "--cpu"] + ["--multi_gpu"]
+        env["ACCELERATE_USE_CPU"] = "1"
+    return Launch(args=args, script_argv=list(script_argv), env=env)
+
+
+def launch(plan: Launch) -> int:
+    """Run ``plan`` with accelerate's ``launch_command`` (as ``trl grpo`` does); the exit code of the
+    launched processes (the first failing one's)."""
+    args = _parser().parse_args([*plan.args, *MODULE_ARGS, *plan.script_argv])
+    saved = {key: os.environ.get(key) for key in plan.env}
+    os.environ.update(plan.env)  # every launcher copies this process's environment
+    try:
+        launch_command(args)
+    except subprocess.CalledProcessError as error:  # the single-process launcher
+        return error.returncode or 1
+    except ChildFailedError as error:  # torchrun: the launched processes' failures
+        return next((f.exitcode for f in error.failures.values() if f.exitcode), 1)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return 0
+
+
+# ---------------------------------------------------------------------- helpers
+def _parser() -> argparse.ArgumentParser:
+    """accelerate's own ``accelerate launch`` parser, raising ValueError instead of exiting."""
+    parser = launch_command_parser()
+
+    def error(message: str) -> NoReturn:
+        raise ValueError(f"accelerate launch: {message}")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def _parse(args: Sequence[str]) -> argparse.Namespace:
+    return _parser().parse_args([*args, *MODULE_ARGS])
+
+
+def _accelerator_count() -> int:
+    """GPUs (or other accelerators) torch sees on this machine."""
+    return torch.accelerator.device_count() if torch.accelerator.is_available() else 0
+
+
+def _check_settable(key: str, where: str) -> None:
+    if key in NOT_LAUNCHER_KEYS:
+        raise ValueError(
+            f"{where}: ebpo grpo launches `-m ebpo grpo` itself; remove {key} (to launch another "
+            "script, use accelerate launch directly)"
+        )
+
+
+def _cli_launcher_arguments(tokens: list[str], options: Mapping[str, Any]) -> list[str]:
+    """Check command-line tokens the script's parser left: launcher options and their values
+    (``--accelerate_config=X`` split in two, the form TRL's resolver reads)."""
+    unknown: list[str] = []
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        name, has_value, value = tokens[i].partition("=")
+        if not name.startswith("-"):
+            raise ValueError(
+                f"unexpected argument {tokens[i]!r}: ebpo grpo takes --flags (and --config FILE) only"
+            )
+        action = options.get(name)
+        if name != ACCELERATE_CONFIG and action is None:
+            unknown.append(name)  # and its value, if one follows
+            following = tokens[i + 1] if i + 1 < len(tokens) else "-"
+            i += 1 if has_value or following.startswith("-") else 2
+            continue
+        _check_settable(name, name)
+        takes_value = name == ACCELERATE_CONFIG or action.nargs != 0
+        step = 1 if has_value or not takes_value else 2
+        out += [name, value] if name == ACCELERATE_CONFIG and has_value else tokens[i : i + step]
+        i += step
+    if unknown:
+        raise ValueError(_unknown(f"flag(s) {unknown}"))
+    return out
+
+
+def _unknown(what: str) -> str:
+    return (
+        f"unknown {what}: neither an argument of trl grpo (GRPOConfig with EBPOConfig's fields, "
+        "ModelConfig, the script's and the datasets' arguments) nor an option of accelerate launch; "
+        "`ebpo grpo --help` lists the arguments, `accelerate launch --help` the launcher's options"
+    )
+
+
+def _resolve_accelerate_config(args: list[str]) -> list[str]:
+    """TRL's ``--accelerate_config NAME_OR_FILE`` → ``--config_file PATH``; then accelerate's parser
+    checks every value."""
+    try:
+        resolved = resolve_accelerate_config_argument(args)
+    except ValueError as error:
+        raise ValueError(f"accelerate_config: {error} TRL's profiles: {trl_profiles()}") from error
+    _parse(resolved)
+    return resolved

@@ -1,0 +1,219 @@
+"""Is the plug-in registered where verl computes advantages? Checked on every node of a Ray cluster.
+
+verl computes advantages in its ``TaskRunnerV1`` Ray actor, which lands on any node of the
+cluster, and ``import verl`` swallows plug-in import errors at DEBUG level: a node without ebpo (or
+with a broken install) shows only as ``Unknown advantage estimator`` after the workers, the
+rollout servers and the first rollout have started. :func:`check_nodes` connects to the cluster
+as a driver, runs :data:`PROBE` (``import verl`` alone, as verl's actors do, then a look at
+verl's registry) once on every alive node, pinned there, and reports per node;
+:func:`first_failure` is the one line that names the first node where the estimators are missing.
+
+The probe is sent as source code and compiled on the node, so it runs even where ebpo cannot be
+imported (and then says so). ``ebpo verl doctor --address ADDRESS`` and ``ebpo verl`` (before it
+launches ``main_ppo`` on a cluster) run it; without a cluster, the doctor's fresh-interpreter
+probe is the same check on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+
+__all__ = [
+    "ADVANTAGE_MODULE",
+    "PROBE",
+    "NodeReport",
+    "check_nodes",
+    "first_failure",
+    "fresh_process_report",
+    "registered_everywhere",
+    "run_probe",
+]
+
+ADVANTAGE_MODULE = "ebpo.integrations.verl.advantage"
+
+#: runs in a fresh process or a Ray worker; leaves its findings in ``report``
+PROBE = textwrap.dedent(
+    f"""
+    import importlib.metadata, socket, traceback
+    report = {{"hostname": socket.gethostname(), "error": None, "registered": {{}}}}
+    try:
+        import verl
+        from verl.trainer.ppo import core_algos
+        names = {tuple(REGISTERED_NAMES)!r}
+        report["verl"] = verl.__version__
+        report["registered"] = {{
+            n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names
+        }}
+        try:
+            report["ebpo"] = importlib.metadata.version("ebpo")
+        except importlib.metadata.PackageNotFoundError:
+            report["ebpo"] = None
+        if not all(m == {ADVANTAGE_MODULE!r} for m in report["registered"].values()):
+            ours = [ep for ep in importlib.metadata.entry_points(group="verl.plugins") if ep.name == "ebpo"]
+            if not ours:
+                report["error"] = "no 'ebpo' entry point in group verl.plugins (is ebpo[verl] installed?)"
+            else:
+                try:
+                    ours[0].load()
+                    report["error"] = (
+                        "the entry point loads, but `import verl` did not load it "
+                        "(VERL_USE_EXTERNAL_PLUGINS?)"
+                    )
+                except Exception:
+                    report["error"] = traceback.format_exc()
+    except Exception:
+        report["error"] = traceback.format_exc()
+    """
+)
+
+
+def run_probe(source: str = PROBE) -> dict[str, Any]:
+    """Run ``source`` in this process and return its ``report``."""
+    return dict(_remote_probe()(source))
+
+
+def _remote_probe() -> Any:
+    """``run_probe`` compiled outside any module (so Ray pickles it by value: it must run on a
+    node where ebpo itself cannot be imported)."""
+    namespace: dict[str, Any] = {"__name__": "ebpo_probe"}
+    exec(
+        "def probe(source):\n"
+        "    namespace = {'__name__': 'ebpo_probe'}\n"
+        "    exec(compile(source, '<ebpo verl probe>', 'exec'), namespace)\n"
+        "    return dict(namespace['report'])\n",
+        namespace,
+    )
+    return namespace["probe"]
+
+
+def fresh_process_report(
+    timeout: float = 300.0, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The probe's report from a fresh interpreter on this machine (as a Ray worker starts),
+    with ``env`` added to its environment.
+
+    Raises:
+        RuntimeError: the interpreter timed out or died without a report.
+    """
+    code = PROBE + "\nimport json\nprint('EBPO_PROBE ' + json.dumps(report))\n"
+    full_env = {**os.environ, **dict(env or {})}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"the probe timed out after {timeout:.0f} s") from error
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("EBPO_PROBE ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the probe failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return dict(json.loads(lines[-1].removeprefix("EBPO_PROBE ")))
+
+
+def registered_everywhere(report: Mapping[str, Any]) -> bool:
+    """Whether a probe report shows every ebpo name registered with ebpo's functions."""
+    registered = report.get("registered") or {}
+    return bool(registered) and all(m == ADVANTAGE_MODULE for m in registered.values())
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What the probe found on one node."""
+
+    node_id: str
+    address: str
+    hostname: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"node {self.address} ({self.hostname}, id {self.node_id[:12]}): {self.detail}"
+
+
+def _report(
+    node: Mapping[str, Any], found: Mapping[str, Any] | None, error: str | None
+) -> NodeReport:
+    address = str(node.get("NodeManagerAddress", "?"))
+    node_id = str(node.get("NodeID", "?"))
+    if error is not None:
+        return NodeReport(node_id, address, "?", False, f"the probe could not run: {error}")
+    assert found is not None
+    registered = found.get("registered") or {}
+    ok = registered_everywhere(found)
+    if ok:
+        detail = (
+            f"verl {found.get('verl')}, ebpo {found.get('ebpo')}: "
+            f"{', '.join(sorted(registered))} registered"
+        )
+    else:
+        missing = sorted(n for n, m in registered.items() if m != ADVANTAGE_MODULE) or list(
+            REGISTERED_NAMES
+        )
+        cause = (found.get("error") or "").strip().splitlines()
+        detail = f"{', '.join(missing)} NOT registered after `import verl`" + (
+            f": {cause[-1]}" if cause else ""
+        )
+    return NodeReport(node_id, address, str(found.get("hostname", "?")), ok, detail)
+
+
+def check_nodes(
+    address: str,
+    *,
+    env_vars: Mapping[str, str] | None = None,
+    timeout: float = 300.0,
+) -> list[NodeReport]:
+    """The probe on every alive node of the Ray cluster at ``address`` (see module docstring), in
+    a job whose workers get ``env_vars`` (as verl's job would: e.g. ``VERL_USE_EXTERNAL_MODULES``).
+    Connects as a driver and disconnects; the cluster itself is left as it was."""
+    import ray  # optional heavy dependency (verl extra)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if ray.is_initialized():
+        raise RuntimeError("check_nodes connects to the cluster itself: call it outside ray.init")
+    ray.init(
+        address=address,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        namespace="ebpo-verl-doctor",
+        runtime_env={"env_vars": dict(env_vars or {})},
+    )
+    try:
+        nodes = [node for node in ray.nodes() if node.get("Alive")]
+        probe = ray.remote(num_cpus=0, max_retries=0)(_remote_probe())
+        refs = [
+            probe.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ).remote(PROBE)
+            for node in nodes
+        ]
+        reports = []
+        for node, ref in zip(nodes, refs, strict=True):
+            try:
+                reports.append(_report(node, ray.get(ref, timeout=timeout), None))
+            except Exception as error:  # the task failed or timed out on that node
+                text = str(error).strip().splitlines()
+                reports.append(_report(node, None, text[-1] if text else type(error).__name__))
+        return reports
+    finally:
+        ray.shutdown()
+
+
+def first_failure(reports: Sequence[NodeReport]) -> str | None:
+    """One line naming the first node where ebpo's estimators are not registered, or None."""
+    for report in reports:
+        if not report.ok:
+            return f"ebpo's verl plug-in is not usable on {report.line()}"
+    return None
