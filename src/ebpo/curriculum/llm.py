@@ -8,7 +8,7 @@ only to a loopback host, redirects are never followed, user info in the URL is r
 error message shows the key (:func:`llm_api_key` picks it from an environment variable the user
 names).
 
-How the key is kept out of messages (issue #21 item 9): it is checked before any request
+How the key is kept out of messages and logs: it is checked before any request
 (:func:`check_api_key`: surrounding whitespace is stripped, so ``MYKEY=$'sk-...\\n'`` works;
 a key holding a control character, or any character that is not printable ASCII, is refused
 with a message that names the variable and never quotes the key — http.client used to print it

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from ebpo.estimators.batch import AdvantageResult, Batch
-from ebpo.estimators.functional import factorize, group_moments, masked
+from ebpo.estimators.functional import group_moments, masked
 from ebpo.estimators.metrics import common_metrics
 from ebpo.estimators.validation import (
     as_mask,
@@ -48,6 +48,7 @@ from ebpo.estimators.validation import (
     check_finite_statistics,
     check_length,
     check_outputs,
+    factorize,
     group_clusters,
 )
 from ebpo.utils.checks import check_choice, check_positive

@@ -11,7 +11,8 @@ arXiv 2602.05165, Algorithm 1. For a batch of groups (one group = the responses 
    ``σ² = var(W_glob)`` (``within_variance="pooled"``, paper v1 and the authors' code) or
    ``σ² = mean(W_within)`` (``"within"``, the revision);
    ``τ² = var(W_means)`` (``tau2="raw"``) or ``max(var(W_means) − σ²/n_m, 0)`` (``"corrected"``).
-3. Shrinkage  ``S_m = (σ²/n_m) / (σ²/n_m + τ²)``  (S = 1 when the denominator ≤ eps).
+3. Shrinkage  ``S_m = (σ²/n_m) / (σ²/n_m + τ²)``  (S = 1 when the denominator ≤ eps): the weight
+   on the prior that minimises the Bayes risk of the baseline (Theorem 3.3).
 4. Baseline   ``V_m = (1 − S_m)·r̄_m + S_m·μ``;  raw advantage ``a = r − V_m``.
 5. Normalise over the batch: ``Â = (a − mean(a)) / (std(a) + eps)``.
 
@@ -21,9 +22,10 @@ on every call (the authors' public verl code, where the prior is the current bat
 
 Defaults follow the paper's Algorithm 1 (history prior, pooled σ², raw τ², batch normalisation),
 because the paper's claims (O(1/T) bias, Theorem 3.3) are about that estimator. The authors'
-released code, as described in issue #10 and the project spec, is ``prior="batch",
-prior_mean="group_means"`` (with ``normalize="center"`` when its ``norm_adv_by_std_in_grpo`` is
-False); see docs/estimators.md for what that claim rests on.
+released verl code builds fresh Welford statistics inside each call (its prior is the current
+batch) and takes μ as the mean of the group means: ``prior="batch", prior_mean="group_means"``
+(with ``normalize="center"`` when its ``norm_adv_by_std_in_grpo`` is False). That is known from a
+description of their code, not a reading of it; docs/estimators.md says what the claim rests on.
 """
 
 from __future__ import annotations

@@ -1,31 +1,29 @@
 """Input conversion and checks of the estimator contract.
 
 What goes in — rewards, group ids, mask, clusters as tensors, arrays or lists — is converted and
-validated here; what comes out is checked here too (finite, and fitting the caller's dtype). Every
-function raises a ``ValueError`` that names the argument, what was expected and what it got, so
-that a bad batch fails before any estimator state can see it.
+validated here (group ids and cluster labels become dense integer indices: :func:`factorize`);
+what comes out is checked here too (finite, and fitting the caller's dtype). Every function
+raises a ``ValueError`` that names the argument, what was expected and what it got, so that a bad
+batch fails before any estimator state can see it.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ebpo.estimators.batch import Batch
-from ebpo.estimators.functional import (
-    Labels,
-    check_positional,
-    check_tensor_data,
-    factorize,
-    plain_labels,
-)
+
+#: the distinct ids :func:`factorize` found, in index order
+Labels = torch.Tensor | np.ndarray
 
 __all__ = [
+    "Labels",
     "as_mask",
     "as_real_array",
     "as_reward_tensor",
@@ -34,8 +32,152 @@ __all__ = [
     "check_json_label",
     "check_length",
     "check_outputs",
+    "check_positional",
+    "check_tensor_data",
+    "factorize",
     "group_clusters",
+    "plain_labels",
 ]
+
+
+# ---------------------------------------------------------------------- ids
+def factorize(ids: Any, argument: str = "group_ids") -> tuple[torch.Tensor, Labels]:
+    """Map arbitrary group ids to dense integers.
+
+    Returns ``(index, uniques)``: ``index[i]`` in ``[0, len(uniques))`` and ``uniques[index[i]]``
+    equals ``ids[i]``. ``uniques`` is a tensor (integer ids) or a numpy array (strings, wide
+    unsigned integers, Python objects); :func:`plain_labels` turns it into plain Python values.
+    ``argument`` names the input in error messages (``"group_ids"``, ``"clusters"``).
+
+    * Integers spanning a range not much wider than N: a presence table (``bincount``) and a
+      cumulative sum, O(N); other integers: ``torch.unique``. Unsigned 64-bit ids of 2**63 or more
+      keep their value (``np.unique``), and Python ints that numpy would turn into float64 (a list
+      mixing ids ≥ 2**63 with others) are hashed exactly.
+    * Fixed-width numpy strings: ``np.unique``.
+    * Python objects (verl passes a numpy object array of uuid strings; lists of strings or
+      tuples): each id is hashed once into a first-seen dictionary. There is no vectorised
+      primitive for Python objects; hashing is O(N), where ``np.unique`` would sort them with
+      Python comparisons (benchmarks/bench_advantages.py times verl's uuid workload).
+
+    Raises:
+        ValueError: floating-point or complex ids, unhashable ids, or a container without an
+            order (set, dict, string) instead of one id per response.
+    """
+    check_positional(argument, ids)
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype.is_floating_point or ids.dtype.is_complex:
+            raise ValueError(
+                f"{argument} must hold integers or hashable ids, got a {ids.dtype} tensor"
+            )
+        if ids.dtype in _WIDE_UNSIGNED:  # torch cannot cast them to int64 without wrapping around
+            return factorize(ids.detach().cpu().numpy(), argument)
+        return _factorize_integers(ids.detach().reshape(-1).cpu().to(torch.int64))
+    array = ids if isinstance(ids, np.ndarray) else _as_array(ids)
+    if array.dtype.kind in "iub":
+        if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+            uniques, inverse = np.unique(array, return_inverse=True)
+            return torch.from_numpy(inverse.astype(np.int64, copy=False).reshape(-1)), uniques
+        return _factorize_integers(torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)))
+    if array.dtype.kind in "fc":
+        raise ValueError(
+            f"{argument} must hold integers or hashable ids, got floats ({array.dtype})"
+        )
+    if array.dtype.kind in "US":
+        uniques, inverse = np.unique(array, return_inverse=True)
+        return torch.from_numpy(inverse.astype(np.int64, copy=False).reshape(-1)), uniques
+    first_seen: dict[Hashable, int] = {}
+    try:
+        inverse = np.fromiter(
+            (first_seen.setdefault(x, len(first_seen)) for x in array.tolist()),
+            dtype=np.int64,
+            count=len(array),
+        )
+    except TypeError as error:
+        raise ValueError(
+            f"{argument} must be hashable (ints, strings, tuples, ...): {error}"
+        ) from error
+    uniques = np.empty(len(first_seen), dtype=object)
+    uniques[:] = list(first_seen)
+    return torch.from_numpy(inverse), uniques
+
+
+_WIDE_UNSIGNED = tuple(
+    getattr(torch, name) for name in ("uint32", "uint64") if hasattr(torch, name)
+)
+
+
+def check_positional(argument: str, values: Any) -> None:
+    """Refuse containers that have a length but no order: one entry per response is positional.
+    A tensor must also hold its values (:func:`check_tensor_data`)."""
+    if isinstance(values, (str, bytes, set, frozenset, Mapping)):
+        raise ValueError(
+            f"{argument} must be a 1-D sequence with one entry per response (list, tuple, array or "
+            f"tensor), got a {type(values).__name__}"
+        )
+    check_tensor_data(argument, values)
+
+
+def check_tensor_data(argument: str, values: Any) -> None:
+    """Refuse tensors whose values cannot be read as a plain array (torch would raise
+    NotImplementedError or RuntimeError deep inside): a meta tensor (shape, no data), a sparse one
+    (COO, CSR, CSC, BSR, BSC), a nested one, a quantized one. Anything else passes."""
+    if not isinstance(values, torch.Tensor):
+        return
+    if values.is_meta:
+        raise ValueError(
+            f"{argument} must be a tensor holding values, got a meta tensor (a shape without data)"
+        )
+    if values.is_nested:
+        raise ValueError(f"{argument} must be a 1-D tensor, got a nested tensor")
+    if values.layout != torch.strided:
+        raise ValueError(
+            f"{argument} must be a dense tensor, got a sparse tensor (layout "
+            f"{str(values.layout).removeprefix('torch.')}); pass {argument}.to_dense()"
+        )
+    if values.is_quantized:
+        raise ValueError(
+            f"{argument} must be a plain tensor, got a quantized {values.dtype} tensor; pass "
+            f"{argument}.dequantize()"
+        )
+
+
+def plain_labels(uniques: Labels | Sequence[Hashable]) -> list[Hashable]:
+    """The unique ids of :func:`factorize` as plain Python values (JSON-friendly where possible)."""
+    values = uniques.tolist() if isinstance(uniques, (torch.Tensor, np.ndarray)) else list(uniques)
+    return [x.item() if isinstance(x, np.generic) else x for x in values]
+
+
+def _as_array(ids: Sequence[Hashable]) -> np.ndarray:
+    try:
+        array = np.asarray(ids)
+    except (ValueError, TypeError, OverflowError):
+        array = None
+    # Keep numpy's conversion only for plain numbers: it would turn [1, "1"] into two equal strings,
+    # and [2**63, -1] into float64 (losing ids that differ in the last digits).
+    if array is not None and array.dtype.kind == "f" and array.ndim == 1 and _all_python_ints(ids):
+        array = None
+    if array is None or array.ndim != 1 or array.dtype.kind not in "iubf":
+        array = np.empty(len(ids), dtype=object)  # strings, tuples and mixed types stay whole
+        array[:] = list(ids)
+    return array
+
+
+def _all_python_ints(values: Sequence[Any]) -> bool:
+    return all(isinstance(x, (int, np.integer)) for x in values)
+
+
+def _factorize_integers(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n = values.numel()
+    if n == 0:
+        return values, values
+    low, high = int(values.min()), int(values.max())
+    if high - low < 4 * n + 1024:
+        offset = values - low
+        present = torch.bincount(offset, minlength=high - low + 1) > 0
+        dense = torch.cumsum(present, 0) - 1
+        return dense[offset], present.nonzero().flatten() + low
+    uniques, index = torch.unique(values, return_inverse=True)
+    return index, uniques
 
 
 # ---------------------------------------------------------------------- rewards
@@ -259,7 +401,7 @@ def check_finite_statistics(
 ) -> None:
     """Refuse a batch whose per-group mean or variance overflows float64 (rewards near 1e154 or
     more), before any estimator state can see it. ``labels`` are the group ids of
-    :func:`~ebpo.estimators.functional.factorize`, to name the group."""
+    :func:`factorize`, to name the group."""
     for name, values in (("mean", mean), ("variance", variance)):
         bad = ~torch.isfinite(values)
         if bad.any():

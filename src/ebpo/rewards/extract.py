@@ -3,7 +3,7 @@
 the integer key, and the conversion of a response or ground truth (text, number or missing value)
 to text. Everything here runs in linear time on any string and never calls math-verify.
 
-**Missing ground truths written as text** (:func:`is_missing_text`, issue #21 item 4). A missing
+**Missing ground truths written as text** (:func:`is_missing_text`). A missing
 value that went through ``str()``, JSON, a CSV or a spreadsheet arrives as text, and scoring it
 would reward a policy for writing the same text (``score_math("Answer: None", "None")`` was 1.0).
 A ground truth is missing when, after removing whitespace and invisible characters (zero-width

@@ -1,6 +1,6 @@
 """math-verify in this process under a wall-clock interval timer (``SIGALRM``, so in the main
 thread only): the parse + verify call, the timer, and the loading of math-verify, which is never
-timed (issue #21 item 8).
+timed (a slow import must not be charged to the answer being checked).
 
 The time limit measures verification only. Loading math-verify (importing sympy takes from 0.3 s
 on an idle machine to seconds on a loaded one) and one small comparison

@@ -15,9 +15,10 @@ verl's reward loop calls ``compute_score`` from a thread pool (``loop.run_in_exe
 Fork safety: the helper pool belongs to the process that started it; a ``fork``ed child (a
 multiprocessing or DataLoader worker) starts its own helpers and never talks to the parent's.
 
-The time limit measures verification only (issue #21 item 8): math-verify is loaded before any
-timer is armed and imports are never interrupted (:mod:`ebpo.rewards.timer`); a helper loads it
-before it says ``ready``, and waiting for a helper to start or to be free is not counted. Helpers
+The time limit measures verification only, so that a slow import or a busy machine is not
+charged to the answer being checked: math-verify is loaded before any timer is armed and imports
+are never interrupted (:mod:`ebpo.rewards.timer`); a helper loads it before it says ``ready``, and
+waiting for a helper to start or to be free is not counted. Helpers
 skip the ``ebpo`` package's ``__init__`` (which imports torch), so they start in a fraction of a
 second on an idle machine.
 """

@@ -1,7 +1,7 @@
 """Prompt-difficulty scenarios and the theory they are checked against.
 
 Prompt success rates ``θ`` follow a mixture of Beta distributions (:class:`BetaMixture`;
-:data:`SCENARIOS` holds the four of issue #7). :func:`mixture_moments` gives ``μ = E[θ]``,
+:data:`SCENARIOS` holds four: easy, hard, mixed and bimodal). :func:`mixture_moments` gives ``μ = E[θ]``,
 ``τ² = Var(θ)`` and ``σ² = E[θ(1 − θ)]`` exactly; :func:`theorem_3_3` the paper's predictions for
 groups of ``G`` Bernoulli rewards.
 """
@@ -39,7 +39,8 @@ class BetaMixture:
             raise ValueError("alphas and betas must be positive")
 
 
-#: The four prompt-difficulty distributions of issue #7.
+#: The four prompt-difficulty distributions the simulator compares: mostly solved, mostly failed,
+#: broad, and a mixture of solved and failed prompts.
 SCENARIOS: dict[str, BetaMixture] = {
     "easy": BetaMixture((1.0,), (6.0,), (2.0,)),  # mean 0.75
     "hard": BetaMixture((1.0,), (1.0,), (7.0,)),  # mean 0.125, many all-zero groups
