@@ -134,26 +134,10 @@ def run_eval(
     ks = tuple(sorted(set(ks or (1, n))))
     sampling = sampling or SamplingConfig()
     data_files = dict(data_files or {})
-
-    problems: list[dict[str, str]] = []
-    for name in benchmarks:
-        rows = data.load_dataset(
-            name, data_files=data_files.get(name), data_dir=data_dir, limit=limit
-        )
-        for row in rows:
-            row["source"] = name  # the column a record is tabulated under
-        problems += rows
-
-    use_vllm = generator is None and (
-        backend == "vllm" or (backend == "auto" and model is None and vllm_available())
+    problems = _load_problems(benchmarks, data_files, data_dir, limit)
+    model, tokenizer, generator, backend = _load_model(
+        model_name, backend, sampling, model, tokenizer, generator
     )
-    if use_vllm:
-        generator = VLLMGenerator(models.resolve_model_path(model_name), sampling)
-        if tokenizer is None:
-            tokenizer = generator.llm.get_tokenizer()
-    elif generator is None and (model is None or tokenizer is None):
-        model, tokenizer = models.load_model_and_tokenizer(model_name)
-
     started = time.time()
     records = sample_and_score(
         model,
@@ -171,11 +155,88 @@ def run_eval(
     )
     elapsed = time.time() - started
     metrics = summarize(records, ks)
-    header, rows = results_table(metrics, benchmarks, ks)
+    config = _run_config(locals())  # after ks, sampling, data_files and backend are set
+    summary, texts = _results(model_name, benchmarks, records, metrics, config, elapsed)
+    # Everything is rendered before the first file is written; samples first (the costly part).
+    out = Path(out_dir).expanduser()
+    for name, text in texts.items():
+        with atomic_write(out / name, newline="") as handle:
+            handle.write(text)
+    return summary
 
+
+def _run_config(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration ``results.json`` records, from :func:`run_eval`'s settled arguments."""
+    return {
+        "n": arguments["n"],
+        "ks": list(arguments["ks"]),
+        "template": arguments["template"],
+        "chat": arguments["chat"],
+        "limit": arguments["limit"],
+        "backend": arguments["backend"],
+        "batch_size": arguments["batch_size"],
+        "sampling": asdict(arguments["sampling"]),
+        "data_files": arguments["data_files"],
+        "data_dir": None if arguments["data_dir"] is None else str(arguments["data_dir"]),
+    }
+
+
+def _load_model(
+    model_name: str,
+    backend: str,
+    sampling: SamplingConfig,
+    model: Any,
+    tokenizer: Any,
+    generator: Generator | None,
+) -> tuple[Any, Any, Generator | None, str]:
+    """``(model, tokenizer, generator, backend)`` to sample with: vLLM when asked for (or, for
+    ``auto``, when it is installed and no model was passed in), else transformers, loading only
+    what was not passed in."""
+    use_vllm = generator is None and (
+        backend == "vllm" or (backend == "auto" and model is None and vllm_available())
+    )
+    if use_vllm:
+        generator = VLLMGenerator(models.resolve_model_path(model_name), sampling)
+        if tokenizer is None:
+            tokenizer = generator.llm.get_tokenizer()
+    elif generator is None and (model is None or tokenizer is None):
+        model, tokenizer = models.load_model_and_tokenizer(model_name)
+    return model, tokenizer, generator, "vllm" if use_vllm else "transformers"
+
+
+def _load_problems(
+    benchmarks: Sequence[str],
+    data_files: Mapping[str, str],
+    data_dir: str | os.PathLike[str] | None,
+    limit: int | None,
+) -> list[dict[str, str]]:
+    """Every problem of ``benchmarks``, each with its benchmark's name as ``source`` (the column
+    a record is tabulated under)."""
+    problems: list[dict[str, str]] = []
+    for name in benchmarks:
+        rows = data.load_dataset(
+            name, data_files=data_files.get(name), data_dir=data_dir, limit=limit
+        )
+        for row in rows:
+            row["source"] = name
+        problems += rows
+    return problems
+
+
+def _results(
+    model_name: str,
+    benchmarks: Sequence[str],
+    records: Sequence[Mapping[str, Any]],
+    metrics: Mapping[str, Mapping[str, float]],
+    config: Mapping[str, Any],
+    elapsed: float,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the summary :func:`run_eval` returns, the text of each of :data:`RESULT_FILES`)."""
+    ks, sampling = config["ks"], config["sampling"]
+    header, rows = results_table(metrics, benchmarks, ks)
     title = (
-        f"{model_name}: {', '.join(_metric_names(metrics, ks))} (%), n={n}, "
-        f"T={sampling.temperature}, top-p={sampling.top_p}"
+        f"{model_name}: {', '.join(_metric_names(metrics, ks))} (%), n={config['n']}, "
+        f"T={sampling['temperature']}, top-p={sampling['top_p']}"
     )
     markdown = format_table(header, rows, title)
     table = io.StringIO()
@@ -188,23 +249,11 @@ def run_eval(
         "benchmarks": list(benchmarks),
         "table": {"columns": header, "rows": rows},
         "metrics": metrics,
-        "config": {
-            "n": n,
-            "ks": list(ks),
-            "template": template,
-            "chat": chat,
-            "limit": limit,
-            "backend": "vllm" if use_vllm else "transformers",
-            "batch_size": batch_size,
-            "sampling": asdict(sampling),
-            "data_files": data_files,
-            "data_dir": None if data_dir is None else str(data_dir),
-        },
+        "config": dict(config),
         "samples": len(records),
         "seconds": round(elapsed, 2),
         "python": platform.python_version(),
     }
-    # Everything is rendered before the first file is written; samples first (the costly part).
     texts = {
         "samples.jsonl": "".join(
             json.dumps(record, ensure_ascii=False) + "\n" for record in records
@@ -213,12 +262,7 @@ def run_eval(
         "results.csv": table.getvalue(),
         "results.json": json.dumps(summary, indent=2),
     }
-    out = Path(out_dir).expanduser()
-    for name, text in texts.items():
-        with atomic_write(out / name, newline="") as handle:
-            handle.write(text)
-    summary["markdown"] = markdown
-    return summary
+    return {**summary, "markdown": markdown}, texts
 
 
 def _csv_cell(value: Any) -> Any:
@@ -242,23 +286,19 @@ def check_eval_options(*args: Any, **kwargs: Any) -> None:
 
 def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
     """The checks behind :func:`check_eval_options`, on ``run_eval``'s arguments by name."""
-    model_name, benchmarks, n, ks = (arguments[k] for k in ("model_name", "benchmarks", "n", "ks"))
-    out_dir, data_files, data_dir, limit = (
-        arguments[k] for k in ("out_dir", "data_files", "data_dir", "limit")
-    )
-    backend, template, chat, sampling = (
-        arguments[k] for k in ("backend", "template", "chat", "sampling")
-    )
-    batch_size, timeout, score_workers = (
-        arguments[k] for k in ("batch_size", "timeout", "score_workers")
-    )
-    model, tokenizer, generator, overwrite = (
-        arguments[k] for k in ("model", "tokenizer", "generator", "overwrite")
-    )
-    known = sorted(data.DATASETS)
+    if not isinstance(arguments["model_name"], str) or not arguments["model_name"].strip():
+        raise ValueError(
+            f"model_name (--model) must be a model name or path, got {arguments['model_name']!r}"
+        )
+    _check_benchmarks(arguments["benchmarks"])
+    _check_counts(arguments)
+    _check_data(arguments["benchmarks"], arguments["data_files"], arguments["data_dir"])
+    _check_generation(arguments)
+    _check_out_dir(arguments["out_dir"], arguments["overwrite"])
 
-    if not isinstance(model_name, str) or not model_name.strip():
-        raise ValueError(f"model_name (--model) must be a model name or path, got {model_name!r}")
+
+def _check_benchmarks(benchmarks: Any) -> None:
+    known = sorted(data.DATASETS)
     if isinstance(benchmarks, str) or not benchmarks:
         raise ValueError(
             f"benchmarks must be a non-empty list of names from {known}, got {benchmarks!r}"
@@ -269,6 +309,11 @@ def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
     repeated = sorted({b for b in benchmarks if list(benchmarks).count(b) > 1})
     if repeated:
         raise ValueError(f"benchmarks: {repeated} named more than once")
+
+
+def _check_counts(arguments: Mapping[str, Any]) -> None:
+    """``n``, ``ks``, ``limit``, ``batch_size``, ``score_workers`` and ``timeout``."""
+    n, ks, limit = arguments["n"], arguments["ks"], arguments["limit"]
     check_int("n", n, low=1)
     if ks is not None:
         if (
@@ -279,6 +324,19 @@ def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
             raise ValueError(f"ks (--k) must be a non-empty list of integers, got {ks!r}")
         if any(not 1 <= k <= n for k in ks):
             raise ValueError(f"every k in ks (--k) must be in [1, n={n}], got {sorted(set(ks))}")
+    if limit is not None:
+        check_int("limit", limit, low=1)
+    check_int("batch_size", arguments["batch_size"], low=1)
+    timeout = arguments["timeout"]
+    if timeout is not None and not (is_real(timeout) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            "timeout must be a finite number of seconds > 0 (or None for the default), "
+            f"got {timeout!r}"
+        )
+    check_int("score_workers", arguments["score_workers"], low=1)
+
+
+def _check_data(benchmarks: Sequence[str], data_files: Any, data_dir: Any) -> None:
     for name, path in (data_files or {}).items():
         if name not in benchmarks:
             raise ValueError(
@@ -291,8 +349,14 @@ def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
             raise ValueError(f"data file for {name!r} ({str(path)!r}) {problem}")
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():
         raise ValueError(f"data_dir (--data-dir) {str(data_dir)!r} is not a directory")
-    if limit is not None:
-        check_int("limit", limit, low=1)
+
+
+def _check_generation(arguments: Mapping[str, Any]) -> None:
+    """The backend, the prompt template, the sampling and what to generate with."""
+    backend, template, chat, sampling = (
+        arguments[k] for k in ("backend", "template", "chat", "sampling")
+    )
+    model, tokenizer, generator = (arguments[k] for k in ("model", "tokenizer", "generator"))
     if backend not in ("auto", "vllm", "transformers"):
         raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}")
     if template not in TEMPLATES:
@@ -301,19 +365,15 @@ def _check_eval_arguments(arguments: Mapping[str, Any]) -> None:
         raise ValueError(f"chat must be None, True or False, got {chat!r}")
     if sampling is not None and not isinstance(sampling, SamplingConfig):
         raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-    check_int("batch_size", batch_size, low=1)
-    if timeout is not None and not (is_real(timeout) and math.isfinite(timeout) and timeout > 0):
-        raise ValueError(
-            "timeout must be a finite number of seconds > 0 (or None for the default), "
-            f"got {timeout!r}"
-        )
-    check_int("score_workers", score_workers, low=1)
     if generator is not None and tokenizer is None:
         raise ValueError("a custom generator needs the tokenizer that renders its prompts")
     if generator is None and model is None:
         if backend == "vllm" and not vllm_available():
             raise ValueError("backend 'vllm' needs the vllm package (pip install vllm; GPU only)")
-        models.resolve_model_path(model_name)  # a local path that does not exist fails now
+        models.resolve_model_path(arguments["model_name"])  # a missing local path fails now
+
+
+def _check_out_dir(out_dir: Any, overwrite: bool) -> None:
     out = check_output_path(out_dir, "out_dir (--out)", kind="dir")
     existing = [name for name in RESULT_FILES if (out / name).exists()]
     if existing and not overwrite:

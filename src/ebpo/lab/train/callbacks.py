@@ -121,107 +121,155 @@ def make_job_callback(
     evaluate: Callable[[Any, int], dict[str, Any]],
     on_checkpoint: Callable[[int], None],
     progress: bool,
-    on_start: Callable[[int], None] | None = None,
+    on_start: Callable[[int], Any] | None = None,
     processes: Processes | None = None,
 ):
     """A ``TrainerCallback`` that writes every log record to ``metrics_path`` (None: none),
     calls ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
     ``overall`` / ``topics`` as ``heldout/pass@1[/topic]``, shows the progress bar, calls
     ``on_checkpoint(step)`` after each save, ``on_start(step)`` when training starts (a resumed
-    trainer has loaded its checkpoint then; every process calls it), and stops on its :class:`StopFlag` (``.flag``;
-    ``.interrupted`` tells that it did), or, without saving, on a non-finite loss, gradient norm
-    or weight (``.diverged``: what it saw, else None; the weights are checked after every step, a
-    pass over them). ``processes``: the processes of a launch, which decide to stop together (one
-    all-reduce a step); every one of them calls ``evaluate`` at the same steps.
+    trainer has loaded its checkpoint then; every process calls it), and stops on its
+    :class:`StopFlag` (``.flag``; ``.interrupted`` tells that it did), or, without saving, on a
+    non-finite loss, gradient norm or weight (``.diverged``: what it saw, else None; the weights
+    are checked after every step, a pass over them). ``processes``: the processes of a launch,
+    which decide to stop together (one all-reduce a step); every one of them calls ``evaluate``
+    at the same steps.
 
     Install it first among the trainer's callbacks so that the held-out numbers it adds to a
     record reach TensorBoard as well."""
     from transformers import TrainerCallback  # optional heavy dependency (trl extra)
 
-    together = processes or Processes()
+    class JobCallback(_JobSteps, TrainerCallback):
+        pass
 
-    class JobCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.flag = StopFlag()
-            self.interrupted = False
-            self.pending: dict[str, float] = {}
-            self.last_pass1: float | None = None
-            self.bar: Any = None
-            self.diverged: str | None = None
+    return JobCallback(
+        metrics_path,
+        total_steps=total_steps,
+        eval_every=eval_every,
+        evaluate=evaluate,
+        on_checkpoint=on_checkpoint,
+        progress=progress,
+        on_start=on_start,
+        processes=processes or Processes(),
+    )
 
-        def on_train_begin(self, args, state, control, **kwargs):
-            if on_start is not None:
-                on_start(state.global_step)
-            self.bar = tqdm(
-                total=total_steps,
-                initial=state.global_step,
-                desc="RL",
-                unit="step",
-                disable=not progress,
-                dynamic_ncols=True,
-            )
 
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            step = state.global_step
-            broken = self.diverged is None and model is not None and not finite_weights(model)
-            # the same decisions on every process, at the end of the same step (a collective:
-            # before anything that returns early)
-            signalled, broken = together.any(bool(self.flag), broken)
-            if broken and self.diverged is None:
-                self.diverged = "weights not finite"
-            if self.diverged is not None:
-                control.should_training_stop = True
-                return control
-            if eval_every and step % eval_every == 0 and step < total_steps:
-                result = evaluate(model, step)
-                self.last_pass1 = result["overall"]
-                self.pending = {
-                    "heldout/pass@1": result["overall"],
-                    **{f"heldout/pass@1/{k}": v for k, v in result["topics"].items()},
-                }
-                control.should_log = True
-            if signalled:
-                self.interrupted = True
-                control.should_save = True
-                control.should_training_stop = True
+class _JobSteps:
+    """The events of :func:`make_job_callback`'s callback (transformers' ``TrainerCallback``
+    supplies the others), each a few named steps."""
+
+    def __init__(
+        self,
+        metrics_path: Path | None,
+        *,
+        total_steps: int,
+        eval_every: int,
+        evaluate: Callable[[Any, int], dict[str, Any]],
+        on_checkpoint: Callable[[int], None],
+        progress: bool,
+        on_start: Callable[[int], Any] | None,
+        processes: Processes,
+    ) -> None:
+        self.metrics_path, self.total_steps, self.eval_every = metrics_path, total_steps, eval_every
+        self.evaluate, self.on_checkpoint, self.on_start = evaluate, on_checkpoint, on_start
+        self.progress, self.processes = progress, processes
+        self.flag = StopFlag()
+        self.interrupted = False
+        self.pending: dict[str, float] = {}
+        self.last_pass1: float | None = None
+        self.bar: Any = None
+        self.diverged: str | None = None
+
+    # ------------------------------------------------------------------ events
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.on_start is not None:
+            self.on_start(state.global_step)
+        self.bar = tqdm(
+            total=self.total_steps,
+            initial=state.global_step,
+            desc="RL",
+            unit="step",
+            disable=not self.progress,
+            dynamic_ncols=True,
+        )
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        broken = self.diverged is None and model is not None and not finite_weights(model)
+        # the same decisions on every process, at the end of the same step (a collective:
+        # before anything that returns early)
+        signalled, broken = self.processes.any(bool(self.flag), broken)
+        if broken and self.diverged is None:
+            self.diverged = "weights not finite"
+        if self.diverged is not None:
+            control.should_training_stop = True
             return control
+        if self.eval_every and step % self.eval_every == 0 and step < self.total_steps:
+            self.evaluate_heldout(model, step)
+            control.should_log = True
+        if signalled:
+            self.interrupted = True
+            control.should_save = True
+            control.should_training_stop = True
+        return control
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs is None:
-                return
-            logs.update(self.pending)  # the same dict goes on to TensorBoard
-            self.pending = {}
-            record = {
-                "step": state.global_step,
-                "time": time.time(),
-                **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))},
-            }
-            if metrics_path is not None:
-                append_metrics(metrics_path, record)
-            bad = [
-                f"{key} {logs[key]}"
-                for key in _WATCHED
-                if isinstance(logs.get(key), float) and not math.isfinite(logs[key])
-            ]
-            if bad and self.diverged is None:
-                self.diverged = ", ".join(bad)
-            if self.diverged is not None:  # called before TRL saves this step's checkpoint
-                control.should_training_stop = True
-                control.should_save = False  # a checkpoint of NaN weights resumes nothing
-            if self.bar is not None and "reward" in logs:
-                self.bar.n = state.global_step
-                postfix = {"reward": f"{logs['reward']:.3f}"}
-                if self.last_pass1 is not None:
-                    postfix["held-out Pass@1"] = f"{100 * self.last_pass1:.1f}%"
-                self.bar.set_postfix(postfix, refresh=False)
-                self.bar.refresh()
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None:
+            return
+        logs.update(self.pending)  # the same dict goes on to TensorBoard
+        self.pending = {}
+        self.write_record(state.global_step, logs)
+        self.watch_divergence(logs)
+        if self.diverged is not None:  # called before TRL saves this step's checkpoint
+            control.should_training_stop = True
+            control.should_save = False  # a checkpoint of NaN weights resumes nothing
+        if "reward" in logs:
+            self.show_progress(state.global_step, logs["reward"])
 
-        def on_save(self, args, state, control, **kwargs):
-            on_checkpoint(state.global_step)
+    def on_save(self, args, state, control, **kwargs):
+        self.on_checkpoint(state.global_step)
 
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.bar is not None:
-                self.bar.n = state.global_step
-                self.bar.close()
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.n = state.global_step
+            self.bar.close()
 
-    return JobCallback()
+    # ------------------------------------------------------------------ steps
+    def evaluate_heldout(self, model: Any, step: int) -> None:
+        """Held-out Pass@1 now; its numbers join the next log record."""
+        result = self.evaluate(model, step)
+        self.last_pass1 = result["overall"]
+        self.pending = {
+            "heldout/pass@1": result["overall"],
+            **{f"heldout/pass@1/{k}": v for k, v in result["topics"].items()},
+        }
+
+    def write_record(self, step: int, logs: dict[str, Any]) -> None:
+        """One line of the metrics file: the step, the time and the record's plain values."""
+        record = {
+            "step": step,
+            "time": time.time(),
+            **{k: v for k, v in logs.items() if isinstance(v, (int, float, str))},
+        }
+        if self.metrics_path is not None:
+            append_metrics(self.metrics_path, record)
+
+    def watch_divergence(self, logs: dict[str, Any]) -> None:
+        """Note a loss or gradient norm that is no longer finite (``.diverged``)."""
+        bad = [
+            f"{key} {logs[key]}"
+            for key in _WATCHED
+            if isinstance(logs.get(key), float) and not math.isfinite(logs[key])
+        ]
+        if bad and self.diverged is None:
+            self.diverged = ", ".join(bad)
+
+    def show_progress(self, step: int, reward: float) -> None:
+        if self.bar is None:
+            return
+        self.bar.n = step
+        postfix = {"reward": f"{reward:.3f}"}
+        if self.last_pass1 is not None:
+            postfix["held-out Pass@1"] = f"{100 * self.last_pass1:.1f}%"
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.refresh()

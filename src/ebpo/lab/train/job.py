@@ -59,6 +59,8 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -66,6 +68,7 @@ from ebpo.integrations.trl.checkpoint import read_state
 from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
 from ebpo.lab.runs import directory as rundir
+from ebpo.lab.runs.lifecycle import RunLifecycle
 from ebpo.lab.runs.processes import DEFAULT_TIMEOUT, Processes
 from ebpo.lab.train import data as job_data
 from ebpo.lab.train.callbacks import (
@@ -76,6 +79,7 @@ from ebpo.lab.train.callbacks import (
 from ebpo.lab.train.config import TrainJobConfig
 from ebpo.lab.train.evaluate import evaluate_pass1, format_pass_table
 from ebpo.lab.train.plots import plot_run
+from ebpo.lab.train.result import TrainResult
 from ebpo.lab.train.trainer import build_trainer, completion_length, trainer_args_of
 from ebpo.lab.train.warm_start import (
     initial_policy,
@@ -133,21 +137,11 @@ def _run(config: TrainJobConfig, processes: Processes, started: float) -> dict[s
     identity = config.identity()
     if processes.count > 1:  # another number of processes samples other completions
         identity["num_processes"] = processes.count
-    options = {"resume": config.resume, "overwrite": config.overwrite}
     with contextlib.ExitStack() as held:
-
-        def claim() -> rundir.RunDir:
-            path = _output_dir(config)
-            runlock.check_not_in_use(path)  # refused before anything is touched
-            rundir.check_run_dir(path, identity, **options)
-            held.enter_context(runlock.lock_run_dir(path))
-            # decided again under the lock: another job may have changed the directory meanwhile
-            return rundir.check_run_dir(path, identity, **options)
-
         # the main process alone decides, holds the lock and writes; the others learn its decision
-        run = processes.on_main(claim)
+        run = processes.on_main(lambda: _claim(config, identity, held))
         try:
-            return _run_locked(config, processes, run, identity, started)
+            return _Job(config, processes, run, started).run()
         except Exception as error:
             full = _disk_full(error, run.path)
             if full is not None:
@@ -155,129 +149,158 @@ def _run(config: TrainJobConfig, processes: Processes, started: float) -> dict[s
             raise
 
 
-def _run_locked(
-    config: TrainJobConfig,
-    processes: Processes,
-    run: rundir.RunDir,
-    identity: dict[str, Any],
-    started: float,
-) -> dict[str, Any]:
-    say = print if config.progress and processes.main else _silent
-    on_main = processes.on_main
-    if run.manifest is not None and run.manifest["status"] == "completed":
-        say(f"{run.path} already holds a completed run; nothing to resume")
-        return on_main(lambda: rundir.completed_results(run.path))
-    resumed_before = None
-    if run.manifest is not None:  # a resume: the run's files are checked before anything loads
-        resumed_before = on_main(lambda: _resumed_files(run.path))
+def _claim(
+    config: TrainJobConfig, identity: dict[str, Any], held: contextlib.ExitStack
+) -> RunLifecycle:
+    """The run directory, locked for as long as ``held`` lasts, and what to do with it."""
+    path = _output_dir(config)
+    options = {"resume": config.resume, "overwrite": config.overwrite}
+    runlock.check_not_in_use(path)  # refused before anything is touched
+    rundir.check_run_dir(path, identity, **options)
+    held.enter_context(runlock.lock_run_dir(path))
+    # decided again under the lock: another job may have changed the directory meanwhile
+    return RunLifecycle(rundir.check_run_dir(path, identity, **options), identity)
 
-    # Everything that can fail is loaded (by every process) before the run directory is touched.
-    data, trainer_args, model, tokenizer = processes.agree(
-        lambda: _load(config, processes.count, run.path)
-    )
-    model, cached = warm_start(config, processes, data, model, tokenizer)
-    evaluate = _evaluator(config, data, tokenizer)
 
-    def start_run() -> dict[str, Any]:
-        if run.replace:
-            rundir.clear_run(run)  # only what the old run created; the user's own files stay
-        run.path.mkdir(parents=True, exist_ok=True)
-        if run.manifest is None:  # a resumed run's manifest changes once its training has resumed
-            rundir.write_manifest(run.path, identity, "starting", 0)
+@dataclass(frozen=True)
+class _Job:
+    """One job in its claimed run directory, step by step: :meth:`run` reads top to bottom."""
+
+    config: TrainJobConfig
+    processes: Processes
+    run_dir: RunLifecycle
+    started: float
+
+    def say(self, message: str) -> None:
+        """A line on the console of the main process (nothing with ``--quiet``)."""
+        if self.config.progress and self.processes.main:
+            print(message)
+
+    def run(self) -> dict[str, Any]:
+        run, on_main = self.run_dir, self.processes.on_main
+        if run.finished_before:
+            self.say(f"{run.path} already holds a completed run; nothing to resume")
+            return on_main(lambda: rundir.completed_results(run.path))
+        # a resume: the run's files are checked before anything loads
+        resumed_before = on_main(lambda: _resumed_files(run.path)) if run.resumed else None
+        # Everything that can fail is loaded (by every process) before the run directory is touched.
+        data, trainer_args, model, tokenizer = self.processes.agree(
+            lambda: _load(self.config, self.processes.count, run.path)
+        )
+        model, cached = warm_start(self.config, self.processes, data, model, tokenizer)
+        evaluate = _evaluator(self.config, data, tokenizer)
+        before = on_main(
+            lambda: self.start(resumed_before, lambda: evaluate(model, "held-out eval (before)"))
+        )
+        self.say(format_pass_table(before))
+        trainer, callback = build_trainer(
+            self.config, self.processes, run, data, model, tokenizer, trainer_args, evaluate,
+            lambda step: on_main(lambda: run.running(step, resuming=self.config.resume)),
+        )  # fmt: skip
+        step = self.train(trainer, callback)
+
+        def result(status: str, after: Any = None, validation: Any = None, plots: Any = ()):
+            return TrainResult(
+                status=status,
+                run_dir=run.path,
+                before=before,
+                global_step=step,
+                warm_start_cached=cached,
+                wall_time_s=time.time() - self.started,
+                after=after,
+                validation=validation,
+                plots=plots,
+                no_signal=trainer.no_signal_notice,
+            ).as_dict()
+
+        if callback.interrupted:
+            on_main(lambda: run.interrupted(step))
+            self.say(
+                f"interrupted at step {step}; checkpoint saved. Continue with: "
+                f"ebpo train --resume --output-dir {run.path}"
+            )
+            return result("interrupted")
+        return on_main(lambda: self.finish(trainer, tokenizer, data, evaluate, before, result))
+
+    def start(
+        self, resumed_before: dict[str, Any] | None, evaluate_before: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Claim the run directory and evaluate the policy before RL (a resumed run evaluated it
+        already): the job's first change to the directory."""
+        self.run_dir.started()
         if resumed_before is not None:
             return resumed_before
-        evaluation = evaluate(model, "held-out eval (before)")
-        _write(run.path / "eval_before.json", evaluation)
+        evaluation = evaluate_before()
+        _write(self.run_dir.path / "eval_before.json", evaluation)
         return evaluation
 
-    before = on_main(start_run)
-    say(format_pass_table(before))
+    def train(self, trainer: Any, callback: Any) -> int:
+        """RL from the checkpoint to resume (if any) until the last step or a signal; returns the
+        step reached. Training that diverged marks the run failed and raises ValueError."""
+        checkpoint = self.processes.on_main(self.resume_point)
+        try:
+            with graceful_interrupts(callback.flag):
+                trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        except RuntimeError as error:  # sampling from NaN probabilities: torch.multinomial refuses
+            if finite_weights(trainer.model):
+                raise
+            self.diverged(trainer.state.global_step, error)
+        step = trainer.state.global_step
+        if callback.diverged or not finite_weights(trainer.model):
+            self.diverged(step, callback.diverged)
+        return step
 
-    def training_started(step: int) -> None:
-        """Once TRL has loaded the checkpoint it resumes from (if any) and starts to train: the
-        first change a resume makes to the run's files, so that a resume that fails before it
-        (a checkpoint that cannot be restored) leaves them as they were."""
-        if config.resume:
-            rundir.truncate_metrics(run.path / "metrics.jsonl", step)
-        rundir.write_manifest(run.path, identity, "running", step)
-
-    trainer, callback = build_trainer(
-        config, processes, run.path, data, model, tokenizer, trainer_args, evaluate, identity,
-        lambda step: processes.on_main(lambda: training_started(step)),
-    )  # fmt: skip
-
-    def resume_point() -> Path | None:
-        if not config.resume:
+    def resume_point(self) -> Path | None:
+        """The checkpoint that a resume continues from (None: RL starts at step 0)."""
+        if not self.config.resume:
             return None
-        checkpoint = rundir.last_checkpoint(run.path / "checkpoints")
-        say(
+        checkpoint = rundir.last_checkpoint(self.run_dir.path / "checkpoints")
+        self.say(
             f"resuming from {checkpoint}"
             if checkpoint
             else "no checkpoint yet: starting RL from step 0"
         )
         return checkpoint
 
-    checkpoint = on_main(resume_point)
-    try:
-        with graceful_interrupts(callback.flag):
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    except RuntimeError as error:  # sampling from NaN probabilities: torch.multinomial refuses
-        if finite_weights(trainer.model):
-            raise
-        _diverged(config, processes, run.path, identity, trainer.state.global_step, error)
-    step = trainer.state.global_step
-    if callback.diverged or not finite_weights(trainer.model):
-        _diverged(config, processes, run.path, identity, step, callback.diverged)
-    result: dict[str, Any] = {
-        "run_dir": str(run.path),
-        "metrics_path": str(run.path / "metrics.jsonl"),
-        "before": _strip(before),
-        "global_step": step,
-        "warm_start_cached": cached,
-    }
-    if callback.interrupted:
-        on_main(lambda: rundir.write_manifest(run.path, identity, "interrupted", step))
-        say(
-            f"interrupted at step {step}; checkpoint saved. Continue with: ebpo train --resume --output-dir {run.path}"
+    def diverged(self, step: int, cause: Any) -> NoReturn:
+        """Stop a run whose training produced NaN or infinite numbers: mark it failed, one line."""
+        self.processes.on_main(lambda: self.run_dir.failed(step))
+        detail = f" ({cause})" if isinstance(cause, str) else ""
+        raise ValueError(
+            f"training diverged at step {step}{detail}: the policy's weights or loss are no longer "
+            f"finite; lower learning_rate (now {self.config.learning_rate}) and start again with "
+            "--overwrite"
         )
-        return {
-            **result,
-            "status": "interrupted",
-            "after": None,
-            "validation": None,
-            "wall_time_s": time.time() - started,
-            "plots": [],
-            "no_signal": trainer.no_signal_notice,
-        }
 
-    def finish() -> dict[str, Any]:
+    def finish(
+        self,
+        trainer: Any,
+        tokenizer: Any,
+        data: Any,
+        evaluate: Callable[..., dict[str, Any]],
+        before: dict[str, Any],
+        result: Callable[..., dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Evaluate after RL, write the run's last files (the manifest last), report."""
+        path, step = self.run_dir.path, trainer.state.global_step
         after = evaluate(trainer.model, "held-out eval (after)")
-        _write(run.path / "eval_after.json", after)
+        _write(path / "eval_after.json", after)
         validation = None
-        if config.eval_validation:
+        if self.config.eval_validation:
             validation = evaluate(trainer.model, "validation eval", rows=data.validation)
-            _write(run.path / "eval_validation.json", validation)
-        trainer.save_model(str(run.path / "final_model"))
-        tokenizer.save_pretrained(str(run.path / "final_model"))
-        _write(run.path / "estimator_state.json", trainer.estimator.state_dict())
-        plots = plot_run(run.path, before, after, step) if _has_matplotlib() else []
-        result.update(
-            status="completed",
-            after=_strip(after),
-            validation=_strip(validation) if validation else None,
-            wall_time_s=time.time() - started,
-            plots=[str(p) for p in plots],
-            no_signal=trainer.no_signal_notice,
-        )
-        _write(run.path / "results.json", result)
-        rundir.write_manifest(run.path, identity, "completed", step)
-        say(format_pass_table(before, after))
+            _write(path / "eval_validation.json", validation)
+        trainer.save_model(str(path / "final_model"))
+        tokenizer.save_pretrained(str(path / "final_model"))
+        _write(path / "estimator_state.json", trainer.estimator.state_dict())
+        plots = plot_run(path, before, after, step) if _has_matplotlib() else []
+        outcome = result("completed", after, validation or None, plots)
+        _write(path / "results.json", outcome)
+        self.run_dir.completed(step)
+        self.say(format_pass_table(before, after))
         if trainer.no_signal_notice:
-            say(f"note: {trainer.no_signal_notice}")
-        say(f"run directory: {run.path}  ({result['wall_time_s']:.0f} s)")
-        return result
-
-    return on_main(finish)
+            self.say(f"note: {trainer.no_signal_notice}")
+        self.say(f"run directory: {path}  ({outcome['wall_time_s']:.0f} s)")
+        return outcome
 
 
 def _check_processes(config: TrainJobConfig, count: int) -> _dt.timedelta:
@@ -324,18 +347,6 @@ def _load(config: TrainJobConfig, num_processes: int, run_dir: Path) -> tuple[An
     )  # checks the preset's options
     model, tokenizer = initial_policy(config)
     return data, trainer_args, model, tokenizer
-
-
-def _diverged(
-    config: TrainJobConfig, processes: Processes, path: Path, identity: Any, step: int, cause: Any
-) -> NoReturn:
-    """Stop a run whose training produced NaN or infinite numbers: mark it failed, one line."""
-    processes.on_main(lambda: rundir.write_manifest(path, identity, "failed", step))
-    detail = f" ({cause})" if isinstance(cause, str) else ""
-    raise ValueError(
-        f"training diverged at step {step}{detail}: the policy's weights or loss are no longer "
-        f"finite; lower learning_rate (now {config.learning_rate}) and start again with --overwrite"
-    )
 
 
 def _disk_full(error: BaseException, directory: Path) -> OSError | None:
@@ -392,17 +403,8 @@ def _evaluator(config: TrainJobConfig, data: Any, tokenizer: Any):
     return evaluate
 
 
-def _silent(*args: Any, **kwargs: Any) -> None:
-    """``print`` on the processes that print nothing (all but the main one, or ``--quiet``)."""
-
-
 def _write(path: Path, value: Any) -> None:
     write_json(path, value)
-
-
-def _strip(evaluation: dict[str, Any]) -> dict[str, Any]:
-    """An evaluation without its per-problem list (that stays in eval_*.json)."""
-    return {k: v for k, v in evaluation.items() if k != "problems"}
 
 
 def _has_matplotlib() -> bool:

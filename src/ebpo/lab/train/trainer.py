@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.trl import EBPOTrainer, make_config
-from ebpo.lab.runs import directory as rundir
+from ebpo.lab.runs.lifecycle import RunLifecycle
 from ebpo.lab.runs.processes import Processes
 from ebpo.lab.train import data as job_data
 from ebpo.lab.train.callbacks import make_job_callback, quiet_trl_console
@@ -68,22 +68,22 @@ def trainer_args_of(
 def build_trainer(
     config: TrainJobConfig,
     processes: Processes,
-    run_dir: Path,
+    run: RunLifecycle,
     data: Any,
     model: Any,
     tokenizer: Any,
     trainer_args: Any,
     evaluate: Callable[..., dict[str, Any]],
-    identity: dict[str, Any],
     on_start: Callable[..., Any],
 ) -> tuple[Any, Any]:
     """The run's EBPOTrainer on the rendered RL prompts and the job callback it calls first;
-    ``evaluate`` runs on the main process only, checkpoints update the manifest there."""
+    ``evaluate`` runs on the main process only, checkpoints update the manifest there
+    (:meth:`RunLifecycle.running`); every process calls ``on_start(step)`` when training starts."""
     # optional heavy dependencies (trl extra)
     import datasets
     from transformers.integrations import TensorBoardCallback
 
-    rows = data.rl_rows
+    run_dir, rows = run.path, data.rl_rows
     dataset = datasets.Dataset.from_dict(
         {
             "prompt": job_data.render_prompts(rows, tokenizer, data.style),
@@ -106,7 +106,7 @@ def build_trainer(
 
     def on_checkpoint(step: int) -> None:
         if processes.main:
-            rundir.write_manifest(run_dir, identity, "running", step)
+            run.running(step)
 
     callback = make_job_callback(
         run_dir / "metrics.jsonl" if processes.main else None,
