@@ -102,10 +102,10 @@ def test_command_line_launcher_flags_become_accelerate_arguments(cli_rest, expec
         (["--lerning_rate", "0.1", "--num_proceses", "2"], [], "key(s) ['lerning_rate', 'num_proceses'] in recipe"),
         ([], ["--lerning_rate", "0.1", "--seeed"], "unknown flag(s) ['--lerning_rate', '--seeed']"),
         ([], ["stray"], "unexpected argument 'stray'"),
-        (["--multi_gpu", "yes"], [], "multi_gpu in recipe.yaml is a flag of accelerate launch: write true or false"),
+        (["--multi_gpu", "yes"], [], "unquoted (multi_gpu: true or multi_gpu: false), got the string 'yes'"),
         (["--module", "True"], [], "ebpo grpo launches `-m ebpo grpo` itself"),
         ([], ["--no_python"], "ebpo grpo launches `-m ebpo grpo` itself"),
-        (["--num_processes", "two"], [], "invalid int value: 'two'"),
+        (["--num_processes", "two"], [], "num_processes must be an integer between 1 and 4096, got 'two'"),
         (["--accelerate_config", "zero9"], [], "TRL's profiles: ['fsdp1', 'fsdp2', 'multi_gpu'"),
     ],
 )  # fmt: skip
@@ -157,7 +157,7 @@ def machine(monkeypatch, tmp_path):
         if default_config:
             path.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
         monkeypatch.setattr(launcher, "default_config_file", str(path))
-        monkeypatch.setattr(launcher, "_accelerator_count", lambda: devices)
+        monkeypatch.setattr(launcher, "accelerator_count", lambda: devices)
 
     return configure
 
@@ -261,5 +261,5 @@ def test_the_dry_run_says_which_processes_a_run_would_start(machine, yaml_file, 
     out = capsys.readouterr().out
     assert (
         f"  launch      on this machine: ACCELERATE_USE_CPU=1 accelerate launch --num_processes 2 --multi_gpu "
-        f"-m ebpo grpo --config {config}"
+        f"-m ebpo grpo --config {config} (2 processes)"
     ) in out.splitlines()

@@ -51,12 +51,9 @@ def test_resume_needs_a_complete_checkpoint(tmp_path):
 @pytest.mark.parametrize(
     "entries, named, advice",
     [
-        (["training_args.bin", "config.json"], "training_args.bin", "no checkpoint to continue"),
-        (
-            ["checkpoint-3/x", "runs/Nov25/events"],
-            "checkpoint-3",
-            "--resume_from_checkpoint .*checkpoint-3,",
-        ),
+        (["training_args.bin", "config.json"], "training_args.bin", "no complete checkpoint to"),
+        # an unmarked checkpoint without ebpo's files (trl grpo's): not resumable, not removed
+        (["checkpoint-3/x", "runs/Nov25/events"], "checkpoint-3", "no complete checkpoint to"),
     ],
     ids=["a-finished-run", "a-checkpoint"],
 )
@@ -69,3 +66,14 @@ def test_an_earlier_run_is_refused_unless_resumed(tmp_path, entries, named, advi
         check_output_dir(str(out))
     with pytest.raises(ValueError, match=r"no complete checkpoint|holds no checkpoint-N"):
         check_output_dir(str(out), True)  # resuming is allowed, and then needs a checkpoint
+
+
+def test_the_refusal_names_the_newest_complete_checkpoint(tmp_path):
+    out = tmp_path / "out"
+    for step in (2, 3):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+        for name in ("trainer_state.json", "ebpo_estimator_state.json", "ebpo_generation_state.json"):
+            (out / f"checkpoint-{step}" / name).write_text("{}")
+    mark_complete(out / "checkpoint-2")  # checkpoint-3: a save that was interrupted
+    with pytest.raises(ValueError, match=r"continue it with --resume_from_checkpoint .*checkpoint-2,"):
+        check_output_dir(str(out))

@@ -38,9 +38,12 @@ def run(args: argparse.Namespace) -> int:
         return main(argv)
     # heavy optional import: trl, transformers, datasets
     from ebpo.commands.grpo.dry_run import dry_run
-    from ebpo.commands.grpo.grpo_script import describe_launch
+    from ebpo.commands.grpo.grpo_script import config_source, describe_launch, parse_here
 
     built = dry_run(argv)
-    source = argv[argv.index("--config") + 1] if "--config" in argv else "the command line"
-    print("\n".join([*built.summary(source), describe_launch(argv)]))
+    launch_line, processes = describe_launch(argv)
+    source = config_source(argv, "the command line")
+    # a recipe this machine cannot run as it is: the line the real run stops with, last
+    here = parse_here(argv)[3]
+    print("\n".join([*built.summary(source, processes), launch_line, *([here] if here else [])]))
     return 0

@@ -44,7 +44,13 @@ import trl
 from trl import GRPOTrainer
 from trl.scripts import grpo as trl_grpo
 
-from ebpo.commands.grpo.grpo_script import check_splits, parse, splits_read
+from ebpo.commands.grpo.grpo_script import (
+    check_splits,
+    parse,
+    parse_here,
+    recipe_values,
+    splits_read,
+)
 from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
 from ebpo.evaluation.models import save_tiny_llama
@@ -97,10 +103,14 @@ class DryRun:
     data: str
     rewards: dict[str, float] | None
     preset: str | None
+    #: whether the recipe sets ``generation_batch_size`` (else TRL derives it from the number of
+    #: processes: ``per_device_train_batch_size x processes x steps_per_generation``)
+    generation_batch_given: bool = False
 
-    def summary(self, source: str) -> list[str]:
-        """The lines ``ebpo grpo --dry-run`` prints: what a real run of ``source`` would do."""
-        return _summary(self, source)
+    def summary(self, source: str, processes: int = 1) -> list[str]:
+        """The lines ``ebpo grpo --dry-run`` prints: what a real run of ``source`` would do, on
+        ``processes`` processes (the launch the dry run reports)."""
+        return _summary(self, source, processes)
 
 
 class _TrainerBuilt(Exception):
@@ -120,7 +130,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
     unknown rewards, data that does not load or lacks a column the trainer needs).
     """
     argv = list(argv)
-    script_args, config, model_args, dataset_args = parse([*argv, "--use_cpu", "true"])
+    (script_args, config, model_args, dataset_args), *_ = parse_here(argv)
     check_output_dir(config.output_dir, config.resume_from_checkpoint)  # as the real run does
     if (
         script_args.reward_model_name_or_path
@@ -161,6 +171,10 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
         data=loaded["note"],
         rewards=score_correct_answers(trainer, rows),
         preset=paper_preset(config),
+        generation_batch_given=recipe_values(argv, ["generation_batch_size"])[
+            "generation_batch_size"
+        ]
+        is not None,
     )
 
 
@@ -355,11 +369,17 @@ def _comparable(key: str, value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------- summary
-def _summary(run: DryRun, source: str) -> list[str]:
+def _summary(run: DryRun, source: str, processes: int) -> list[str]:
     c, m, s, t = run.config, run.model_args, run.script_args, run.trainer
     g = c.num_generations
     per_process = c.per_device_train_batch_size * c.gradient_accumulation_steps
-    node = 8 * per_process  # one 8-GPU node: 8 processes
+    step = processes * per_process  # completions per optimizer step, all processes together
+    # TRL derives the generation batch from the number of processes unless the recipe sets it
+    generation_batch = (
+        c.generation_batch_size
+        if run.generation_batch_given
+        else c.per_device_train_batch_size * processes * c.steps_per_generation
+    )
     lines = [
         f"ebpo grpo --dry-run: {source} parsed as a real run; EBPOTrainer built on a tiny local "
         "model; nothing trained",
@@ -388,12 +408,13 @@ def _summary(run: DryRun, source: str) -> list[str]:
         ),
         f"  estimator   {c.advantage_estimator} {c.estimator_kwargs}; paper preset: "
         + (run.preset or "none (the method settings match no preset of PAPER_METHODS)"),
-        f"  batch       G = {g}; generation batch {c.generation_batch_size} completions = "
-        f"{c.generation_batch_size / g:g} prompts (the estimator's batch)",
+        f"  batch       G = {g}; generation batch {generation_batch} completions = "
+        f"{generation_batch / g:g} prompts (the estimator's batch)",
         f"              optimizer step: {c.per_device_train_batch_size} per device x "
         f"{c.gradient_accumulation_steps} accumulation = {per_process} completions per process; "
-        f"on 8 processes {node} = {node / g:g} prompts, {c.generation_batch_size / node:g} "
-        "optimizer steps per generation batch",
+        f"on {processes} process{'es' if processes > 1 else ''} (the launch below) {step} = "
+        f"{step / g:g} prompts, {generation_batch / step:g} optimizer steps per generation "
+        "batch",
         f"  loss        loss_type={c.loss_type}, clip epsilon={c.epsilon} epsilon_high="
         f"{c.epsilon_high if c.epsilon_high is not None else c.epsilon}"
         + (f" delta={c.delta}" if c.delta is not None else "")

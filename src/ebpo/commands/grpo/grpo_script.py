@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import datasets
@@ -35,22 +37,43 @@ import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts import grpo as trl_grpo
 
-from ebpo.commands.grpo.launcher import launch, launcher_arguments, plan, script_arguments
-from ebpo.commands.grpo.output_dir import check_output_dir
+from ebpo.commands.grpo.launcher import (
+    accelerator_count,
+    die_with_launcher,
+    holds_output_dir,
+    launch,
+    launcher_arguments,
+    plan,
+    process_counts,
+    script_arguments,
+)
+from ebpo.commands.grpo.output_dir import (
+    check_output_dir,
+    clear_interrupted_saves,
+    remove_stale_temporaries,
+)
 from ebpo.commands.grpo.recipe_file import check_recipe_file
+from ebpo.commands.grpo.this_machine import RECIPE_KEYS, cpu_parse_flags, this_machine_line
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.trainer import EBPOTrainer
+from ebpo.utils.run_lock import check_not_in_use, lock_run_dir
+from ebpo.utils.structured_input import read_yaml_file
 
 __all__ = [
     "REWARD_ALIASES",
     "describe_launch",
     "check_splits",
+    "check_this_machine",
+    "config_source",
     "ebpo_trainer_in_trl",
     "main",
     "make_parser",
     "parse",
+    "parse_here",
     "parse_run",
+    "recipe_values",
     "splits_checked",
+    "split_config_flag",
     "splits_read",
 ]
 
@@ -108,7 +131,7 @@ def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], li
     option (:mod:`.launcher`). Flags or YAML keys that are neither are an error (ValueError naming
     them), as are unknown reward names, a ``--config`` file that cannot be read and one that is
     not YAML."""
-    argv = list(argv)
+    argv = split_config_flag(argv)
     if "--config" in argv:  # TRL reads the file after the first --config and ignores any other
         index = argv.index("--config")
         if argv.count("--config") > 1 or index + 1 == len(argv):
@@ -120,7 +143,7 @@ def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], li
         )
     except yaml.YAMLError as error:
         raise ValueError(f"--config: not valid YAML: {error}") from error
-    source = argv[argv.index("--config") + 1] if "--config" in argv else "the config file"
+    source = config_source(argv, "the config file")
     launch_args = launcher_arguments(config_rest, cli_rest, source)
     script_args, training_args, model_args, dataset_args = arguments
     names = script_args.reward_funcs or []
@@ -133,8 +156,35 @@ def parse_run(argv: Sequence[str]) -> tuple[tuple[Any, EBPOConfig, Any, Any], li
             f"reward_funcs: unknown name(s) {unknown}; expected one of "
             f"{sorted(TRL_REWARDS + tuple(REWARD_ALIASES))} or an import path (package.module.function)"
         )
+    training_args.resume_from_checkpoint = resume_value(training_args.resume_from_checkpoint)
     arguments = (script_args, training_args, model_args, dataset_args)
     return arguments, launch_args, script_arguments(argv, cli_rest)
+
+
+def resume_value(value: Any) -> Any:
+    """``resume_from_checkpoint`` as transformers' ``Trainer.train`` takes it: the command line
+    gives a string, so ``true`` / ``false`` there (no path of that name existing) mean what
+    ``true`` / ``false`` mean in a YAML file: the newest checkpoint of ``output_dir``, no resume."""
+    if isinstance(value, str) and value.lower() in ("true", "false") and not Path(value).exists():
+        return value.lower() == "true" or None
+    return None if value is False else value
+
+
+def split_config_flag(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--config=FILE`` written as ``--config FILE``, the only form TRL's parser
+    looks for (it would take ``--config=FILE`` for an unknown flag)."""
+    out: list[str] = []
+    for token in argv:
+        name, has_value, value = token.partition("=")
+        out += [name, value] if name == "--config" and has_value else [token]
+    return out
+
+
+def config_source(argv: Sequence[str], default: str) -> str:
+    """The ``--config`` file of ``argv`` (either spelling), or ``default`` when there is none."""
+    argv = split_config_flag(argv)
+    index = argv.index("--config") if "--config" in argv else -1
+    return argv[index + 1] if 0 <= index < len(argv) - 1 else default
 
 
 #: the names ``trl grpo``'s registry knows (TRL 1.16, ``trl/scripts/grpo.py``)
@@ -206,32 +256,99 @@ def splits_checked(script_args: Any, training_args: EBPOConfig) -> Iterator[None
         trl.get_dataset, datasets.load_dataset = originals
 
 
-#: what the dry run adds to parse a GPU recipe on a CPU
-DRY_RUN_CPU = ("--use_cpu", "true")
+def recipe_values(argv: Sequence[str], names: Sequence[str]) -> dict[str, Any]:
+    """The values of ``names`` that TRL's parser gives ``argv`` (its ``--config`` file as the
+    defaults, the command line over them), read before any config class is built (whose
+    ``__post_init__`` may refuse them on this machine)."""
+    argv = split_config_flag(argv)
+    parser = make_parser()
+    if "--config" in argv:
+        index = argv.index("--config")
+        path = argv[index + 1]
+        argv = argv[:index] + argv[index + 2 :]
+        check_recipe_file(path, PARSER_TYPES)
+        recipe = read_yaml_file(path, f"--config {path!r}")
+        recipe.pop("env", None)
+        parser.set_defaults_with_config(**recipe)
+    namespace, _ = parser.parse_known_args(argv)
+    return {name: getattr(namespace, name, None) for name in names}
 
 
-def describe_launch(argv: Sequence[str]) -> str:
-    """The line ``ebpo grpo --dry-run`` prints about the processes ``argv`` would start."""
-    # parsed on this CPU as the dry run parses (a bf16 recipe is refused without use_cpu)
-    _, launch_args, script_argv = parse_run([*argv, *DRY_RUN_CPU])
-    planned = plan(launch_args, script_argv[: -len(DRY_RUN_CPU)])
-    return "  launch      on this machine: " + (
-        planned.command()
-        if planned
-        else "one process, this one (no launcher key, nothing to launch)"
-    )
+def parse_here(
+    argv: Sequence[str],
+) -> tuple[tuple[Any, EBPOConfig, Any, Any], list[str], list[str], str | None]:
+    """:func:`parse_run` of ``argv`` as this machine can parse it (a GPU recipe with
+    ``use_cpu`` added where there is no GPU, :func:`.this_machine.cpu_parse_flags`; the script's
+    argv without those flags), and :func:`.this_machine.this_machine_line`: what to set for a run
+    here, or None."""
+    values = recipe_values(argv, RECIPE_KEYS)
+    added = cpu_parse_flags(values)
+    arguments, launch_args, script_argv = parse_run([*argv, *added])
+    line = this_machine_line(values, launch_args)
+    return arguments, launch_args, script_argv[: -len(added)], line
+
+
+def describe_launch(argv: Sequence[str]) -> tuple[str, int]:
+    """The line ``ebpo grpo --dry-run`` prints about the processes ``argv`` would start, and how
+    many processes that launch has (1 without a launch)."""
+    _, launch_args, script_argv, _ = parse_here(argv)
+    planned = plan(launch_args, script_argv)
+    if planned is None:
+        return (
+            "  launch      on this machine: one process, this one (no launcher key, nothing to launch)",
+            1,
+        )
+    counts, _ = process_counts(planned.args)
+    processes = counts.get("num_processes") or max(1, accelerator_count())
+    return f"  launch      on this machine: {planned.command()} ({processes} processes)", processes
+
+
+def check_this_machine(argv: Sequence[str]) -> None:
+    """Raise ValueError (one line, :func:`.this_machine.this_machine_line`) unless ``argv`` runs
+    on this machine as it is."""
+    line = parse_here(argv)[3]
+    if line is not None:
+        raise ValueError(line)
 
 
 def main(argv: Sequence[str]) -> int:
     """Parse ``argv`` as ``trl grpo`` would; launch it as ``trl grpo`` would (launcher keys and
     flags, :mod:`.launcher`), or, for one plain process, run TRL's script with :class:`EBPOTrainer`
-    here. The exit code of the run. ``output_dir`` is checked first (:mod:`.output_dir`), here and
-    in every launched process."""
+    here. The exit code of the run.
+
+    Before anything loads: a recipe this machine cannot run as it is stops with the line naming
+    what to set (:mod:`.this_machine`), and ``output_dir`` is checked (:mod:`.output_dir`), here
+    and in every launched process. The process that holds ``output_dir``
+    (:func:`.launcher.holds_output_dir`: this one, not the processes it launches) holds its lock
+    (:mod:`ebpo.utils.run_lock`) for the whole run, launch included: another run on it is refused,
+    naming the holder's pid. A launched process dies with its launcher
+    (:func:`.launcher.die_with_launcher`)."""
+    die_with_launcher()
+    check_this_machine(argv)
     arguments, launch_args, script_argv = parse_run(argv)
-    check_output_dir(arguments[1].output_dir, arguments[1].resume_from_checkpoint)
+    config = arguments[1]
+    holds = holds_output_dir()
+    if holds:
+        check_not_in_use(Path(config.output_dir))  # refused before anything is touched
+    check_output_dir(config.output_dir, config.resume_from_checkpoint)
     planned = plan(launch_args, script_argv)
-    if planned is not None:
-        return launch(planned)
-    with ebpo_trainer_in_trl(), splits_checked(arguments[0], arguments[1]):
-        trl_grpo.main(*arguments)
+    with contextlib.ExitStack() as held:
+        if holds:
+            held.enter_context(lock_run_dir(Path(config.output_dir)))
+            # again under the lock: a run that ended between the first check and the lock
+            check_output_dir(config.output_dir, config.resume_from_checkpoint)
+            _tidy_output_dir(config.output_dir, config.resume_from_checkpoint)
+        if planned is not None:
+            return launch(planned)
+        with ebpo_trainer_in_trl(), splits_checked(arguments[0], arguments[1]):
+            trl_grpo.main(*arguments)
     return 0
+
+
+def _tidy_output_dir(output_dir: str, resume_from_checkpoint: Any) -> None:
+    """What a run that holds ``output_dir`` removes before it starts: a plain run, the interrupted
+    saves of a run killed before its first complete checkpoint (it starts again from step 0); any
+    run, our own temporary files a kill left (:mod:`.output_dir`)."""
+    if resume_from_checkpoint in (None, False, ""):
+        clear_interrupted_saves(output_dir, say=lambda line: print(line, file=sys.stderr))
+    remove_stale_temporaries(output_dir)

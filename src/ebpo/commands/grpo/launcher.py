@@ -30,24 +30,42 @@ Where it differs from ``trl grpo``, on purpose:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, NoReturn
 
-import torch
 from accelerate.commands.config import default_config_file
 from accelerate.commands.launch import launch_command, launch_command_parser
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from trl.cli.accelerate_config import resolve_accelerate_config_argument
 
+from ebpo.commands.grpo.launch_values import (
+    accelerator_count,
+    check_accelerate_config,
+    check_process_counts,
+    flag_value,
+)
+
 __all__ = [
     "LAUNCHED_ENV",
+    "LAUNCHER_PID_ENV",
     "Launch",
+    "accelerator_count",
+    "die_with_launcher",
+    "holds_output_dir",
     "launch",
+    "launch_config",
     "launcher_arguments",
+    "launches_on_cpus",
+    "process_counts",
     "plan",
     "script_arguments",
     "trl_profiles",
@@ -56,6 +74,10 @@ __all__ = [
 
 #: set in the environment of the processes ``ebpo grpo`` launches (they must not launch again)
 LAUNCHED_ENV = "EBPO_GRPO_LAUNCHED"
+#: the pid of the ``ebpo grpo`` that launched a process (it holds ``output_dir`` for them all)
+LAUNCHER_PID_ENV = "EBPO_GRPO_LAUNCHER_PID"
+#: ``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h)
+_PR_SET_PDEATHSIG = 1
 #: TRL's name for an accelerate config (a file or a profile of ``trl/accelerate_configs``)
 ACCELERATE_CONFIG = "--accelerate_config"
 #: ``accelerate launch`` options that would replace what ``ebpo grpo`` launches
@@ -77,7 +99,9 @@ class Launch:
 
     def command(self) -> str:
         """The equivalent command line (for messages and the dry run)."""
-        env = " ".join(f"{k}={v}" for k, v in self.env.items() if k != LAUNCHED_ENV)
+        env = " ".join(
+            f"{k}={v}" for k, v in self.env.items() if k not in (LAUNCHED_ENV, LAUNCHER_PID_ENV)
+        )
         words = [env, "accelerate launch", *self.args, *MODULE_ARGS, *self.script_argv]
         return " ".join(w for w in words if w)
 
@@ -112,7 +136,8 @@ def launcher_arguments(
         if action is not None and action.nargs == 0:  # a flag: true gives it, false leaves it out
             if value not in ("True", "False"):
                 raise ValueError(
-                    f"{key[2:]} in {source} is a flag of accelerate launch: write true or false, got {value!r}"
+                    f"{key[2:]} in {source} is a flag of accelerate launch: write it as a YAML "
+                    f"boolean, unquoted ({key[2:]}: true or {key[2:]}: false), got {_as_written(value)}"
                 )
             launch_args += [key] if value == "True" else []
         else:
@@ -156,7 +181,7 @@ def plan(
         return None
     args = list(launch_args)
     has_default_config = os.path.isfile(default_config_file)
-    if not args and not has_default_config and _accelerator_count() <= 1:
+    if not args and not has_default_config and accelerator_count() <= 1:
         return None
     env = {LAUNCHED_ENV: "1"}
     parsed = _parse(args)
@@ -165,7 +190,7 @@ def plan(
         for name in ("multi_gpu", "use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu")
     )
     no_config = parsed.config_file is None and (parsed.cpu or not has_default_config)
-    on_cpus = parsed.cpu or _accelerator_count() == 0
+    on_cpus = parsed.cpu or accelerator_count() == 0
     if (
         no_config
         and not distributes
@@ -185,8 +210,9 @@ def launch(plan: Launch) -> int:
     """Run ``plan`` with accelerate's ``launch_command`` (as ``trl grpo`` does); the exit code of the
     launched processes (the first failing one's)."""
     args = _parser().parse_args([*plan.args, *MODULE_ARGS, *plan.script_argv])
-    saved = {key: os.environ.get(key) for key in plan.env}
-    os.environ.update(plan.env)  # every launcher copies this process's environment
+    env = {**plan.env, LAUNCHER_PID_ENV: str(os.getpid())}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)  # every launcher copies this process's environment
     try:
         launch_command(args)
     except subprocess.CalledProcessError as error:  # the single-process launcher
@@ -200,6 +226,54 @@ def launch(plan: Launch) -> int:
             else:
                 os.environ[key] = value
     return 0
+
+
+def holds_output_dir(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process holds ``output_dir`` for the run (:mod:`ebpo.utils.run_lock`): yes,
+    unless ``ebpo grpo`` launched it (its launcher holds the folder for every rank, which shares
+    that claim) or another launcher did and it is not the launch's first process (``RANK`` 0)."""
+    environ = os.environ if environ is None else environ
+    return LAUNCHED_ENV not in environ and environ.get("RANK", "0") == "0"
+
+
+def die_with_launcher(environ: Mapping[str, str] | None = None) -> None:
+    """In a process that ``ebpo grpo`` launched: have it killed (SIGKILL) when the process that
+    started it dies, however that dies (``kill -9`` of ``ebpo grpo`` included), so that no rank
+    trains on alone, re-parented, writing into the run. Linux: the kernel's parent-death signal
+    (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon thread watching the parent. A launcher that
+    died before the request was made ends this process at once. Nothing outside such a process."""
+    environ = os.environ if environ is None else environ
+    if LAUNCHED_ENV not in environ or LAUNCHER_PID_ENV not in environ:
+        return
+    parent = os.getppid()
+    if not _parent_death_signal():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if parent == 1 or not _alive(int(environ[LAUNCHER_PID_ENV])):
+        os.kill(os.getpid(), signal.SIGKILL)  # the launcher is gone already
+
+
+def _parent_death_signal() -> bool:
+    """Ask the kernel for SIGKILL when the parent dies; whether it was granted (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process of that number: alive
+        return True
+    return True
 
 
 # ---------------------------------------------------------------------- helpers
@@ -216,11 +290,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _parse(args: Sequence[str]) -> argparse.Namespace:
     return _parser().parse_args([*args, *MODULE_ARGS])
-
-
-def _accelerator_count() -> int:
-    """GPUs (or other accelerators) torch sees on this machine."""
-    return torch.accelerator.device_count() if torch.accelerator.is_available() else 0
 
 
 def _check_settable(key: str, where: str) -> None:
@@ -259,6 +328,14 @@ def _cli_launcher_arguments(tokens: list[str], options: Mapping[str, Any]) -> li
     return out
 
 
+def _as_written(value: str) -> str:
+    """A YAML value as TRL hands it on (``str(value)``): ``'true'`` came quoted, a string."""
+    lowered = value.lower()
+    if lowered in ("true", "false", "yes", "no", "on", "off"):
+        return f"the string {value!r} (quoted in the file)"
+    return repr(value)
+
+
 def _unknown(what: str) -> str:
     return (
         f"unknown {what}: neither an argument of trl grpo (GRPOConfig with EBPOConfig's fields, "
@@ -274,5 +351,35 @@ def _resolve_accelerate_config(args: list[str]) -> list[str]:
         resolved = resolve_accelerate_config_argument(args)
     except ValueError as error:
         raise ValueError(f"accelerate_config: {error} TRL's profiles: {trl_profiles()}") from error
+    # before accelerate's parser: a count out of bounds is refused before anything is built for it
+    check_process_counts(resolved, launch_config(resolved, ACCELERATE_CONFIG in args))
     _parse(resolved)
     return resolved
+
+
+def launch_config(launch_args: Sequence[str], from_trl_name: bool = False) -> Any:
+    """The accelerate config file of ``launch_args`` (``--config_file``) as accelerate's loader
+    reads it, checked (:func:`.launch_values.check_accelerate_config`); None without one."""
+    config_file = flag_value(launch_args, "--config_file")
+    if config_file is None:
+        return None
+    return check_accelerate_config(
+        config_file, "accelerate_config" if from_trl_name else "config_file"
+    )
+
+
+def process_counts(launch_args: Sequence[str]) -> tuple[dict[str, int], Any]:
+    """``(num_processes / num_machines given, the accelerate config or None)`` of resolved
+    ``accelerate launch`` arguments (:func:`launcher_arguments`' result)."""
+    config = launch_config(launch_args)
+    return check_process_counts(launch_args, config), config
+
+
+def launches_on_cpus(launch_args: Sequence[str], config: Any) -> bool:
+    """Whether the processes of ``launch_args`` run on CPUs: ``--cpu``, ``use_cpu`` in the
+    accelerate config, or no accelerator on this machine."""
+    return (
+        "--cpu" in launch_args
+        or bool(getattr(config, "use_cpu", False))
+        or accelerator_count() == 0
+    )

@@ -20,21 +20,47 @@ trainer's construction, comes first):
   stopped before its first checkpoint may be written beside (TRL adds an event file);
 * ``resume_from_checkpoint``: the checkpoint it names, or with ``True`` the newest one of
   ``output_dir``, must be complete (:func:`.checkpointing.resolve_checkpoint`) and must exist.
+* a run killed before its first checkpoint was complete left only interrupted ebpo saves
+  (unmarked ``checkpoint-N`` folders holding ebpo's files, the first a save writes, or nothing):
+  nothing to resume, so a plain rerun starts again from step 0, as ``ebpo train`` does; the run
+  that holds the folder removes those folders first (:func:`clear_interrupted_saves`), saying so.
+  An unmarked checkpoint without ebpo's files (``trl grpo``'s, a user's) is never removed.
+
+The lock file (:data:`ebpo.utils.run_lock.LOCK`) is not the run's content. The run that holds the
+folder also removes our own temporary files that a kill left in its checkpoints
+(``.ebpo_*.<hex>.tmp``, :func:`remove_stale_temporaries`); never another name.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ebpo.integrations.trl.checkpoint import REQUIRED_FILES
 from ebpo.integrations.trl.checkpointing import resolve_checkpoint
-from ebpo.utils.checkpoints import checkpoint_dirs
+from ebpo.utils.checkpoints import MARKER, checkpoint_dirs, incomplete_reason, newest_complete
 from ebpo.utils.files import check_output_path
+from ebpo.utils.run_lock import LOCK
 
-__all__ = ["RUN_ENTRIES", "check_output_dir"]
+__all__ = [
+    "RUN_ENTRIES",
+    "check_output_dir",
+    "clear_interrupted_saves",
+    "interrupted_saves",
+    "remove_stale_temporaries",
+]
+
+#: a temporary file of ebpo's atomic writes (:mod:`ebpo.utils.files`) of one of its checkpoint
+#: files: ``.ebpo_<name>.<hex>.tmp``
+OUR_TEMPORARY = re.compile(r"^\.ebpo_[^/]+\.[0-9a-f]{8}\.tmp$")
+#: what a plain rerun says of a folder that holds only interrupted saves
+STARTS_AGAIN = "nothing to resume; a plain rerun starts again from step 0 (it removes them)"
 
 #: entries that only a transformers ``Trainer`` run leaves in its output directory (besides
 #: ``checkpoint-N`` folders)
@@ -47,35 +73,111 @@ def check_output_dir(output_dir: Any, resume_from_checkpoint: Any = None) -> Non
     if not isinstance(output_dir, (str, os.PathLike)):
         raise ValueError(f"output_dir must be a path, got {output_dir!r}")
     path = check_output_path(output_dir, "output_dir", kind="dir")
-    if path.is_dir() and not _is_training_run(path) and any(path.iterdir()):
+    name = os.fspath(output_dir)
+    if path.is_dir() and not _is_training_run(path) and _content(path):
         raise ValueError(
-            f"output_dir {os.fspath(output_dir)!r} is not empty and holds no training run (no "
+            f"output_dir {name!r} is not empty and holds no training run (no "
             f"{PREFIX_CHECKPOINT_DIR}-N, no training_args.bin); TRL would write its model, "
             "config.json and README.md over the files there: choose another directory"
         )
     resuming = resume_from_checkpoint not in (None, False, "")
     if path.is_dir() and not resuming:
-        checkpoints = [p.name for p in checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)]
-        earlier = checkpoints[:3] + [name for name in RUN_ENTRIES[:2] if (path / name).exists()]
-        if earlier:
-            # on the command line transformers reads `true` as a path: name the newest checkpoint
-            how = (
-                "continue it with --resume_from_checkpoint "
-                f"{os.path.join(os.fspath(output_dir), checkpoints[-1])}, or choose another directory"
-                if checkpoints
-                else "it has no checkpoint to continue: choose another directory"
-            )
-            raise ValueError(
-                f"output_dir {os.fspath(output_dir)!r} holds an earlier training run "
-                f"({', '.join(earlier)}): {how}; ebpo grpo never writes over a run"
-            )
+        _refuse_an_earlier_run(path, name)
     if resume_from_checkpoint is True and not checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR):
         raise ValueError(
-            f"resume_from_checkpoint: output_dir {os.fspath(output_dir)!r} holds no "
+            f"resume_from_checkpoint: output_dir {name!r} holds no "
             f"{PREFIX_CHECKPOINT_DIR}-N to resume"
         )
     if resuming:
-        resolve_checkpoint(resume_from_checkpoint, os.fspath(path))
+        try:
+            resolve_checkpoint(resume_from_checkpoint, os.fspath(path))
+        except ValueError as error:
+            if path.is_dir() and _only_interrupted_saves(path):
+                raise ValueError(
+                    f"{error}; output_dir {name!r} holds only interrupted saves: {STARTS_AGAIN}"
+                ) from error
+            raise
+
+
+def interrupted_saves(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """The ``checkpoint-N`` folders of ``output_dir`` when all of them are interrupted ebpo saves
+    and it holds no finished model (see the module); else none."""
+    path = Path(output_dir)
+    if not path.is_dir() or not _only_interrupted_saves(path):
+        return []
+    return checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)
+
+
+def clear_interrupted_saves(
+    output_dir: str | os.PathLike[str], say: Callable[[str], None]
+) -> list[Path]:
+    """Remove :func:`interrupted_saves` (for a plain run that holds the folder), saying each; the
+    removed folders."""
+    removed = interrupted_saves(output_dir)
+    for folder in removed:
+        say(
+            f"{folder} is incomplete ({incomplete_reason(folder, required=REQUIRED_FILES)}): "
+            "removed; training starts again from step 0"
+        )
+        shutil.rmtree(folder)
+    return removed
+
+
+def remove_stale_temporaries(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove ebpo's own temporary files (:data:`OUR_TEMPORARY`) that a kill left in the
+    ``checkpoint-N`` folders of ``output_dir`` (for the run that holds the folder: nobody else
+    writes there); the removed files."""
+    removed = []
+    for folder in checkpoint_dirs(output_dir, PREFIX_CHECKPOINT_DIR):
+        for entry in folder.iterdir():
+            if OUR_TEMPORARY.match(entry.name) and entry.is_file() and not entry.is_symlink():
+                entry.unlink()
+                removed.append(entry)
+    return removed
+
+
+def _refuse_an_earlier_run(path: Path, name: str) -> None:
+    """A plain run may not write over an earlier run's checkpoints or finished model; only
+    interrupted saves (nothing to resume) and TensorBoard logs are written over."""
+    if _only_interrupted_saves(path):
+        return
+    checkpoints = [p.name for p in checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)]
+    earlier = checkpoints[:3] + [entry for entry in RUN_ENTRIES[:2] if (path / entry).exists()]
+    if not earlier:
+        return
+    newest, _ = newest_complete(path, PREFIX_CHECKPOINT_DIR, required=REQUIRED_FILES)
+    # on the command line transformers reads `true` as a path: name the newest checkpoint
+    how = (
+        f"continue it with --resume_from_checkpoint {os.path.join(name, newest.name)}, "
+        "or choose another directory"
+        if newest is not None
+        else "it has no complete checkpoint to continue: choose another directory"
+    )
+    raise ValueError(
+        f"output_dir {name!r} holds an earlier training run ({', '.join(earlier)}): {how}; "
+        "ebpo grpo never writes over a run"
+    )
+
+
+def _only_interrupted_saves(path: Path) -> bool:
+    """Every ``checkpoint-N`` of ``path`` (at least one) an interrupted ebpo save, and no
+    finished model (``training_args.bin`` / ``trainer_state.json`` beside them)."""
+    folders = checkpoint_dirs(path, PREFIX_CHECKPOINT_DIR)
+    finished = any((path / entry).exists() for entry in RUN_ENTRIES[:2])
+    return bool(folders) and not finished and all(_interrupted_save(f) for f in folders)
+
+
+def _interrupted_save(folder: Path) -> bool:
+    """An unmarked folder that an ebpo save began: empty, or holding ebpo's files (a save writes
+    them first), temporary ones included. A symlink is never one."""
+    if folder.is_symlink() or (folder / MARKER).exists():
+        return False
+    names = [entry.name for entry in folder.iterdir()]
+    return not names or any(n.startswith(("ebpo_", ".ebpo_")) for n in names)
+
+
+def _content(path: Path) -> list[str]:
+    return [entry.name for entry in path.iterdir() if entry.name != LOCK]
 
 
 def _is_training_run(path: Path) -> bool:

@@ -15,6 +15,7 @@ Unknown keys are left to TRL's parser, which refuses them. Then TRL reads the fi
 from __future__ import annotations
 
 import dataclasses
+import stat
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +31,11 @@ def check_recipe_file(path: str, dataclass_types: Sequence[type]) -> None:
     """Raise ValueError (one line naming ``--config`` and the key) when the YAML file ``path``
     cannot be read or a value has the wrong type for its field of ``dataclass_types``."""
     where = f"--config {path!r}"
-    if not Path(path).is_file():
-        raise ValueError(f"{where}: no such file")
+    kind = _not_a_file(Path(path))
+    if kind is not None:
+        raise ValueError(
+            f"{where}: {kind}, expected a YAML file (a recipe such as recipes/trl/*/*.yaml)"
+        )
     try:
         data = read_yaml_file(path, where)
     except OSError as error:
@@ -59,8 +63,37 @@ def check_recipe_file(path: str, dataclass_types: Sequence[type]) -> None:
 
 
 #: fields whose class takes more than its annotation (the command line's type) says: TRL's
-#: ``scale_rewards`` takes ``true`` / ``false`` for "group" / "none" (open-r1's recipes write them)
-ALSO_ACCEPTED: dict[str, Any] = {"scale_rewards": bool}
+#: ``scale_rewards`` takes ``true`` / ``false`` for "group" / "none" (open-r1's recipes write them);
+#: ``resume_from_checkpoint: true`` resumes from the newest checkpoint of ``output_dir``
+#: (transformers' ``Trainer.train`` takes True)
+ALSO_ACCEPTED: dict[str, Any] = {"scale_rewards": bool, "resume_from_checkpoint": bool}
+
+
+#: what a path that is not a regular file is, by its ``stat`` type
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO), not read: it could block forever"),
+    (stat.S_ISCHR, "a character device (such as /dev/null)"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (followed through links), else None. Never
+    opens it: a FIFO would block the reader."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file" + (" (a broken symbolic link)" if path.is_symlink() else "")
+    except NotADirectoryError:
+        return "no such file (a part of its path is a file, not a directory)"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    for test, kind in _KINDS:
+        if test(mode):
+            return f"is {kind}"
+    return None
 
 
 def _dataclass_items(annotation: Any) -> type | None:
