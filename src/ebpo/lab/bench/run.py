@@ -11,7 +11,7 @@ the seed) and trains on the **same stream of prompts** (:func:`ebpo.lab.cpu_task
 curriculum reorders the same prompts), and every evaluation samples with the same seed. Method
 differences are therefore read seed by seed against GRPO
 (:data:`~ebpo.lab.bench.methods.REFERENCE_METHOD`), and reported
-as a mean paired difference with a Student-t interval (:mod:`ebpo.lab.bench.stats`).
+as a mean paired difference with a Student-t interval (:mod:`ebpo.analysis.paired`, shared with ``ebpo compare``).
 
 Fair learning rates. Estimators scale advantages differently (group std, batch std, none), so each
 method runs at every rate of a small sweep; the rate per (method, G) is chosen on the

@@ -26,10 +26,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ebpo.analysis.paired import mean_ci, paired_difference, steps_to_target
 from ebpo.lab.bench.cells import CURVE_KEYS
 from ebpo.lab.bench.config import BenchConfig, CellSpec
 from ebpo.lab.bench.methods import REFERENCE_METHOD
-from ebpo.lab.bench.stats import mean_ci, paired_difference, steps_to_target
 
 __all__ = [
     "PAIRED_COLUMNS",

@@ -1,4 +1,4 @@
-"""ebpo.lab.bench.stats against hand computations (values from scipy.stats.t.ppf)."""
+"""ebpo.analysis.paired against hand computations (values from scipy.stats.t.ppf)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ebpo.lab.bench import stats
+from ebpo.analysis import paired as stats
 
 T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 T_975_DF4 = 2.7764451051977987  # scipy.stats.t.ppf(0.975, 4)
@@ -71,3 +71,27 @@ def test_steps_to_target_interpolates_between_evaluations():
     assert stats.steps_to_target([0, 25, 50], [0.2, None, 0.6], 0.4) == pytest.approx(25)
     with pytest.raises(ValueError, match="length"):
         stats.steps_to_target([0, 5], [0.1], 0.2)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 10, 29, 30, 31, 100])
+@pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 2.0, 2.5, 4.0, 12.0, -2.0])
+def test_t_two_sided_p_matches_scipy(t, df):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    assert stats.t_two_sided_p(t, df) == pytest.approx(2 * scipy_stats.t.sf(abs(t), df), abs=1e-12)
+
+
+def test_t_two_sided_p_at_the_975_quantile_is_five_percent():
+    for df in (1, 2, 7, 30, 45):
+        assert stats.t_two_sided_p(stats.t_quantile_975(df), df) == pytest.approx(0.05, abs=1e-6)
+    assert stats.t_two_sided_p(math.inf, 3) == 0.0 and math.isnan(stats.t_two_sided_p(math.nan, 3))
+
+
+def test_holm_by_hand():
+    # m = 4: sorted 0.001 <= 0.05/4, 0.012 <= 0.05/3, 0.03 > 0.05/2 stops: 0.04 is not rejected
+    # either, although 0.04 <= 0.05/1
+    p = [0.03, 0.001, 0.04, 0.012]
+    assert stats.holm_rejections(p) == [False, True, False, True]
+    assert stats.holm_rejections([0.01, 0.02]) == [True, True]  # 0.01 <= 0.025, 0.02 <= 0.05
+    assert stats.holm_rejections([0.01, math.nan]) == [True, False]  # NaN counts in m
+    assert stats.holm_rejections([0.03, math.nan]) == [False, False]  # 0.03 > 0.05 / 2
+    assert stats.holm_rejections([]) == []
