@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from ebpo.cli import main
 from tests.hostile.harness import CliCase, check_cli_error, ids
 from tests.hostile.test_cli_data import files
 
@@ -270,7 +271,7 @@ TABLE_CASES = [
     CliCase(
         "csv-reward-not-a-number",
         ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 3: 'reward' is not a number: 'abc'",
+        R + r"t\.csv: line 3: 'reward' is not a number in plain decimal digits: 'abc'",
         setup=files({"t.csv": "prompt,reward,step\na,1,1\na,abc,1\n"}),
     ),
     CliCase(
@@ -329,9 +330,175 @@ TABLE_CASES = [
     ),
 ]
 
-CASES = VERL_CASES + TABLE_CASES
+# The CSV reader takes what the JSON-lines reader takes, no more: numbers in plain ASCII decimal
+# (Python's float() and int() also take "1_0", other scripts' digits and white space of any kind),
+# every column once, steps and uid numbers within 64 bits, each refusal naming the file and line.
+CSV_CASES = [
+    CliCase(
+        "csv-column-twice-in-the-header",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 1: column 'prompt' appears twice in the header; rename or drop one$",
+        setup=files({"t.csv": "prompt,reward,step,prompt\na,1,1,b\n"}),
+    ),
+    CliCase(
+        "csv-other-column-twice",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 1: column 'note' appears twice",
+        setup=files({"t.csv": "prompt,reward,step,note,note\na,1,1,x,y\n"}),
+    ),
+    CliCase(
+        "csv-step-with-an-underscore",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 3: 'step' must be an integer step in plain decimal digits, got '1_0'",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,0,1_0\n"}),
+    ),
+    CliCase(
+        "csv-first-step-with-an-underscore",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 2: 'step' must be an integer step in plain decimal digits, got '1_0'",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1_0\n"}),
+    ),
+    CliCase(
+        "csv-reward-with-an-underscore",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 2: 'reward' is not a number in plain decimal digits: '1_000'",
+        setup=files({"t.csv": "prompt,reward,step\na,1_000,1\n"}),
+    ),
+    CliCase(
+        "csv-arabic-indic-step",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 3: 'step' must be an integer step in plain decimal digits, got '\u0663'",
+        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,0,\u0663\n"}),
+    ),
+    CliCase(
+        "csv-arabic-indic-reward",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 2: 'reward' is not a number in plain decimal digits: '\u0661'",
+        setup=files({"t.csv": "prompt,reward,step\na,\u0661,1\n"}),
+    ),
+    CliCase(
+        "csv-fullwidth-digits",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 2: 'reward' is not a number in plain decimal digits",
+        setup=files({"t.csv": "prompt,reward,step\na,\uff11,1\n"}),
+    ),
+    CliCase(
+        "csv-step-past-2-63",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 3: 'step' must be an integer step that fits 64 bits "
+        r"\(-2\*\*63 to 2\*\*63 - 1\), got 9223372036854775809$",
+        setup=files({"t.csv": f"prompt,reward,step\na,1,1\nb,0,{2**63 + 1}\n"}),
+    ),
+    CliCase(
+        "csv-step-of-5000-digits",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"t\.csv: line 2: 'step' must be an integer step in plain decimal digits, got '1111",
+        setup=files({"t.csv": "prompt,reward,step\na,1," + "1" * 5000 + "\n"}),
+    ),
+    CliCase(
+        "parquet-uint64-step-past-2-63",
+        ["replay", "t.parquet", *OUT, *T],
+        R + r"t\.parquet: row 3: 'step' must be an integer step that fits 64 bits .*, got "
+        r"9223372036854775809$",
+        setup=files(
+            {
+                "t.parquet": parquet(
+                    [
+                        {"step": s, "prompt": p, "reward": 1.0}
+                        for s, p in ((1, "a"), (1, "a"), (2**63 + 1, "b"))
+                    ],
+                    pa.schema(
+                        [("step", pa.uint64()), ("prompt", pa.string()), ("reward", pa.float64())]
+                    ),
+                )
+            }
+        ),
+    ),
+    CliCase(
+        "jsonl-step-past-2-63",
+        ["replay", "t.jsonl", *OUT, *T],
+        R + r"t\.jsonl: line 2: 'step' must be an integer step that fits 64 bits",
+        setup=files(
+            {
+                "t.jsonl": '{"step": 1, "prompt": "a", "reward": 1}\n'
+                f'{{"step": {2**63}, "prompt": "a", "reward": 1}}\n'
+            }
+        ),
+    ),
+    CliCase(
+        "verl-uid-output-number-over-64-bits",
+        ["replay", "run", *OUT],
+        R + r"run/1\.jsonl: line 4: the uid output number 123456789012345678901234 does not fit "
+        r"64 bits$",
+        setup=files(
+            {
+                "run/1.jsonl": jsonl(
+                    {"uid": "pad" + "0" * 32, "score": 0.0, "step": 1},
+                    {"uid": "p_0_0", "score": 1.0, "step": 1},
+                    {"uid": "p_1_0", "score": 0.0, "step": 1},
+                    {"uid": "q_0_123456789012345678901234", "score": 0.0, "step": 1},
+                )
+            }
+        ),
+    ),
+    CliCase(
+        "verl-uid-session-number-over-64-bits",
+        ["replay", "run", *OUT],
+        R + r"run/2\.jsonl: line 2: the uid session number 18446744073709551617 does not fit",
+        setup=files(
+            {
+                "run/1.jsonl": jsonl({"uid": "p_0_0", "score": 1.0, "step": 1}),
+                "run/2.jsonl": jsonl(
+                    {"uid": "p_0_0", "score": 1.0, "step": 2},
+                    {"uid": f"p_{2**64 + 1}_0", "score": 0.0, "step": 2},
+                ),
+            }
+        ),
+    ),
+]
+
+CASES = VERL_CASES + TABLE_CASES + CSV_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_cli_user_error(case, tmp_path, monkeypatch):
     check_cli_error(case, tmp_path, monkeypatch)
+
+
+def test_a_csv_reads_as_its_json_lines_twin(tmp_path):
+    """A byte-order mark is tolerated and every plain decimal spelling JSON has (sign, fraction,
+    exponent) gives the number the JSON-lines reader gives: the replays are equal."""
+    rows_ = [
+        ("a", "1", "+1.0"),
+        ("a", "01", "0"),
+        ("b", "1", "1e0"),
+        ("b", "1", ".5"),
+        ("a", "2", "-0.25E+1"),
+        ("a", "2", "2."),
+    ]
+    as_json = [{"prompt": p, "step": int(s), "reward": float(r)} for p, s, r in rows_]
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "json").mkdir()
+    text = "prompt,step,reward\r\n" + "".join(f"{p},{s},{r}\r\n" for p, s, r in rows_)
+    (tmp_path / "csv" / "t.csv").write_text(text, encoding="utf-8-sig")
+    (tmp_path / "json" / "t.jsonl").write_text(jsonl(*as_json))
+    assert (tmp_path / "csv" / "t.csv").read_bytes().startswith(b"\xef\xbb\xbf")
+    for name in ("csv", "json"):
+        code = main(
+            [
+                "replay",
+                str(tmp_path / name),
+                "--format",
+                "table",
+                "--no-plots",
+                "--output-dir",
+                str(tmp_path / f"out-{name}"),
+            ]
+        )
+        assert code == 0
+    csv_steps = json.loads((tmp_path / "out-csv" / "replay.json").read_text())["steps"]
+    json_steps = json.loads((tmp_path / "out-json" / "replay.json").read_text())["steps"]
+    for record in csv_steps + json_steps:
+        record.pop("source")
+    assert csv_steps == json_steps
+    assert [r["reward_mean"] for r in csv_steps] == [(1 + 0 + 1 + 0.5) / 4, (-2.5 + 2) / 2]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,13 @@ def check_step(value: Any, name: str, where: str) -> int:
     """``value`` as an int if it is an integer that fits 64 bits, else ValueError."""
     if value is None:
         raise ValueError(f"{where}: {name!r} is null, expected an integer step")
-    if not is_integer(value) or not -INT64_MAX - 1 <= value <= INT64_MAX:
+    if not is_integer(value):
         raise ValueError(f"{where}: {name!r} must be an integer step, got {_short(value)}")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(
+            f"{where}: {name!r} must be an integer step that fits 64 bits (-2**63 to 2**63 - 1), "
+            f"got {_short(value)}"
+        )
     return int(value)
 
 
@@ -171,7 +177,7 @@ class InputFile:
             raise ValueError(f"{self.where(0)}: no {columns.step!r} {what}")
         value = row[columns.step]
         if self.format == "csv":
-            value = _csv_integer(value)
+            value = _csv_integer(value, columns.step, self.where(0))
         elif self.format == "parquet" and isinstance(value, float) and value.is_integer():
             value = int(value)  # a float column of integral steps (see the module doc)
         return check_step(value, columns.step, self.where(0))
@@ -368,10 +374,12 @@ def _check_finite(values: np.ndarray, name: str, where: Any) -> None:
 # ------------------------------------------------------------------------------ CSV
 def _csv_rows(path: Path) -> Iterator[tuple[int, int, dict[str, str]]]:
     """``(row index, line, row)`` of a CSV file with a header line; ``line`` is the line the row
-    ends on (its only line unless a quoted value holds a line break)."""
+    ends on (its only line unless a quoted value holds a line break). A UTF-8 byte-order mark is
+    skipped; a header naming a column twice is refused (JSON lines refuses a repeated field)."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
+            _check_header(path, reader.fieldnames)
             for index, row in enumerate(reader):
                 if None in row:
                     raise ValueError(
@@ -382,6 +390,18 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, int, dict[str, str]]]:
         raise ValueError(f"{path}: not UTF-8 text ({error.reason})") from None
     except csv.Error as error:
         raise ValueError(f"{path}: not a readable CSV file ({error})") from None
+
+
+def _check_header(path: Path, names: Any) -> None:
+    """A header whose columns are all different (a second column of one name would silently
+    replace the first one's values)."""
+    seen: set[str] = set()
+    for name in names or ():
+        if name in seen:
+            raise ValueError(
+                f"{path}: line 1: column {name!r} appears twice in the header; rename or drop one"
+            )
+        seen.add(name)
 
 
 def _csv_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
@@ -397,8 +417,10 @@ def _csv_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
             if row[name] in (None, ""):
                 raise ValueError(f"{where}: no {name!r} value")
         keys.append(row[columns.key])
-        rewards.append(check_reward(_csv_number(row[columns.reward]), columns.reward, where))
-        steps.append(check_step(_csv_integer(row[columns.step]), columns.step, where))
+        reward = _csv_number(row[columns.reward], columns.reward, where)
+        rewards.append(check_reward(reward, columns.reward, where))
+        step = _csv_integer(row[columns.step], columns.step, where)
+        steps.append(check_step(step, columns.step, where))
         if len(keys) == CHUNK_ROWS:
             yield _chunk(keys, rewards, steps, start)
             keys, rewards, steps, start = [], [], [], index + 1
@@ -406,18 +428,36 @@ def _csv_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
         yield _chunk(keys, rewards, steps, start)
 
 
-def _csv_number(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text
+#: what a CSV cell may hold for a number: plain ASCII decimal, as a JSON number (an optional
+#: sign, digits, a fraction, an exponent), or a spelling of NaN / infinity, which
+#: :func:`check_reward` then names; Python's ``float`` and ``int`` would also take ``1_000``,
+#: other scripts' digits (``"\u0663"``) and surrounding white space of any kind
+CSV_NUMBER = re.compile(
+    r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)",
+    re.ASCII | re.IGNORECASE,
+)
+CSV_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
-def _csv_integer(text: str) -> Any:
-    try:
-        return int(text)
-    except ValueError:
-        return text
+def _csv_number(text: str, name: str, where: str) -> float:
+    """The cell as a float if it is a plain decimal number (:data:`CSV_NUMBER`; NaN and infinity
+    go on to :func:`check_reward`, which names them); ValueError otherwise."""
+    if not CSV_NUMBER.fullmatch(text):
+        raise ValueError(
+            f"{where}: {name!r} is not a number in plain decimal digits: {_short(text)}"
+        )
+    return float(text)
+
+
+def _csv_integer(text: str, name: str, where: str) -> int:
+    """The cell as an int if it is ASCII decimal digits with an optional sign (checked by
+    :func:`check_step`); ValueError otherwise."""
+    # a bound on the digits, for Python's int() refuses more than 4,300 (a ValueError)
+    if not CSV_INTEGER.fullmatch(text) or len(text) > 40:
+        raise ValueError(
+            f"{where}: {name!r} must be an integer step in plain decimal digits, got {_short(text)}"
+        )
+    return int(text)
 
 
 # ------------------------------------------------------------------------------ Parquet
@@ -459,7 +499,11 @@ def _parquet_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
         rewards = reward.to_numpy(zero_copy_only=False).astype(np.float64)
         _check_finite(rewards, columns.reward, where)
         if pa.types.is_integer(step.type):
-            steps = step.to_numpy(zero_copy_only=False).astype(np.int64)
+            values = step.to_numpy(zero_copy_only=False)
+            if values.dtype == np.uint64 and (values > INT64_MAX).any():  # would wrap to < 0
+                row = int(np.flatnonzero(values > INT64_MAX)[0])
+                check_step(int(values[row]), columns.step, where(row))
+            steps = values.astype(np.int64)
         elif pa.types.is_floating(step.type):
             values = step.to_numpy(zero_copy_only=False)
             bad = ~np.isfinite(values) | (values != np.round(values))

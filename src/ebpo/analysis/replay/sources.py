@@ -40,6 +40,7 @@ import numpy as np
 
 from ebpo.analysis.replay.readers import (
     FORMATS,
+    INT64_MAX,
     Chunk,
     Columns,
     InputFile,
@@ -224,7 +225,10 @@ class Source:
         rows = len(rewards)
         padding = merged = 0
         if self.format == "verl" and columns.key == "uid":
-            keys, rewards, padding, merged = verl_groups(keys, rewards)
+            try:
+                keys, rewards, padding, merged = verl_groups(keys, rewards)
+            except UidNumberError as error:  # the step's rows are consecutive rows of the file
+                raise ValueError(f"{file.where(parts[0].start + error.row)}: {error}") from None
             if not len(rewards):
                 raise ValueError(
                     f"{file.path}: step {step} holds only verl's padding rows (uid pad…)"
@@ -293,8 +297,10 @@ def verl_groups(keys: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray, int, i
     if padding.any():  # only then the exact test (a uuid never starts with "pad")
         padding = pc.match_substring_regex(prompts, PADDING_PROMPT).to_numpy(zero_copy_only=False)
     num_padding = int(padding.sum())
+    rows_kept = np.arange(len(rewards))  # each remaining row's index among the step's rows
     if num_padding:
         keep = ~padding
+        rows_kept = rows_kept[keep]
         prompts, rewards, is_v1 = prompts.filter(pa.array(keep)), rewards[keep], is_v1[keep]
         session_text, output_text = (
             session_text.filter(pa.array(keep)),
@@ -304,8 +310,12 @@ def verl_groups(keys: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray, int, i
         return prompts, rewards, num_padding, 0
     rows = len(rewards)
     # rows that are not v1 keys are sessions of their own: a number no v1 session has
-    session = np.where(is_v1, _integers(session_text, is_v1, "session"), -1 - np.arange(rows))
-    output = _integers(output_text, is_v1, "output")
+    try:
+        sessions = _integers(session_text, is_v1, "session")
+        output = _integers(output_text, is_v1, "output")
+    except UidNumberError as error:
+        raise UidNumberError(str(error), int(rows_kept[error.row])) from None
+    session = np.where(is_v1, sessions, -1 - np.arange(rows))
     prompt_index = prompts.dictionary_encode().indices.to_numpy(zero_copy_only=False)
     order = np.lexsort((output, session, prompt_index))
     p, s = prompt_index[order], session[order]
@@ -325,13 +335,36 @@ def _all_digits(text: Any) -> np.ndarray:
     return pc.ascii_is_decimal(text).to_numpy(zero_copy_only=False)
 
 
+class UidNumberError(ValueError):
+    """A verl uid whose session or output number does not fit 64 bits; ``row``: its index among
+    the rows given to :func:`verl_groups`."""
+
+    def __init__(self, message: str, row: int) -> None:
+        super().__init__(message)
+        self.row = row
+
+
 def _integers(text: Any, valid: np.ndarray, name: str) -> np.ndarray:
-    """``text`` (digits where ``valid``) as int64, 0 elsewhere."""
+    """``text`` (digits where ``valid``) as int64, 0 elsewhere; :class:`UidNumberError` naming the
+    first number beyond 64 bits."""
     import pyarrow as pa  # optional heavy dependency (ebpo[data])
     import pyarrow.compute as pc  # optional heavy dependency (ebpo[data])
 
     digits = pc.if_else(pa.array(valid), text, "0")
     try:
         return pc.cast(digits, pa.int64()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid as error:  # more digits than 64 bits hold
-        raise ValueError(f"a verl uid has a {name} number beyond 64 bits ({error})") from None
+    except pa.ArrowInvalid:  # more digits than 64 bits hold: find the first such number
+        values = digits.to_pylist()
+        row = next(i for i, v in enumerate(values) if _beyond_int64(v))
+        raise UidNumberError(
+            f"the uid {name} number {_short_digits(values[row])} does not fit 64 bits", row
+        ) from None
+
+
+def _beyond_int64(digits: str) -> bool:
+    significant = digits.lstrip("0")  # no int() of thousands of digits: Python refuses those
+    return len(significant) > 19 or (len(significant) == 19 and int(significant) > INT64_MAX)
+
+
+def _short_digits(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} digits)"
