@@ -47,6 +47,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="results folder (default: bench-results, or bench-results-quick with --quick)",
     )
+    _add_grid_arguments(parser)
+    _add_cell_arguments(parser)
+    _add_run_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is compared: methods, group sizes, seeds, learning rates."""
     parser.add_argument(
         "--estimators",
         default=None,
@@ -63,6 +72,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="comma-separated learning-rate sweep (default: 1.5e-4,3e-4,6e-4)",
     )
+
+
+def _add_cell_arguments(parser: argparse.ArgumentParser) -> None:
+    """How long each cell trains and how it is evaluated."""
     parser.add_argument(
         "--steps", type=int, default=None, help="RL steps per cell (default: 100; --quick: 6)"
     )
@@ -96,6 +109,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="comma-separated steps at which paired differences are read besides the final one, "
         "multiples of --eval-every (default: 25,50)",
     )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """How this process runs: its share of the cells, report only, listing, threads, output."""
     parser.add_argument(
         "--shard",
         default=None,
@@ -116,8 +133,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--verbose", action="store_true", help="show each train job's progress bars and tables"
     )
-    parser.set_defaults(func=run)
-    return parser
 
 
 def _csv(text: str, cast: Any, argument: str) -> tuple:

@@ -86,7 +86,13 @@ def _add_label_parser(actions: Any) -> None:
     label.add_argument(
         "--seed", type=int, default=0, help="clustering / sampling seed (>= 0, default 0)"
     )
-    topic = label.add_argument_group("topic")
+    _add_topic_arguments(label.add_argument_group("topic"))
+    _add_difficulty_arguments(label.add_argument_group("difficulty (higher = harder)"))
+    label.set_defaults(func=run, data_command="label")
+
+
+def _add_topic_arguments(topic: Any) -> None:
+    """``data label``'s topic options: the method, the metadata column, clustering, the LLM endpoint."""
     topic.add_argument(
         "--topic",
         choices=(*TOPIC_METHODS, "none"),
@@ -128,7 +134,10 @@ def _add_label_parser(actions: Any) -> None:
         help="allow sending the key over plain http to a non-local host (a private network you trust)",
     )
     topic.add_argument("--topic-output", default="topic", help="column to write (default topic)")
-    diff = label.add_argument_group("difficulty (higher = harder)")
+
+
+def _add_difficulty_arguments(diff: Any) -> None:
+    """``data label``'s difficulty options: a level column, or a model's pass rate, and tiers."""
     diff.add_argument(
         "--difficulty",
         choices=("auto", "none", "level", "pass-rate"),
@@ -158,7 +167,6 @@ def _add_label_parser(actions: Any) -> None:
         default=None,
         help="also write difficulty_tier: N >= 2 quantile tiers (0 = easiest)",
     )
-    label.set_defaults(func=run, data_command="label")
 
 
 def _add_order_parser(actions: Any) -> None:

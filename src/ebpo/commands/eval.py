@@ -26,6 +26,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "table (benchmarks x metrics + average) as Markdown, CSV and JSON plus every sample as JSONL.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    _add_sampling_arguments(parser)
+    _add_generation_arguments(parser)
+    _add_output_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, the benchmarks and the paper's sampling protocol (n, k, temperature, prompt)."""
     parser.add_argument(
         "--model", required=True, help="hub id, local directory, .gguf file or 'smollm2-135m'"
     )
@@ -58,6 +67,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     chat.add_argument(
         "--no-chat", dest="chat", action="store_false", help="plain templated text (base models)"
     )
+
+
+def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the samples are generated and where the benchmark data comes from."""
     parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
     parser.add_argument(
         "--batch-size",
@@ -80,6 +93,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="directory with <benchmark>.parquet/.jsonl local copies (default: $EBPO_DATA_DIR)",
     )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Scoring, the output directory and progress."""
     parser.add_argument(
         "--timeout",
         type=float,
@@ -98,8 +115,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the results already in --out"
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.set_defaults(func=run)
-    return parser
 
 
 def _parse_data_files(items: list[str]) -> dict[str, str]:

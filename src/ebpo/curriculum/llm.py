@@ -284,6 +284,34 @@ def openai_compatible_completer(
         raise ValueError("model must name the served model")
     if api_key is not None:
         api_key = check_api_key(api_key, "api_key")
+    shown = _checked_endpoint(base_url, api_key, allow_insecure_http)
+    url = base_url.rstrip("/") + "/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    opener = urllib.request.build_opener(_NoRedirect())
+    redact = _redactor(api_key)
+
+    def complete(prompt: str) -> str:
+        body = json.dumps(
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": prompt}],
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+            }
+        ).encode()
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        raw = _post(opener, request, timeout, url, shown, bool(api_key), redact)
+        return _chat_content(raw, shown, redact)
+
+    return complete
+
+
+def _checked_endpoint(base_url: str, api_key: str | None, allow_insecure_http: bool) -> str:
+    """The endpoint's URL as messages show it (:func:`_shown_url` + ``/chat/completions``), after
+    refusing user info in the URL, a missing host, an invalid port, and a key over plain http to
+    a host that is not loopback (unless ``allow_insecure_http``)."""
     parts = urllib.parse.urlsplit(base_url)
     if parts.username is not None or parts.password is not None:
         raise ValueError(
@@ -307,64 +335,74 @@ def openai_compatible_completer(
             f"refusing to send the API key over plain http to {parts.hostname}: use https, a "
             "loopback address, or --llm-allow-insecure-http if the network is private"
         )
-    url = base_url.rstrip("/") + "/chat/completions"
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    opener = urllib.request.build_opener(_NoRedirect())
-    redact = _redactor(api_key)
+    return shown
 
-    def complete(prompt: str) -> str:
-        body = json.dumps(
-            {
-                "model": model,
-                "messages": [{"role": "user", "content": prompt}],
-                "temperature": temperature,
-                "max_tokens": max_tokens,
-            }
-        ).encode()
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        try:
-            with opener.open(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            if 300 <= error.code < 400:
-                target = urllib.parse.urlsplit(
-                    urllib.parse.urljoin(url, error.headers.get("Location", ""))
-                )
-                why = "the request carries the API key" if api_key else "a POST cannot follow one"
-                raise ValueError(
-                    redact(
-                        f"the LLM endpoint {shown} redirects (HTTP {error.code}) to "
-                        f"{_shown_url(target)}; redirects are not followed ({why}): pass the final URL"
-                    )
-                ) from None
-            hint = (
-                " (does it need a key? name its variable with --llm-api-key-env)"
-                if error.code in (401, 403)
-                else ""
+
+def _post(
+    opener: urllib.request.OpenerDirector,
+    request: urllib.request.Request,
+    timeout: float,
+    url: str,
+    shown: str,
+    has_key: bool,
+    redact: Callable[[str], str],
+) -> bytes:
+    """The raw answer to ``request`` (a POST to ``url``); every failure becomes a redacted
+    ValueError naming ``shown`` (the traceback, which may hold the key, is dropped)."""
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            raw: bytes = response.read()
+            return raw
+    except urllib.error.HTTPError as error:
+        raise _http_error(error, url, shown, has_key, redact) from None
+    except (urllib.error.URLError, OSError) as error:  # refused, DNS, TLS, timeout
+        reason = getattr(error, "reason", error)
+        raise ValueError(redact(f"cannot reach the LLM endpoint {shown}: {reason}")) from None
+    except (http.client.HTTPException, ValueError) as error:  # a malformed answer or request
+        raise ValueError(
+            redact(f"the LLM endpoint {shown} failed: {type(error).__name__}: {error}")
+        ) from None
+
+
+def _http_error(
+    error: urllib.error.HTTPError,
+    url: str,
+    shown: str,
+    has_key: bool,
+    redact: Callable[[str], str],
+) -> ValueError:
+    """The message for an HTTP error status: a redirect (never followed) names its target; 401 and
+    403 hint at the key."""
+    if 300 <= error.code < 400:
+        target = urllib.parse.urlsplit(urllib.parse.urljoin(url, error.headers.get("Location", "")))
+        why = "the request carries the API key" if has_key else "a POST cannot follow one"
+        return ValueError(
+            redact(
+                f"the LLM endpoint {shown} redirects (HTTP {error.code}) to "
+                f"{_shown_url(target)}; redirects are not followed ({why}): pass the final URL"
             )
-            raise ValueError(
-                redact(f"the LLM endpoint {shown} answered HTTP {error.code} {error.reason}{hint}")
-            ) from None
-        except (urllib.error.URLError, OSError) as error:  # refused, DNS, TLS, timeout
-            reason = getattr(error, "reason", error)
-            raise ValueError(redact(f"cannot reach the LLM endpoint {shown}: {reason}")) from None
-        except (http.client.HTTPException, ValueError) as error:  # a malformed answer or request
-            raise ValueError(
-                redact(f"the LLM endpoint {shown} failed: {type(error).__name__}: {error}")
-            ) from None
-        try:
-            payload = json.loads(raw)
-            return str(payload["choices"][0]["message"]["content"] or "")
-        except (ValueError, KeyError, IndexError, TypeError):
-            # Redacted before it is cut, so that no part of the key is left at the cut.
-            snippet = redact(raw.decode("utf-8", "replace"))[:200]
-            raise ValueError(
-                redact(f"{shown} did not answer in the chat-completions format: {snippet!r}")
-            ) from None
+        )
+    hint = (
+        " (does it need a key? name its variable with --llm-api-key-env)"
+        if error.code in (401, 403)
+        else ""
+    )
+    return ValueError(
+        redact(f"the LLM endpoint {shown} answered HTTP {error.code} {error.reason}{hint}")
+    )
 
-    return complete
+
+def _chat_content(raw: bytes, shown: str, redact: Callable[[str], str]) -> str:
+    """The first choice's message text of a chat-completions answer ("" when it is null)."""
+    try:
+        payload = json.loads(raw)
+        return str(payload["choices"][0]["message"]["content"] or "")
+    except (ValueError, KeyError, IndexError, TypeError):
+        # Redacted before it is cut, so that no part of the key is left at the cut.
+        snippet = redact(raw.decode("utf-8", "replace"))[:200]
+        raise ValueError(
+            redact(f"{shown} did not answer in the chat-completions format: {snippet!r}")
+        ) from None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

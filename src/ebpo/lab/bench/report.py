@@ -208,9 +208,23 @@ def _multiplicity(rows: Sequence[Mapping[str, Any]]) -> str:
 def _results_markdown(
     summary: Mapping[str, Any], config: BenchConfig, images: Sequence[Path]
 ) -> str:
+    lines = [
+        *_header_lines(summary),
+        *_paired_lines(summary, config),
+        *_level_lines(summary),
+        *_sweep_lines(summary),
+    ]
+    if images:
+        lines.append("\n## Plots\n")
+        lines += [f"![{p.stem}]({p.name})" for p in images]
+    return "\n".join(lines) + "\n"
+
+
+def _header_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Title, what was run, wall time, and the caveats in bold."""
     cfg = summary["config"]
     wall = summary["cell_wall_time_s"]
-    lines = [
+    return [
         "# ebpo bench — results\n",
         f"Cells finished: {summary['cells_finished']} / {summary['cells_total']} · "
         f"methods {', '.join(cfg['methods'])} · "
@@ -226,6 +240,13 @@ def _results_markdown(
         if summary["cells_finished"] < summary["cells_total"]
         else "",
         *(f"\n**{line}**" for line in caveats(summary)),
+    ]
+
+
+def _paired_lines(summary: Mapping[str, Any], config: BenchConfig) -> list[str]:
+    """The paired differences to GRPO: at the validation-chosen rates, then at equal rates."""
+    cfg = summary["config"]
+    lines = [
         "\n## Paired differences to GRPO\n",
         "Each seed's method and GRPO share the warm start and the prompt stream; the entry is the mean over seeds "
         "of (method − GRPO) in held-out Pass@1 points, with a 95% paired Student-t interval. An interval that "
@@ -246,10 +267,15 @@ def _results_markdown(
                 _paired_markdown(summary["paired"], "equal_lr", g, lr),
                 "",
             ]
-    lines += [
+    return lines
+
+
+def _level_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Held-out Pass@1 levels per G at the validation-chosen learning rate (not paired)."""
+    lines = [
         "\n## Held-out Pass@1 levels (%, mean ± 95% CI over seeds, not paired), validation-chosen learning rate\n",
     ]
-    for g in cfg["group_sizes"]:
+    for g in summary["config"]["group_sizes"]:
         selected = [r for r in summary["table_best_lr"] if r["G"] == g]
         body = [
             [
@@ -267,6 +293,11 @@ def _results_markdown(
             else "(no finished cells)",
             "",
         ]
+    return lines
+
+
+def _sweep_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The learning-rate sweep: validation and held-out Pass@1 of every rate, the chosen one starred."""
     sweep_rows = [
         [
             r["method"],
@@ -278,16 +309,12 @@ def _results_markdown(
         ]
         for r in summary["lr_sweep"]
     ]
-    lines += [
+    return [
         "## Learning-rate sweep (Pass@1 %, validation chooses; * = chosen)\n",
         _markdown(["method", "G", "lr", "validation", "held-out", "seeds"], sweep_rows)
         if sweep_rows
         else "(no finished cells)",
     ]
-    if images:
-        lines.append("\n## Plots\n")
-        lines += [f"![{p.stem}]({p.name})" for p in images]
-    return "\n".join(lines) + "\n"
 
 
 def _write_table_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:

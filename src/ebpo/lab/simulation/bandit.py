@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ebpo.estimators import AdvantageResult
 from ebpo.lab.simulation.common import check_group_size, seeded_generator, zero_signal_frac
 from ebpo.lab.simulation.specs import build_estimator
 from ebpo.utils.checks import check_choice, check_positive_int
@@ -202,76 +203,123 @@ def run_bandit(
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     est = build_estimator(estimator)
-    config = bandit.config
     gen = seeded_generator(seed, 4, 0)
     stream = data_stream(bandit, steps, order, gen)
-    m, g = config.prompts_per_step, group_size
-    table = torch.zeros_like(bandit.initial_logits)
-    shared = torch.zeros(config.feature_dim, config.num_answers, dtype=torch.float64)
+    policy = _Policy.start(bandit)
+    m, g = bandit.config.prompts_per_step, group_size
     group_ids = torch.arange(m).repeat_interleave(g)
-    # With a prior, the prior mean each group was shrunk toward is recovered from the baseline
-    # V = (1 − S)·r̄ + S·μ; estimators without one get NaN.
-    has_prior = est.uses_prior
     # Only estimators that read clusters (per-cluster priors) get the topics: skipping them
     # elsewhere saves the label check.
     pass_clusters = est.uses_clusters
-
-    def logits(rows: torch.Tensor | slice) -> torch.Tensor:
-        out = bandit.initial_logits[rows] + table[rows]
-        return out + bandit.features[rows] @ shared if config.shared else out
-
-    def heldout_acc() -> float:
-        if not config.shared or config.num_heldout == 0:
-            return float("nan")
-        return float(
-            _success(
-                bandit.heldout_initial_logits + bandit.heldout_features @ shared,
-                bandit.heldout_correct,
-            ).mean()
-        )
-
     out = {
         k: np.full(steps, np.nan)
         for k in ("reward", "zero_signal", "shrinkage", "prior_error", "theta_var")
     }
     train_acc, held_acc = np.zeros(steps + 1), np.zeros(steps + 1)
     for t in range(steps):
-        all_theta = _success(logits(slice(None)), bandit.correct)
-        train_acc[t], held_acc[t] = float(all_theta.mean()), heldout_acc()
+        all_theta = _success(policy.logits(slice(None)), bandit.correct)
+        train_acc[t], held_acc[t] = float(all_theta.mean()), policy.heldout_acc()
         idx = stream[t]
-        probs = torch.softmax(logits(idx), dim=-1)
-        answers = torch.multinomial(probs, g, replacement=True, generator=gen)  # [M, G]
-        right = bandit.correct[idx].gather(1, answers)
-        lucky = (
-            torch.rand(answers.shape, generator=gen, dtype=torch.float64)
-            < config.false_positive_rate
-        )
-        rewards = (right | lucky).double()
+        probs = torch.softmax(policy.logits(idx), dim=-1)
+        answers, rewards = _sample_rewards(bandit, idx, probs, g, gen)
         clusters = bandit.topic[idx].repeat_interleave(g) if pass_clusters else None
         res = est(rewards.flatten(), group_ids, clusters=clusters)
         adv = res.advantages.double().view(m, g)
+        policy.reinforce(idx, probs, answers, adv, lr)
+        _record_step(out, t, rewards, adv, all_theta[idx], res if est.uses_prior else None)
+    train_acc[steps] = float(_success(policy.logits(slice(None)), bandit.correct).mean())
+    held_acc[steps] = policy.heldout_acc()
+    return {"train_acc": train_acc, "heldout_acc": held_acc, **out}
 
+
+@dataclass
+class _Policy:
+    """The bandit's trainable policy: logits ``L0 + table (+ φ·shared when config.shared)``."""
+
+    bandit: Bandit
+    table: torch.Tensor  # [P, A] per-prompt logits
+    shared: torch.Tensor  # [d, A] shared by all prompts through their features
+
+    @classmethod
+    def start(cls, bandit: Bandit) -> _Policy:
+        config = bandit.config
+        return cls(
+            bandit,
+            torch.zeros_like(bandit.initial_logits),
+            torch.zeros(config.feature_dim, config.num_answers, dtype=torch.float64),
+        )
+
+    def logits(self, rows: torch.Tensor | slice) -> torch.Tensor:
+        out = self.bandit.initial_logits[rows] + self.table[rows]
+        return out + self.bandit.features[rows] @ self.shared if self.bandit.config.shared else out
+
+    def heldout_acc(self) -> float:
+        """Exact mean success over the held-out prompts (NaN without shared parameters)."""
+        bandit = self.bandit
+        if not bandit.config.shared or bandit.config.num_heldout == 0:
+            return float("nan")
+        return float(
+            _success(
+                bandit.heldout_initial_logits + bandit.heldout_features @ self.shared,
+                bandit.heldout_correct,
+            ).mean()
+        )
+
+    def reinforce(
+        self,
+        idx: torch.Tensor,
+        probs: torch.Tensor,
+        answers: torch.Tensor,
+        adv: torch.Tensor,
+        lr: float,
+    ) -> None:
+        """One REINFORCE step on the ``[M, G]`` answers with advantages ``adv``."""
+        m, g = adv.shape
         # ∇ of (1/(MG)) Σ Â log π(a) w.r.t. the logits of each prompt.
         grad = (
             torch.zeros_like(probs).scatter_add_(1, answers, adv) - adv.sum(1, keepdim=True) * probs
         )
         grad /= m * g
-        table.index_add_(0, idx, lr * grad)  # prompts within a batch are distinct
-        if config.shared:
-            shared += lr * (bandit.features[idx].T @ grad)
+        self.table.index_add_(0, idx, lr * grad)  # prompts within a batch are distinct
+        if self.bandit.config.shared:
+            self.shared += lr * (self.bandit.features[idx].T @ grad)
 
-        theta = all_theta[idx]
-        out["reward"][t] = float(rewards.mean())
-        out["zero_signal"][t] = zero_signal_frac(adv)
-        out["theta_var"][t] = float(theta.var(unbiased=False))
-        if has_prior:
-            s = res.shrinkage.double().view(m, g)[:, 0]
-            v = res.baselines.double().view(m, g)[:, 0]
-            out["shrinkage"][t] = float(s.mean())
-            usable = s > 1e-9
-            if usable.any():  # V = (1 − S)·r̄ + S·μ  =>  μ = (V − (1 − S)·r̄)/S
-                prior_mean = (v - (1 - s) * rewards.mean(1))[usable] / s[usable]
-                out["prior_error"][t] = float(((prior_mean - theta[usable]) ** 2).mean())
-    train_acc[steps] = float(_success(logits(slice(None)), bandit.correct).mean())
-    held_acc[steps] = heldout_acc()
-    return {"train_acc": train_acc, "heldout_acc": held_acc, **out}
+
+def _sample_rewards(
+    bandit: Bandit, idx: torch.Tensor, probs: torch.Tensor, g: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([M, G] sampled answers, [M, G] float64 rewards)``: 1 for a correct answer, and for a wrong
+    one with probability ``false_positive_rate`` (the noisy verifier)."""
+    answers = torch.multinomial(probs, g, replacement=True, generator=gen)  # [M, G]
+    right = bandit.correct[idx].gather(1, answers)
+    lucky = (
+        torch.rand(answers.shape, generator=gen, dtype=torch.float64)
+        < bandit.config.false_positive_rate
+    )
+    return answers, (right | lucky).double()
+
+
+def _record_step(
+    out: dict[str, np.ndarray],
+    t: int,
+    rewards: torch.Tensor,
+    adv: torch.Tensor,
+    theta: torch.Tensor,
+    res: AdvantageResult | None,
+) -> None:
+    """Step ``t``'s entries of ``out``; ``res`` is the estimator's result when it has a prior
+    (None: shrinkage and prior error stay NaN)."""
+    m, g = adv.shape
+    out["reward"][t] = float(rewards.mean())
+    out["zero_signal"][t] = zero_signal_frac(adv)
+    out["theta_var"][t] = float(theta.var(unbiased=False))
+    if res is None:
+        return
+    # The prior mean each group was shrunk toward is recovered from the baseline V = (1 − S)·r̄ + S·μ.
+    s = res.shrinkage.double().view(m, g)[:, 0]
+    v = res.baselines.double().view(m, g)[:, 0]
+    out["shrinkage"][t] = float(s.mean())
+    usable = s > 1e-9
+    if usable.any():  # V = (1 − S)·r̄ + S·μ  =>  μ = (V − (1 − S)·r̄)/S
+        prior_mean = (v - (1 - s) * rewards.mean(1))[usable] / s[usable]
+        out["prior_error"][t] = float(((prior_mean - theta[usable]) ** 2).mean())

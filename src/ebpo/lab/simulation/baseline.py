@@ -82,55 +82,74 @@ def baseline_quality(
         theta = sample_success_rates(mixture, (steps, prompts_per_step), gen)
         draws = torch.rand((steps, prompts_per_step, g), generator=gen, dtype=torch.float64)
         rewards = (draws < theta[..., None]).double()
-        group_ids = torch.arange(prompts_per_step).repeat_interleave(g)
-        theta_rows = theta.repeat_interleave(g, dim=1)  # [steps, M*G]
-
-        true_shrinkage = shrinkage_factor(
-            theory["sigma2"], theory["tau2"], torch.tensor([float(g)], dtype=torch.float64), 1e-12
-        )
-        oracle = empirical_bayes_baseline(rewards.mean(-1), theory["mu"], true_shrinkage)
-        oracle_err = ((oracle - theta) ** 2).flatten()
-        nan = float("nan")
-        rows.append(
-            _baseline_row(
-                scenario,
-                g,
-                ORACLE,
-                oracle_err,
-                theory["mse_shrinkage"],
-                theory["shrinkage"],
-                theory,
-                nan,
-                nan,
-            )
-        )
-
+        rows.append(_oracle_row(scenario, g, rewards, theta, theory))
         for spec in estimators:
-            est = build_estimator(spec)
-            err, shrink, zero_signal, adv_var = [], [], [], []
-            for t in range(steps):
-                res = est(rewards[t].flatten(), group_ids)
-                err.append((res.baselines.double() - theta_rows[t]) ** 2)
-                shrink.append(float(res.shrinkage.double().mean()))
-                advantages = res.advantages.double()
-                zero_signal.append(zero_signal_frac(advantages.view(prompts_per_step, g)))
-                adv_var.append(float(advantages.var()))
-            # Per-group errors (rows of a group share one baseline except for leave-one-out ones).
-            per_group = torch.stack(err).view(steps, prompts_per_step, g).mean(-1).flatten()
-            rows.append(
-                _baseline_row(
-                    scenario,
-                    g,
-                    spec,
-                    per_group,
-                    closed_form_mse(est, theory),
-                    float(np.mean(shrink)),
-                    theory,
-                    float(np.mean(zero_signal)),
-                    float(np.mean(adv_var)),
-                )
-            )
+            rows.append(_estimator_row(scenario, g, spec, rewards, theta, theory))
     return rows
+
+
+def _oracle_row(
+    scenario: str,
+    g: int,
+    rewards: torch.Tensor,
+    theta: torch.Tensor,
+    theory: Mapping[str, float],
+) -> dict[str, Any]:
+    """The row of the shrinkage baseline with the TRUE prior (``rewards`` ``[steps, M, G]``,
+    ``theta`` ``[steps, M]``)."""
+    true_shrinkage = shrinkage_factor(
+        theory["sigma2"], theory["tau2"], torch.tensor([float(g)], dtype=torch.float64), 1e-12
+    )
+    oracle = empirical_bayes_baseline(rewards.mean(-1), theory["mu"], true_shrinkage)
+    oracle_err = ((oracle - theta) ** 2).flatten()
+    nan = float("nan")
+    return _baseline_row(
+        scenario,
+        g,
+        ORACLE,
+        oracle_err,
+        theory["mse_shrinkage"],
+        theory["shrinkage"],
+        theory,
+        nan,
+        nan,
+    )
+
+
+def _estimator_row(
+    scenario: str,
+    g: int,
+    spec: str,
+    rewards: torch.Tensor,
+    theta: torch.Tensor,
+    theory: Mapping[str, float],
+) -> dict[str, Any]:
+    """The row of a fresh estimator built from ``spec``, fed every step's batch in order."""
+    steps, prompts_per_step = theta.shape
+    group_ids = torch.arange(prompts_per_step).repeat_interleave(g)
+    theta_rows = theta.repeat_interleave(g, dim=1)  # [steps, M*G]
+    est = build_estimator(spec)
+    err, shrink, zero_signal, adv_var = [], [], [], []
+    for t in range(steps):
+        res = est(rewards[t].flatten(), group_ids)
+        err.append((res.baselines.double() - theta_rows[t]) ** 2)
+        shrink.append(float(res.shrinkage.double().mean()))
+        advantages = res.advantages.double()
+        zero_signal.append(zero_signal_frac(advantages.view(prompts_per_step, g)))
+        adv_var.append(float(advantages.var()))
+    # Per-group errors (rows of a group share one baseline except for leave-one-out ones).
+    per_group = torch.stack(err).view(steps, prompts_per_step, g).mean(-1).flatten()
+    return _baseline_row(
+        scenario,
+        g,
+        spec,
+        per_group,
+        closed_form_mse(est, theory),
+        float(np.mean(shrink)),
+        theory,
+        float(np.mean(zero_signal)),
+        float(np.mean(adv_var)),
+    )
 
 
 def closed_form_mse(estimator: AdvantageEstimator, theory: Mapping[str, float]) -> float:

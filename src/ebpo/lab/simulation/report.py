@@ -61,6 +61,31 @@ def baseline_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: b
     arguments); the MSE table, the shrinkage table and, if ``plots``, ``baseline_mse.png``."""
     rows = baseline_quality(seed=seed, progress=True, **size)
     estimators = [e for e in dict.fromkeys(r["estimator"] for r in rows)]
+    mse = _mse_table(rows, estimators)
+    cols = ["scenario", "G", "σ²/G", "(1−S)σ²/G", "oracle z", *estimators]
+    text = [
+        "## 1. Baseline quality (Theorem 3.3)\n",
+        "MSE of each estimator's baseline against the true success rate θ (lower is better). "
+        "`σ²/G` is the group mean's risk (GRPO), `(1−S)σ²/G` Theorem 3.3's risk of the shrinkage baseline "
+        "with the true prior; `oracle_eb` is that baseline simulated (it should match: `oracle z` is its "
+        "deviation from the closed form in Monte-Carlo standard errors). The estimators "
+        "must estimate the prior (ebpo: paper defaults, pooled σ² and raw τ²; ebpo_within: within σ² and "
+        "corrected τ²).\n",
+        markdown_table(mse, cols, digits=3),
+        "\nShrinkage S (mean weight on the prior) against the optimum of Theorem 3.3, fraction of groups "
+        "with zero signal, and variance of the advantages.\n",
+    ]
+    table = _shrinkage_table(rows, mse, estimators)
+    text.append(markdown_table(table, list(table[0]), digits=3))
+    if plots:
+        png = _plot_baseline_mse(rows, estimators, out_dir)
+        text.append(f"\n![baseline MSE]({png.name})")
+    return "\n".join(text) + "\n"
+
+
+def _mse_table(rows: list[dict[str, Any]], estimators: list[str]) -> list[dict[str, Any]]:
+    """One row per (scenario, G): each estimator's MSE, the closed forms ``σ²/G`` and ``(1−S)σ²/G``,
+    and the oracle's Monte-Carlo z-score against Theorem 3.3."""
     mse = _pivot(rows, "mse", estimators)
     for row in mse:
         ref = next(r for r in rows if r["scenario"] == row["scenario"] and r["G"] == row["G"])
@@ -78,19 +103,16 @@ def baseline_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: b
         )
         if oracle is not None:  # Monte-Carlo z-score of the oracle against the closed form
             row["oracle z"] = (oracle["mse"] - oracle["thm33_mse"]) / oracle["mse_se"]
-    cols = ["scenario", "G", "σ²/G", "(1−S)σ²/G", "oracle z", *estimators]
-    text = [
-        "## 1. Baseline quality (Theorem 3.3)\n",
-        "MSE of each estimator's baseline against the true success rate θ (lower is better). "
-        "`σ²/G` is the group mean's risk (GRPO), `(1−S)σ²/G` Theorem 3.3's risk of the shrinkage baseline "
-        "with the true prior; `oracle_eb` is that baseline simulated (it should match: `oracle z` is its "
-        "deviation from the closed form in Monte-Carlo standard errors). The estimators "
-        "must estimate the prior (ebpo: paper defaults, pooled σ² and raw τ²; ebpo_within: within σ² and "
-        "corrected τ²).\n",
-        markdown_table(mse, cols, digits=3),
-        "\nShrinkage S (mean weight on the prior) against the optimum of Theorem 3.3, fraction of groups "
-        "with zero signal, and variance of the advantages.\n",
-    ]
+    return mse
+
+
+def _shrinkage_table(
+    rows: list[dict[str, Any]],
+    mse: list[dict[str, Any]],
+    estimators: list[str],
+) -> list[dict[str, Any]]:
+    """One row per (scenario, G) of ``mse``: the optimal S, each estimator's mean S, the
+    zero-signal fraction of GRPO and EBPO and the advantage variance of GRPO, RLOO and EBPO."""
     shrink_estimators = [e for e in estimators if e != ORACLE and reports_shrinkage(e)]
     table = []
     for row in mse:
@@ -118,29 +140,30 @@ def baseline_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: b
             }
         )
         table.append(out)
-    text.append(markdown_table(table, list(table[0]), digits=3))
-    if plots:
-        panels = {}
-        for scenario in dict.fromkeys(r["scenario"] for r in rows):
-            sel = [r for r in rows if r["scenario"] == scenario]
-            gs = sorted({r["G"] for r in sel})
-            series = {
-                e: (gs, [_find(sel, "mse", G=g, estimator=e) for g in gs])
-                for e in estimators
-                if e != ORACLE
-            }
-            series["Thm 3.3 (1−S)σ²/G"] = (gs, [_find(sel, "thm33_mse", G=g) for g in gs])
-            panels[scenario] = series
-        png = plot_panels(
-            out_dir / "baseline_mse.png",
-            panels,
-            xlabel="G (responses per prompt)",
-            ncols=2,
-            title="Baseline MSE vs θ",
-            logy=True,
-        )
-        text.append(f"\n![baseline MSE]({png.name})")
-    return "\n".join(text) + "\n"
+    return table
+
+
+def _plot_baseline_mse(rows: list[dict[str, Any]], estimators: list[str], out_dir: Path) -> Path:
+    """``baseline_mse.png``: MSE against G, one panel per scenario, with Theorem 3.3's curve."""
+    panels = {}
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        sel = [r for r in rows if r["scenario"] == scenario]
+        gs = sorted({r["G"] for r in sel})
+        series = {
+            e: (gs, [_find(sel, "mse", G=g, estimator=e) for g in gs])
+            for e in estimators
+            if e != ORACLE
+        }
+        series["Thm 3.3 (1−S)σ²/G"] = (gs, [_find(sel, "thm33_mse", G=g) for g in gs])
+        panels[scenario] = series
+    return plot_panels(
+        out_dir / "baseline_mse.png",
+        panels,
+        xlabel="G (responses per prompt)",
+        ncols=2,
+        title="Baseline MSE vs θ",
+        logy=True,
+    )
 
 
 def saturation_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: bool) -> str:
@@ -209,6 +232,32 @@ def bandit_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: boo
         report_seeds=report,
         progress=True,
     )
+    fair, same, grid = _bandit_tables(study, size)
+    text = [
+        f"## 3. Policy learning in a contextual bandit ({config.num_prompts} prompts, "
+        f"{config.num_answers} answers, {config.num_topics} topics, {_parameters(config)}, "
+        f"{size['steps']} steps of {config.prompts_per_step} prompts, G answers each)\n",
+        "Final expected success rate on the training prompts (mean of the last 10% of the curve, "
+        f"± s.e. over report seeds {report}).\n",
+        f"**Each estimator at its own best learning rate** (chosen on validation seeds {validation}, "
+        f"from {list(size['learning_rates'])}):\n",
+        markdown_table(fair, list(fair[0])),
+        f"\n**All estimators at the same learning rate {study['equal_lr']:g}:**\n",
+        markdown_table(same, list(same[0])),
+        "\nThe sweep on the validation seeds (final success; * = chosen):\n",
+        markdown_table(grid, list(grid[0])),
+    ]
+    if plots:
+        png = _plot_learning_curves(study, size, out_dir)
+        text.append(f"\n![bandit learning curves]({png.name})")
+    return "\n".join(text) + "\n"
+
+
+def _bandit_tables(
+    study: Mapping[str, Any], size: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(at each estimator's best rate, all at the equal rate, the validation sweep)`` of
+    :func:`learning_rate_study`'s results."""
     rows, best, equal = study["rows"], study["best_lr"], study["equal_lr"]
     gs = list(size["group_sizes"])
 
@@ -233,50 +282,41 @@ def bandit_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: boo
                 val = _find_row(rows, split="validation", estimator=e, G=g, lr=lr)
                 row[f"lr {lr:g}"] = f"{val['final']:.3f}" + ("*" if best[(e, g)] == lr else "")
             grid.append(row)
-    text = [
-        f"## 3. Policy learning in a contextual bandit ({config.num_prompts} prompts, "
-        f"{config.num_answers} answers, {config.num_topics} topics, {_parameters(config)}, "
-        f"{size['steps']} steps of {config.prompts_per_step} prompts, G answers each)\n",
-        "Final expected success rate on the training prompts (mean of the last 10% of the curve, "
-        f"± s.e. over report seeds {report}).\n",
-        f"**Each estimator at its own best learning rate** (chosen on validation seeds {validation}, "
-        f"from {list(size['learning_rates'])}):\n",
-        markdown_table(fair, list(fair[0])),
-        f"\n**All estimators at the same learning rate {equal:g}:**\n",
-        markdown_table(same, list(same[0])),
-        "\nThe sweep on the validation seeds (final success; * = chosen):\n",
-        markdown_table(grid, list(grid[0])),
-    ]
-    if plots:
-        panels: dict[str, Any] = {}
-        bands: dict[str, Any] = {}
-        for title, pick in (
-            ("best lr", lambda e, g: best[(e, g)]),
-            (f"lr {equal:g}", lambda e, g: equal),
-        ):
-            for g in gs:
-                key = f"G={g}, {title}"
-                panels[key], bands[key] = {}, {}
-                for e in size["estimators"]:
-                    curves = study["curves"][(e, g, pick(e, g))]
-                    x = list(range(curves.shape[1]))
-                    mean = curves.mean(0)
-                    se = (
-                        curves.std(0, ddof=1) / np.sqrt(len(curves))
-                        if len(curves) > 1
-                        else np.zeros_like(mean)
-                    )
-                    panels[key][e] = (x, mean)
-                    bands[key][e] = (mean - se, mean + se)
-        png = plot_panels(
-            out_dir / "bandit_learning_curves.png",
-            panels,
-            bands=bands,
-            ncols=len(gs),
-            title="Expected success on training prompts (± s.e.)",
-        )
-        text.append(f"\n![bandit learning curves]({png.name})")
-    return "\n".join(text) + "\n"
+    return fair, same, grid
+
+
+def _plot_learning_curves(study: Mapping[str, Any], size: Mapping[str, Any], out_dir: Path) -> Path:
+    """``bandit_learning_curves.png``: mean ± s.e. over report seeds, one panel per G at the best
+    and at the equal learning rate."""
+    best, equal = study["best_lr"], study["equal_lr"]
+    gs = list(size["group_sizes"])
+    panels: dict[str, Any] = {}
+    bands: dict[str, Any] = {}
+    for title, pick in (
+        ("best lr", lambda e, g: best[(e, g)]),
+        (f"lr {equal:g}", lambda e, g: equal),
+    ):
+        for g in gs:
+            key = f"G={g}, {title}"
+            panels[key], bands[key] = {}, {}
+            for e in size["estimators"]:
+                curves = study["curves"][(e, g, pick(e, g))]
+                x = list(range(curves.shape[1]))
+                mean = curves.mean(0)
+                se = (
+                    curves.std(0, ddof=1) / np.sqrt(len(curves))
+                    if len(curves) > 1
+                    else np.zeros_like(mean)
+                )
+                panels[key][e] = (x, mean)
+                bands[key][e] = (mean - se, mean + se)
+    return plot_panels(
+        out_dir / "bandit_learning_curves.png",
+        panels,
+        bands=bands,
+        ncols=len(gs),
+        title="Expected success on training prompts (± s.e.)",
+    )
 
 
 def priors_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: bool) -> str:

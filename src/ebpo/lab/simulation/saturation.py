@@ -63,57 +63,63 @@ def saturation(
     check_group_size(group_size)
     check_positive_int("steps", steps)
     check_positive_int("prompts_per_step", prompts_per_step)
-    g = group_size
-    group_ids = torch.arange(prompts_per_step).repeat_interleave(g)
     rows: list[dict[str, Any]] = []
     configs = list(scenarios)
     for index, scenario in enumerate(progress_bar(configs, progress, "saturation")):
         gen = seeded_generator(seed, 2, index)
         theta = sample_success_rates(scenarios[scenario], (steps, prompts_per_step), gen)
-        draws = torch.rand((steps, prompts_per_step, g), generator=gen, dtype=torch.float64)
+        draws = torch.rand(
+            (steps, prompts_per_step, group_size), generator=gen, dtype=torch.float64
+        )
         rewards = (draws < theta[..., None]).double()
-        failed = rewards.sum(-1) == 0  # [steps, M]
-        batch_mean = rewards.mean(dim=(1, 2))  # [steps]
         for spec in estimators:
-            est = build_estimator(spec)
-            adv_sum = raw_sum = pred_raw = pred_centred = 0.0
-            n_failed = n_signal = 0
-            for t in range(steps):
-                res = est(rewards[t].flatten(), group_ids)
-                rows_failed = failed[t].repeat_interleave(g)
-                adv = res.advantages.double()
-                n_failed += int(failed[t].sum())
-                signal = (adv.view(prompts_per_step, g).abs() > SIGNAL_TOL).any(-1)
-                n_signal += int(signal[failed[t]].sum())
-                adv_sum += float(adv[rows_failed].sum())
-                raw_sum += float((-res.baselines.double())[rows_failed].sum())
-                s = res.shrinkage.double()[rows_failed]
-                pred_raw += float((-s * res.metrics.get("prior_mean", float("nan"))).sum())
-                pred_centred += float((-s * batch_mean[t]).sum())
-            n_rows = max(n_failed * g, 1)
-            zeros = torch.zeros(prompts_per_step * g, dtype=torch.float64)
-            allfail = est(zeros, group_ids).advantages.double()
-            allfail_signal = (allfail.view(prompts_per_step, g).abs() > SIGNAL_TOL).any(-1)
-            # Theorem 3.2's −S·μ is checked where μ is the reported ``prior_mean``: EBPO itself.
-            # EBPO-BB (a subclass) shrinks toward its fitted Beta prior's mean α/(α + β) instead
-            # (Beta(1, 1) during its warm-up), which it does not report as ``prior_mean``.
-            predicts = type(est) is EBPO
-            rows.append(
-                {
-                    "scenario": scenario,
-                    "G": g,
-                    "estimator": spec,
-                    "failed_frac": n_failed / (steps * prompts_per_step),
-                    "failed_signal_frac": n_signal / max(n_failed, 1),
-                    "failed_adv": adv_sum / n_rows,
-                    "failed_raw": raw_sum / n_rows,
-                    "predicted_raw": pred_raw / n_rows if predicts else float("nan"),
-                    "predicted_centred": pred_centred / n_rows if predicts else float("nan"),
-                    "allfail_signal_frac": float(allfail_signal.double().mean()),
-                    "allfail_adv": float(allfail.mean()),
-                }
-            )
+            rows.append(_saturation_row(scenario, spec, rewards))
     return rows
+
+
+def _saturation_row(scenario: str, spec: str, rewards: torch.Tensor) -> dict[str, Any]:
+    """One row of :func:`saturation`: a fresh estimator built from ``spec`` fed every batch of
+    ``rewards`` (``[steps, M, G]``) in order, then the all-fail batch."""
+    steps, prompts_per_step, g = rewards.shape
+    group_ids = torch.arange(prompts_per_step).repeat_interleave(g)
+    failed = rewards.sum(-1) == 0  # [steps, M]
+    batch_mean = rewards.mean(dim=(1, 2))  # [steps]
+    est = build_estimator(spec)
+    adv_sum = raw_sum = pred_raw = pred_centred = 0.0
+    n_failed = n_signal = 0
+    for t in range(steps):
+        res = est(rewards[t].flatten(), group_ids)
+        rows_failed = failed[t].repeat_interleave(g)
+        adv = res.advantages.double()
+        n_failed += int(failed[t].sum())
+        signal = (adv.view(prompts_per_step, g).abs() > SIGNAL_TOL).any(-1)
+        n_signal += int(signal[failed[t]].sum())
+        adv_sum += float(adv[rows_failed].sum())
+        raw_sum += float((-res.baselines.double())[rows_failed].sum())
+        s = res.shrinkage.double()[rows_failed]
+        pred_raw += float((-s * res.metrics.get("prior_mean", float("nan"))).sum())
+        pred_centred += float((-s * batch_mean[t]).sum())
+    n_rows = max(n_failed * g, 1)
+    zeros = torch.zeros(prompts_per_step * g, dtype=torch.float64)
+    allfail = est(zeros, group_ids).advantages.double()
+    allfail_signal = (allfail.view(prompts_per_step, g).abs() > SIGNAL_TOL).any(-1)
+    # Theorem 3.2's −S·μ is checked where μ is the reported ``prior_mean``: EBPO itself.
+    # EBPO-BB (a subclass) shrinks toward its fitted Beta prior's mean α/(α + β) instead
+    # (Beta(1, 1) during its warm-up), which it does not report as ``prior_mean``.
+    predicts = type(est) is EBPO
+    return {
+        "scenario": scenario,
+        "G": g,
+        "estimator": spec,
+        "failed_frac": n_failed / (steps * prompts_per_step),
+        "failed_signal_frac": n_signal / max(n_failed, 1),
+        "failed_adv": adv_sum / n_rows,
+        "failed_raw": raw_sum / n_rows,
+        "predicted_raw": pred_raw / n_rows if predicts else float("nan"),
+        "predicted_centred": pred_centred / n_rows if predicts else float("nan"),
+        "allfail_signal_frac": float(allfail_signal.double().mean()),
+        "allfail_adv": float(allfail.mean()),
+    }
 
 
 def penalty_curve(
