@@ -85,5 +85,5 @@ def test_threads_then_fork_pool_score_correct_answers_as_correct(tmp_path):
     for where, outcomes in results.items():
         statuses = [status for status, _ in outcomes]
         assert statuses == ["verified"] * len(statuses), f"{where}: {outcomes}"
-    # Once the helpers are up, a call takes what verification takes: far below the limit.
-    assert max(seconds for _, seconds in results["threads"][4:]) < 1.0, results["threads"]
+    # No clock: what made these calls slow (each helper imported torch as it started, 4-7 s) is
+    # shown by counting the modules a helper imports (tests/rewards/test_verify.py).

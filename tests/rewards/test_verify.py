@@ -23,6 +23,10 @@ from ebpo.rewards import (
 )
 from ebpo.rewards.verify import check_timeout, verify_with_time_limit
 
+#: seconds a loaded machine may add to a call that ends at its time limit (ours, tested here):
+#: without the limit these calls would not end at all, so any bound shows that it acted
+SLACK = 20.0
+
 
 def test_slow_expression_times_out_in_main_thread():
     timer.load_math_verify()  # loading (imports, warm-up) is outside the time limit
@@ -32,7 +36,7 @@ def test_slow_expression_times_out_in_main_thread():
     result = score_math_detailed("Answer: 9^{9^{9}}", "3", timeout=0.5)
     elapsed = time.perf_counter() - start
     assert result.status == "timeout" and result.score == 0.0
-    assert elapsed < 3.0
+    assert elapsed < 0.5 + SLACK
     assert reward_stats()["timeout"] == 1
     # the timer and the previous SIGALRM handler are restored
     assert signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
@@ -91,7 +95,7 @@ def test_after_an_import_the_call_still_has_a_time_limit(slow_module, monkeypatc
     monkeypatch.setattr(timer, "_verify_unguarded", import_then_spin)
     start = time.perf_counter()
     assert verify_with_time_limit("1", "1", 0.2, "signal") == "timeout"
-    assert time.perf_counter() - start < 0.6 + 2 * 0.2 + 1.0
+    assert time.perf_counter() - start < 0.6 + 2 * 0.2 + SLACK
     assert sys.modules[slow_module].DONE
 
 
@@ -109,7 +113,7 @@ def test_scoring_while_importing_a_module_keeps_the_time_limit(tmp_path, monkeyp
     finally:
         sys.modules.pop("ebpo_test_scores_on_import", None)
     assert module.STATUS == "timeout"
-    assert time.perf_counter() - start < 3.0
+    assert time.perf_counter() - start < 0.5 + SLACK
 
 
 def test_worker_thread_uses_helper_process_with_time_limit():
@@ -122,7 +126,7 @@ def test_worker_thread_uses_helper_process_with_time_limit():
     start = time.perf_counter()
     result = in_thread(lambda: score_math_detailed("Answer: 9^{9^{9}}", "3", timeout=0.5))
     assert result.status == "timeout"
-    assert time.perf_counter() - start < 0.5 + verify._KILL_GRACE + 1.0
+    assert time.perf_counter() - start < 0.5 + verify._KILL_GRACE + SLACK
     assert reward_stats()["timeout"] == 1
 
 
@@ -168,7 +172,7 @@ def test_stuck_helper_process_is_killed_and_replaced(monkeypatch):
     start = time.perf_counter()
     result = score_math_detailed("Answer: \\frac{2}{4}", "0.5", timeout=0.3, isolation="process")
     assert result.status == "timeout"
-    assert time.perf_counter() - start < 3.0
+    assert time.perf_counter() - start < 0.3 + verify._KILL_GRACE + SLACK
     assert reward_stats()["worker_restarts"] == 1
     assert worker.proc.poll() is not None  # killed
     assert score_math_detailed("Answer: \\frac{2}{4}", "0.5", isolation="process").score == 1.0

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "BUILTIN_MODEL",
     "cache_dir",
     "load_policy",
+    "remove_stale_warm_starts",
     "warm_start",
     "warm_start_is_cached",
     "warm_start_key",
@@ -47,6 +49,8 @@ __all__ = [
 BUILTIN_MODEL = "tiny"
 #: bump when the warm-start code or the built-in task changes, so old caches are not reused
 _WARM_START_VERSION = 4
+#: the temporary folder a warm start is saved to before it is renamed into place (a key, a pid)
+_TEMPORARY = re.compile(r"\.([0-9a-f]{16})\.tmp[0-9]+")
 
 
 def cache_dir(explicit: str | None = None) -> Path:
@@ -146,10 +150,11 @@ def warm_start(
     path.parent.mkdir(parents=True, exist_ok=True)
     # One process trains a given warm start; others (bench shards, the other processes of a
     # launch) wait for it, then load it.
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
+    with open(_lock_path(path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if on_locked is not None:
             on_locked()
+        remove_stale_warm_starts(path.parent, holding=path.name)
         if warm_start_is_cached(path):
             return AutoModelForCausalLM.from_pretrained(path), True
         if not train:
@@ -164,6 +169,37 @@ def warm_start(
         (tmp / "recipe.json").write_text(json.dumps(dict(recipe), default=str, indent=2))
         os.replace(tmp, path)
     return model, False
+
+
+def _lock_path(path: Path) -> Path:
+    """The lock a process holds while it trains (or loads) the warm start at ``path``."""
+    return path.parent / f".{path.name}.lock"
+
+
+def remove_stale_warm_starts(folder: Path, holding: str | None = None) -> list[Path]:
+    """Remove the temporary folders (``.<key>.tmp<pid>``) that a warm start killed while it saved
+    left in the cache ``folder``; returns what went. A key's temporary folder is only written while
+    its lock is held, so it is stale once the lock is free: ``holding`` is the key whose lock this
+    process holds; any other key's is tried without waiting and skipped while another process
+    holds it. Nothing else in the folder is touched."""
+    removed = []
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        match = _TEMPORARY.fullmatch(entry.name)
+        if not match or entry.is_symlink() or not entry.is_dir():
+            continue
+        key = match.group(1)
+        if key == holding:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+            continue
+        with open(_lock_path(folder / key), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another process is training that warm start now
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def _supervised(

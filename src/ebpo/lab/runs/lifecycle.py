@@ -10,19 +10,32 @@ the manifest (:func:`~ebpo.lab.runs.directory.write_manifest`) the way that even
 
 A resumed run's manifest is left as it was until its training has resumed (``running`` with
 ``resuming=True``, which first drops the metrics logged after the checkpoint), so a resume that
-fails before that leaves the run unchanged.
+fails before that leaves the run unchanged. :meth:`RunLifecycle.started` also removes what an
+earlier job on this directory left behind when it was killed: our own temporary files (a file
+written atomically goes through ``.<name>.<8 hex digits>.tmp`` beside it, :mod:`ebpo.utils.files`)
+of the run's files and of its plots. A user's file never matches: only those names, in a directory
+the job holds the lock of, go.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ebpo.lab.runs import directory as rundir
+from ebpo.utils.checks import is_real
 
-__all__ = ["RunLifecycle"]
+__all__ = ["RunLifecycle", "logged_loss_sum", "remove_stale_temporaries"]
+
+#: the name of a temporary file that :func:`ebpo.utils.files.atomic_path` makes beside ``name``
+_TEMPORARY = r"\.{name}\.[0-9a-f]{{8}}\.tmp"
+#: the run's folder of PNG plots, whose temporary files go too
+_PLOTS = "plots"
 
 
 @dataclass(frozen=True)
@@ -49,11 +62,12 @@ class RunLifecycle:
 
     def started(self) -> None:
         """Claim the directory: clear the run it replaces (only that run's entries: the user's own
-        files stay), create the directory; a new run's manifest
+        files stay), remove our stale temporary files, create the directory; a new run's manifest
         says ``starting`` at step 0."""
         if self.decision.replace:
             rundir.clear_run(self.decision)
         self.path.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.path)
         if not self.resumed:
             self._write("starting", 0)
 
@@ -78,3 +92,39 @@ class RunLifecycle:
 
     def _write(self, status: str, step: int) -> None:
         rundir.write_manifest(self.path, self.identity, status, step)
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files that an atomic write of one of the run's files (or plots) left
+    in ``path`` when its process was killed; returns what went. Only names of that exact form: the
+    run's own file names, and ``plots/`` (the run's folder) with any ``.png``."""
+    names = "|".join(re.escape(name) for name in rundir.RUN_ENTRIES)
+    patterns = [
+        (path, re.compile(_TEMPORARY.format(name=f"(?:{names})"))),
+        (path / _PLOTS, re.compile(_TEMPORARY.format(name=r"[^/]+\.png"))),
+    ]
+    removed = []
+    for folder, pattern in patterns:
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if pattern.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink():
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+                    removed.append(entry)
+    return removed
+
+
+def logged_loss_sum(path: Path, step: int) -> float:
+    """The sum of the per-step training losses logged in the metrics file ``path`` up to
+    ``step``: each record's ``loss`` is the mean over the steps since the record before it, so it
+    counts that many times. This is the part of transformers' running loss total (whose mean over
+    all steps is the summary's ``train_loss``) that a resumed training did not see."""
+    total, previous = 0.0, 0
+    for record in rundir.read_metrics(path):
+        logged, loss = record.get("step"), record.get("loss")
+        if not (is_real(logged) and is_real(loss) and math.isfinite(loss)) or logged > step:
+            continue
+        total += loss * (logged - previous)
+        previous = logged
+    return total

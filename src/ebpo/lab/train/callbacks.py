@@ -128,7 +128,9 @@ def make_job_callback(
     calls ``evaluate(model, step)`` every ``eval_every`` steps (before the last) and logs its
     ``overall`` / ``topics`` as ``heldout/pass@1[/topic]``, shows the progress bar, calls
     ``on_checkpoint(step)`` after each save, ``on_start(step)`` when training starts (a resumed
-    trainer has loaded its checkpoint then; every process calls it), and stops on its
+    trainer has loaded its checkpoint then; every process calls it; it may return the sum of
+    the losses logged before ``step``, which the end-of-training ``train_loss`` then includes,
+    so that a resumed run's is the mean over all its steps), and stops on its
     :class:`StopFlag` (``.flag``; ``.interrupted`` tells that it did), or, without saving, on a
     non-finite loss, gradient norm or weight (``.diverged``: what it saw, else None; the weights
     are checked after every step, a pass over them). ``processes``: the processes of a launch,
@@ -179,11 +181,13 @@ class _JobSteps:
         self.last_pass1: float | None = None
         self.bar: Any = None
         self.diverged: str | None = None
+        #: the sum of the per-step losses logged before this training (a resume) started
+        self.earlier_losses = 0.0
 
     # ------------------------------------------------------------------ events
     def on_train_begin(self, args, state, control, **kwargs):
         if self.on_start is not None:
-            self.on_start(state.global_step)
+            self.earlier_losses = float(self.on_start(state.global_step) or 0.0)
         self.bar = tqdm(
             total=self.total_steps,
             initial=state.global_step,
@@ -218,6 +222,10 @@ class _JobSteps:
             return
         logs.update(self.pending)  # the same dict goes on to TensorBoard
         self.pending = {}
+        if "train_loss" in logs and self.earlier_losses and state.global_step:
+            # transformers divides the losses of this train() call by every step of the run: a
+            # resumed run adds those of the steps before it, for the mean over all its steps
+            logs["train_loss"] += self.earlier_losses / state.global_step
         self.write_record(state.global_step, logs)
         self.watch_divergence(logs)
         if self.diverged is not None:  # called before TRL saves this step's checkpoint

@@ -68,7 +68,7 @@ from ebpo.integrations.trl.checkpoint import read_state
 from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
 from ebpo.lab.runs import directory as rundir
-from ebpo.lab.runs.lifecycle import RunLifecycle
+from ebpo.lab.runs.lifecycle import RunLifecycle, logged_loss_sum
 from ebpo.lab.runs.processes import DEFAULT_TIMEOUT, Processes
 from ebpo.lab.train import data as job_data
 from ebpo.lab.train.callbacks import (
@@ -195,7 +195,7 @@ class _Job:
         self.say(format_pass_table(before))
         trainer, callback = build_trainer(
             self.config, self.processes, run, data, model, tokenizer, trainer_args, evaluate,
-            lambda step: on_main(lambda: run.running(step, resuming=self.config.resume)),
+            lambda step: on_main(lambda: self.training_started(step)),
         )  # fmt: skip
         step = self.train(trainer, callback)
 
@@ -233,6 +233,14 @@ class _Job:
         evaluation = evaluate_before()
         _write(self.run_dir.path / "eval_before.json", evaluation)
         return evaluation
+
+    def training_started(self, step: int) -> float:
+        """TRL has loaded the checkpoint it resumes from (if any) and starts to train at ``step``:
+        the first change a resume makes to the run's files, so that a resume that fails before it
+        (a checkpoint that cannot be restored) leaves them as they were. Returns the sum of the
+        losses logged before ``step``, which transformers' mean loss of the run leaves out."""
+        self.run_dir.running(step, resuming=self.config.resume)
+        return logged_loss_sum(self.run_dir.path / "metrics.jsonl", step) if step else 0.0
 
     def train(self, trainer: Any, callback: Any) -> int:
         """RL from the checkpoint to resume (if any) until the last step or a signal; returns the
