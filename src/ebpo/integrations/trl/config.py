@@ -278,7 +278,7 @@ class EBPOConfig(GRPOConfig):
         ``nan_policy='mask'``, TRL's eps 1e-4 for ``grpo`` / ``dr_grpo``, ``scale`` or ``normalize``)."""
         return trl_estimator_kwargs(
             self.advantage_estimator,
-            self.estimator_options or {},
+            parse_estimator_options(self.estimator_options),  # a dict once __post_init__ ran
             self.scale_rewards,
             self.multi_objective_aggregation,
         )

@@ -50,6 +50,7 @@ from trl.rewards import get_soft_overlong_punishment
 from trl.trainer.utils import get_config_model_id
 
 import ebpo
+from ebpo.estimators import GRPO
 from ebpo.integrations.trl.aggregation import unscorable_rows, zero_variance_groups
 from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages
 from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE
@@ -116,6 +117,9 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "ebpo"]
     _name = "EBPO"
+    # GRPOTrainer's, which __init__ extends: the reward functions and their weights
+    reward_funcs: list[Any]
+    reward_weights: torch.Tensor
 
     @property
     def no_signal_notice(self) -> str | None:
@@ -171,9 +175,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         # TRL still computes its own advantages (kept for its own GRPO, discarded otherwise) and logs
         # frac_reward_zero_std from them: give it the estimator's scale, or a value it accepts.
         self.scale_rewards = (
-            estimator.scale
-            if self._ebpo_policy.follows_trl_grpo
-            else (args.scale_rewards or "group")
+            estimator.scale if isinstance(estimator, GRPO) else (args.scale_rewards or "group")
         )
         if args.data_order != "shuffle":
             self.shuffle_dataset = False  # the config already says so; keep the sampler honest
