@@ -112,7 +112,10 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
     ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
     ``ebpo/grpo_zero_signal_group_frac`` (groups GRPO gives no signal = zero-variance groups),
-    ``ebpo/filtered_group_frac`` (DAPO filtering) and ``ebpo/clip_cov_frac`` (Clip-Cov).
+    ``ebpo/filtered_group_frac`` (DAPO filtering) and ``ebpo/clip_cov_frac`` (Clip-Cov); in the
+    summary at the end of training, ``ebpo/no_signal_batch_frac`` (the fraction of the run's
+    generation batches in which no group had a signal; a run too short for the warning above in
+    which no batch had one gets a warning at its end).
     """
 
     _tag_names = ["trl", "grpo", "ebpo"]
@@ -303,6 +306,22 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         notice = self._ebpo_signal.update(
             self.state.global_step + 1, metrics["zero_signal_group_frac"], metrics["reward_mean"]
         )
+        if notice is not None and self.accelerator.is_main_process:
+            signal_logger.warning("EBPOTrainer: %s", notice)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "train_runtime" in logs:  # transformers' summary at the end of train()
+            self._ebpo_end_of_run(logs)
+        super().log(logs, start_time)
+
+    def _ebpo_end_of_run(self, logs: dict[str, float]) -> None:
+        """Add the fraction of the run's generation batches without any signal to the summary,
+        and warn (main process) when none had one in a run too short for the warning that
+        :meth:`_ebpo_watch_signal` gives during training (see :mod:`.signal`)."""
+        fraction = self._ebpo_signal.no_signal_batch_frac
+        if fraction is not None:
+            logs[METRIC_PREFIX + "no_signal_batch_frac"] = fraction
+        notice = self._ebpo_signal.end_of_run()
         if notice is not None and self.accelerator.is_main_process:
             signal_logger.warning("EBPOTrainer: %s", notice)
 
