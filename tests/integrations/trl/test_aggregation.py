@@ -11,8 +11,11 @@ import torch
 
 pytest.importorskip("trl")
 
+from trl.trainer.utils import nanstd  # noqa: E402
+
 from ebpo.integrations.trl.aggregation import (  # noqa: E402
     combine_rewards,
+    group_nanstd,
     lone_response_rows,
     unscorable_rows,
     zero_variance_groups,
@@ -82,6 +85,19 @@ def test_normalize_then_sum_matches_the_per_group_reference(seed, group_size, nu
         reference_normalize_then_sum(rewards, weights, group_size), dtype=torch.float32
     )
     torch.testing.assert_close(ours, expected, equal_nan=True, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("group_size", "num_funcs"), [(2, 1), (4, 3), (5, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_group_nanstd_is_trls_nanstd_to_the_last_bit(seed, group_size, num_funcs, dtype):
+    """The module keeps TRL out of its imports with its own copy of TRL's nanstd: same bits."""
+    rewards = random_rewards(seed, num_groups=7, group_size=group_size, num_funcs=num_funcs)
+    grouped = rewards.to(dtype).view(-1, group_size, num_funcs)
+    ours, trls = group_nanstd(grouped), nanstd(grouped, dim=1, keepdim=True)
+    assert ours.dtype == trls.dtype and ours.shape == trls.shape == (7, 1, num_funcs)
+    assert torch.equal(ours.isnan(), trls.isnan())
+    assert torch.equal(ours.nan_to_num(-1.0), trls.nan_to_num(-1.0))
 
 
 @pytest.mark.parametrize("seed", range(4))

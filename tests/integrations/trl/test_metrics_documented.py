@@ -16,6 +16,7 @@ pytest.importorskip("trl")
 
 import ebpo  # noqa: E402
 from ebpo.estimators import available_variants  # noqa: E402
+from ebpo.integrations.trl import batch_advantages  # noqa: E402
 from ebpo.integrations.trl import reward as trl_reward  # noqa: E402
 from ebpo.integrations.trl import trainer as trl_trainer  # noqa: E402
 
@@ -40,9 +41,12 @@ def estimator_metrics() -> set[str]:
 
 
 def trainer_metrics() -> set[str]:
-    """The names EBPOTrainer logs itself (``METRIC_PREFIX + "..."``) and math_reward's."""
+    """The names EBPOTrainer logs itself (``METRIC_PREFIX + "..."``, and the metrics that
+    batch_advantages adds to the estimator's, which the trainer logs under the prefix) and
+    math_reward's."""
     source = inspect.getsource(trl_trainer)
     own = set(re.findall(r'METRIC_PREFIX \+ "(\w+)"', source))
+    own |= set(re.findall(r'metrics\["(\w+)"\] =', inspect.getsource(batch_advantages)))
     logged = set(re.findall(r'log_metric\(\s*"([\w/]+)"', inspect.getsource(trl_reward)))
     return {trl_trainer.METRIC_PREFIX + name for name in own} | logged
 
@@ -72,9 +76,12 @@ def test_the_names_come_from_the_code():
         "beta_alpha",
         "jspo_steps",
     } <= estimator_metrics()
-    assert {"ebpo/grpo_zero_signal_group_frac", "ebpo/clip_cov_frac", "math_reward/timeouts"} <= (
-        trainer_metrics()
-    )
+    assert {
+        "ebpo/grpo_zero_signal_group_frac",
+        "ebpo/filtered_group_frac",
+        "ebpo/clip_cov_frac",
+        "math_reward/timeouts",
+    } <= trainer_metrics()
 
 
 def test_every_logged_metric_has_its_meaning_in_trl_md():

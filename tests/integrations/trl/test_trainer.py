@@ -890,3 +890,13 @@ def test_token_weighted_estimators_get_the_completion_token_counts(tokenizer, tm
         rewards, group_ids, token_counts=torch.ones_like(counts)
     )
     assert not torch.allclose(expected.advantages, uniform.advantages)  # the counts mattered
+
+
+def test_the_summary_gives_the_fraction_of_batches_without_signal(ebpo_run):
+    history = ebpo_run.trainer.state.log_history
+    per_step = [
+        e["ebpo/zero_signal_group_frac"] for e in history if "ebpo/zero_signal_group_frac" in e
+    ]
+    assert len(per_step) == 3
+    (summary,) = [e for e in history if "train_runtime" in e]
+    assert summary["ebpo/no_signal_batch_frac"] == sum(f == 1 for f in per_step) / 3 < 1

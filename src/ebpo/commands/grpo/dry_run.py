@@ -199,7 +199,8 @@ def score_correct_answers(
 ) -> dict[str, float] | None:
     """Mean reward per reward function of the completion ``Answer: <ground truth>`` for each row,
     scored by TRL's ``GRPOTrainer._calculate_rewards`` (the columns reach the functions as TRL
-    passes them); None when a row has no ``answer`` / ``reward_model.ground_truth``."""
+    passes them); None when a row has no ``answer`` / ``solution`` (TRL's ``accuracy_reward``
+    reads it) / ``reward_model.ground_truth``."""
     truths = [_ground_truth(row) for row in rows]
     if not rows or any(truth is None for truth in truths):
         return None
@@ -354,8 +355,9 @@ def _synthetic(split: str) -> datasets.Dataset:
 
 
 def _ground_truth(row: dict[str, Any]) -> Any:
-    if row.get("answer") is not None:
-        return row["answer"]
+    for column in ("answer", "solution"):  # solution: what TRL's accuracy_reward reads
+        if row.get(column) is not None:
+            return row[column]
     reward_model = row.get("reward_model")
     return reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
 
@@ -404,7 +406,7 @@ def _summary(run: DryRun, source: str, processes: int) -> list[str]:
             "a completion 'Answer: <ground truth>' scores "
             + ", ".join(f"{name} {value:g}" for name, value in run.rewards.items())
             if run.rewards is not None
-            else "not checked: the rows have no answer / reward_model.ground_truth column"
+            else "not checked: the rows have no answer / solution / reward_model.ground_truth column"
         ),
         f"  estimator   {c.advantage_estimator} {c.estimator_kwargs}; paper preset: "
         + (run.preset or "none (the method settings match no preset of PAPER_METHODS)"),

@@ -1,8 +1,9 @@
 """From TRL's ``(N, num_reward_funcs)`` reward matrix to what the estimator and DAPO's filter see.
 
-Pure tensor functions; :class:`~ebpo.integrations.trl.EBPOTrainer` applies them to the rewards
-TRL 1.16 gathered from every process (groups are contiguous blocks of ``num_generations`` rows;
-NaN marks a reward function that returned None for a completion).
+Pure tensor functions, free of TRL (torch only, so that the arithmetic of :mod:`.batch_advantages`
+is tested without a trainer); :class:`~ebpo.integrations.trl.EBPOTrainer` applies them to the
+rewards TRL 1.16 gathered from every process (groups are contiguous blocks of ``num_generations``
+rows; NaN marks a reward function that returned None for a completion).
 
 - :func:`combine_rewards` — one reward per completion, as TRL combines them before its own
   normalisation (``multi_objective_aggregation``): ``"sum_then_normalize"`` is the weighted sum,
@@ -17,12 +18,12 @@ NaN marks a reward function that returned None for a completion).
 from __future__ import annotations
 
 import torch
-from trl.trainer.utils import nanstd
 
 __all__ = [
     "AGGREGATIONS",
     "TRL_NORMALIZE_EPS",
     "combine_rewards",
+    "group_nanstd",
     "lone_response_rows",
     "unscorable_rows",
     "zero_variance_groups",
@@ -55,8 +56,9 @@ def combine_rewards(
 
         r = Σ_k w_k (r_k − mean_g r_k) / (std_g r_k + 1e-4),
 
-    with NaN-aware group mean and unbiased std (TRL's ``nanstd``; a function that scored fewer than
-    two completions of the group has std NaN there and adds nothing). TRL then normalises ``r`` over
+    with NaN-aware group mean and unbiased std (TRL's ``nanstd``, as :func:`group_nanstd`; a
+    function that scored fewer than two completions of the group has std NaN there and adds
+    nothing). TRL then normalises ``r`` over
     the batch; EBPOTrainer hands ``r`` to the estimator instead. Computed in ``rewards_per_func``'s
     dtype, as TRL does.
     """
@@ -70,10 +72,7 @@ def combine_rewards(
         num_funcs = rewards_per_func.size(1)
         grouped = rewards_per_func.view(-1, num_generations, num_funcs)
         mean = torch.nanmean(grouped, dim=1, keepdim=True)
-        # TRL's own nanstd, so that the result is TRL's to the last bit
-        std = (
-            nanstd(grouped, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean)
-        )
+        std = group_nanstd(grouped) if num_generations > 1 else torch.zeros_like(mean)
         per_func = ((grouped - mean) / (std + TRL_NORMALIZE_EPS)).view(-1, num_funcs)
     else:
         raise ValueError(
@@ -81,6 +80,23 @@ def combine_rewards(
         )
     rewards = (per_func * weights).nansum(dim=1)
     return rewards.masked_fill(unscorable, torch.nan)
+
+
+def group_nanstd(grouped: torch.Tensor) -> torch.Tensor:
+    r"""``(M, 1, K)`` unbiased std over dim 1 of ``(M, G, K)``, ignoring NaN; NaN where fewer than two
+    values are scored: ``s = sqrt(mean_i (x_i − x̄)² · n / (n − 1))``.
+
+    TRL 1.16's ``trl.trainer.utils.nanstd(grouped, dim=1, keepdim=True)``, the same operations in
+    the same order so that the result is TRL's to the last bit (the tests compare the two), written
+    out here so that this module does not import TRL.
+    """
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    variance = torch.nanmean((grouped - mean) ** 2, dim=1, keepdim=True)
+    count = torch.sum(~torch.isnan(grouped), dim=1, keepdim=True)
+    correction = count / (count - 1)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    variance *= correction  # Bessel's correction
+    return torch.sqrt(variance)
 
 
 def lone_response_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

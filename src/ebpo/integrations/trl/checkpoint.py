@@ -127,7 +127,7 @@ def read_state(
     record = _read_object(cycle_path)
     values = []
     for key, low in _CYCLE_FIELDS.items():
-        value = record.get(key)
+        value: Any = record.get(key)  # a JSON value, checked here
         if not (is_integer(value) and value >= low):
             raise ValueError(
                 f"{cycle_path} is not a generation-cycle record written by EBPOTrainer: {key} "

@@ -34,7 +34,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate.utils import gather_object
@@ -52,6 +52,11 @@ from ebpo.utils.checkpoints import (
     newest_complete,
     unmark,
 )
+
+if TYPE_CHECKING:
+    from trl import GRPOTrainer as _Trainer  # what the mixin is mixed into, for the type checker
+else:
+    _Trainer = object
 
 __all__ = ["CheckpointingMixin", "resolve_checkpoint", "rotate"]
 
@@ -85,13 +90,13 @@ def resolve_checkpoint(resume_from_checkpoint: Any, output_dir: str) -> Any:
             f"got {resume_from_checkpoint!r}"
         )
     path = Path(resume_from_checkpoint)
-    reason = incomplete_reason(path, required=REQUIRED_FILES)
-    if reason is not None:
+    problem = incomplete_reason(path, required=REQUIRED_FILES)
+    if problem is not None:
         newest, _ = newest_complete(path.parent, PREFIX_CHECKPOINT_DIR, required=REQUIRED_FILES)
         hint = f"; the newest complete one beside it is {str(newest)!r}" if newest else ""
         raise ValueError(
             f"resume_from_checkpoint {os.fspath(resume_from_checkpoint)!r} is not a complete "
-            f"checkpoint: {reason}{hint}"
+            f"checkpoint: {problem}{hint}"
         )
     return os.fspath(resume_from_checkpoint)
 
@@ -118,7 +123,7 @@ def rotate(run_dir: str, save_total_limit: int | None, protected: list[str | Non
             shutil.rmtree(path, ignore_errors=True)
 
 
-class CheckpointingMixin:
+class CheckpointingMixin(_Trainer):
     """The save and resume half of EBPOTrainer (mixed in before ``trl.GRPOTrainer``). Uses the
     trainer's ``estimator``, ``_ebpo_state_before_batch`` and TRL's ``_step`` /
     ``_buffered_inputs``."""

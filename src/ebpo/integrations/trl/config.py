@@ -22,8 +22,9 @@ from typing import Any
 from trl import GRPOConfig
 
 import ebpo
-from ebpo.estimators import VARIANTS
+from ebpo.estimators import VARIANTS, AdvantageEstimator
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
+from ebpo.integrations.trl.batch_advantages import FILTER_METRICS
 from ebpo.integrations.trl.config_checks import check_trl_values
 from ebpo.integrations.trl.estimator_settings import (
     resolve_estimator,
@@ -37,7 +38,7 @@ __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
 #: accepted values of ``EBPOConfig.data_order`` (see ``ebpo.curriculum.order_indices``)
 DATA_ORDERS = ("shuffle", "topic", "difficulty", "topic_then_difficulty")
 #: accepted values of ``EBPOConfig.filter_groups_metric``
-FILTER_GROUPS_METRICS = ("accuracy", "reward")
+FILTER_GROUPS_METRICS = FILTER_METRICS
 
 
 @dataclass
@@ -168,8 +169,22 @@ class EBPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         # Our fields first, so that a bad value fails before TRL / transformers set anything up.
-        # A variant name becomes its estimator and options; scale_rewards maps to the estimator's
-        # option that means the same, or is refused (see .estimator_settings).
+        estimator = self._resolve_estimator()
+        self._check_groups_and_dapo()
+        self._check_clip_cov()
+        self._check_data_and_clusters(estimator)
+        self._check_reward_handling()
+        if self.data_order != "shuffle":
+            # A curriculum is an order; TRL's sampler would shuffle it away.
+            self.shuffle_dataset = False
+        check_trl_values(self)  # what TRL would refuse (or misuse) only once training runs
+        super().__post_init__()
+
+    def _resolve_estimator(self) -> AdvantageEstimator:
+        """A variant name becomes its estimator and options; ``scale_rewards`` maps to the
+        estimator's option that means the same, or is refused (see :mod:`.estimator_settings`).
+        Returns the estimator these settings build (``make_estimator`` raises ValueError naming an
+        unknown option or a bad value)."""
         name = self.advantage_estimator
         self.advantage_estimator, self.estimator_options = resolve_estimator(
             name, parse_estimator_options(self.estimator_options)
@@ -184,8 +199,10 @@ class EBPOConfig(GRPOConfig):
                 f"{error} (advantage_estimator {name!r} is {self.advantage_estimator!r} "
                 f"with {self.estimator_options})"
             ) from None
-        # make_estimator raises ValueError naming the unknown option / bad value.
-        estimator = ebpo.make_estimator(self.advantage_estimator, **kwargs)
+        return ebpo.make_estimator(self.advantage_estimator, **kwargs)
+
+    def _check_groups_and_dapo(self) -> None:
+        """The group size, DAPO's group filter and its soft overlong punishment."""
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 "num_generations must be at least 2 (a group needs two completions to compare), "
@@ -203,6 +220,9 @@ class EBPOConfig(GRPOConfig):
             raise ValueError(
                 "overlong_buffer_ratio > 0 needs max_completion_length (the buffer is a fraction of it)"
             )
+
+    def _check_clip_cov(self) -> None:
+        """Clip-Cov's ratio and window, and the TRL settings it cannot work with."""
         _check_number("clip_cov_ratio", self.clip_cov_ratio, low=0.0, high=1.0)
         _check_number("clip_cov_lb", self.clip_cov_lb)
         _check_number("clip_cov_ub", self.clip_cov_ub)
@@ -219,6 +239,9 @@ class EBPOConfig(GRPOConfig):
             raise ValueError(
                 "clip_cov_ratio > 0 is not supported with use_liger_kernel=True (Liger fuses the loss)"
             )
+
+    def _check_data_and_clusters(self, estimator: AdvantageEstimator) -> None:
+        """The data order, and a cluster column wherever the estimator reads clusters."""
         if self.data_order not in DATA_ORDERS:
             raise ValueError(
                 f"data_order must be one of {list(DATA_ORDERS)}, got {self.data_order!r}"
@@ -235,6 +258,9 @@ class EBPOConfig(GRPOConfig):
                 f"{self.estimator_options} reads clusters (per-cluster priors) but cluster_column is "
                 "None: name the dataset column holding each prompt's cluster (e.g. cluster_column='topic')"
             )
+
+    def _check_reward_handling(self) -> None:
+        """How the reward functions combine, and what DAPO's filter compares."""
         if self.multi_objective_aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"multi_objective_aggregation must be one of {list(AGGREGATIONS)}, "
@@ -244,11 +270,6 @@ class EBPOConfig(GRPOConfig):
             raise ValueError(
                 f"filter_groups_metric must be one of {list(FILTER_GROUPS_METRICS)}, got {self.filter_groups_metric!r}"
             )
-        if self.data_order != "shuffle":
-            # A curriculum is an order; TRL's sampler would shuffle it away.
-            self.shuffle_dataset = False
-        check_trl_values(self)  # what TRL would refuse (or misuse) only once training runs
-        super().__post_init__()
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
@@ -257,7 +278,7 @@ class EBPOConfig(GRPOConfig):
         ``nan_policy='mask'``, TRL's eps 1e-4 for ``grpo`` / ``dr_grpo``, ``scale`` or ``normalize``)."""
         return trl_estimator_kwargs(
             self.advantage_estimator,
-            self.estimator_options or {},
+            parse_estimator_options(self.estimator_options),  # a dict once __post_init__ ran
             self.scale_rewards,
             self.multi_objective_aggregation,
         )

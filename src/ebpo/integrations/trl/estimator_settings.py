@@ -26,7 +26,8 @@ import shlex
 from typing import Any
 
 import ebpo
-from ebpo.estimators import VARIANTS, available_variants, variant_spec
+from ebpo.estimators import VARIANTS, AdvantageEstimator, available_variants, variant_spec
+from ebpo.integrations.trl.batch_advantages import LoneRowPolicy
 from ebpo.integrations.trl.paper_methods import PAPER_METHODS, preset_arguments
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "TRAINER_PRESETS",
     "TRL_GRPO_EPS",
     "follows_trl_grpo",
+    "lone_row_policy",
     "resolve_estimator",
     "scale_options",
     "scale_rewards_name",
@@ -75,6 +77,18 @@ def uses_trls_own_advantages(estimator: Any, aggregation: str) -> bool:
         and estimator.eps == TRL_GRPO_EPS
         and (aggregation != "normalize_then_sum" or estimator.scale == "batch")
     )
+
+
+def lone_row_policy(estimator: AdvantageEstimator, aggregation: str) -> LoneRowPolicy:
+    """The :class:`.batch_advantages.LoneRowPolicy` of ``estimator`` (built with
+    :func:`trl_estimator_kwargs`) under TRL's ``multi_objective_aggregation``: TRL's GRPO family
+    follows ``GRPOTrainer`` (keeping TRL's own numbers when :func:`uses_trls_own_advantages`), an
+    estimator with a prior scores a lone completion against it, any other leaves it out."""
+    if follows_trl_grpo(estimator.name):
+        if uses_trls_own_advantages(estimator, aggregation):
+            return LoneRowPolicy.TRL_GRPO_OWN
+        return LoneRowPolicy.TRL_GRPO
+    return LoneRowPolicy.PRIOR if estimator.uses_prior else LoneRowPolicy.LEAVE_OUT
 
 
 def resolve_estimator(name: Any, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -66,7 +66,7 @@ class CheckedReward:
 class AsyncCheckedReward(CheckedReward):
     """An async reward function whose errors and return values are checked."""
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             output = await self.func(*args, **kwargs)
         except Exception as error:

@@ -12,7 +12,9 @@ gives no signal) once per generation batch and, after :data:`PATIENCE` batches i
 signal, returns a one-line notice; :class:`ebpo.integrations.trl.EBPOTrainer` logs it as a warning
 on the main process (logger ``ebpo.integrations.trl.signal``) and keeps it as
 ``trainer.no_signal_notice``. The notice is given once per such stretch; a batch with a signal
-starts the count again.
+starts the count again. A run too short for that (fewer than :data:`PATIENCE` generation batches)
+in which no batch had a signal is told so at its end (:meth:`NoSignalWatch.end_of_run`), and every
+run logs the fraction of its generation batches without signal (``ebpo/no_signal_batch_frac``).
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ PATIENCE = 5
 
 logger = logging.getLogger(__name__)
 
+_CONSEQUENCE = (
+    "so every advantage is 0 and the policy does not change; the prompts are too hard (or too "
+    "easy) for this model, or the reward function never scores an answer (TRL logs "
+    "rewards/<function>/mean)"
+)
+
 
 class NoSignalWatch:
-    """Counts consecutive generation batches in which no group carried a learning signal."""
+    """Counts the generation batches in which no group carried a learning signal."""
 
     def __init__(self, patience: int = PATIENCE) -> None:
         check_int("patience", patience, low=1)
@@ -39,31 +47,55 @@ class NoSignalWatch:
         self.first_step = 0
         self.rewards: set[float] = set()
         self.notice: str | None = None
+        #: generation batches seen, and those among them without any signal
+        self.batches = 0
+        self.batches_without_signal = 0
+
+    @property
+    def no_signal_batch_frac(self) -> float | None:
+        """The fraction of the batches seen in which no group had a signal; None before any."""
+        return self.batches_without_signal / self.batches if self.batches else None
 
     def update(self, step: int, zero_signal_group_frac: float, reward_mean: float) -> str | None:
         """Record one generation batch (``step``: the optimizer step it trains); return the notice
         when this batch completes a stretch of ``patience`` batches without signal, else None."""
+        self.batches += 1
         if zero_signal_group_frac < 1.0:
             self.streak, self.rewards = 0, set()
             return None
+        self.batches_without_signal += 1
         if self.streak == 0:
             self.first_step = step
         self.streak += 1
         self.rewards.add(round(float(reward_mean), 6))
         if self.streak != self.patience:
             return None
-        if self.rewards == {0.0}:
-            what = "every completion scored 0"
-        else:
-            what = (
-                "every group's completions got equal rewards (mean reward "
-                + ", ".join(f"{r:g}" for r in sorted(self.rewards))
-                + ")"
-            )
         self.notice = (
             f"no learning signal in {self.streak} generation batches in a row (from step "
-            f"{self.first_step}): {what}, so every advantage is 0 and the policy does not change; "
-            "the prompts are too hard (or too easy) for this model, or the reward function never "
-            "scores an answer (TRL logs rewards/<function>/mean)"
+            f"{self.first_step}): {self._what()}, {_CONSEQUENCE}"
         )
         return self.notice
+
+    def end_of_run(self) -> str | None:
+        """At the end of a run: the notice when no generation batch of the run had a signal and
+        the run was too short for :meth:`update`'s (fewer than ``patience`` batches); else None."""
+        if not 0 < self.batches == self.batches_without_signal < self.patience:
+            return None
+        batches = (
+            "the only generation batch"
+            if self.batches == 1
+            else f"any of the run's {self.batches} generation batches"
+        )
+        return (
+            f"no learning signal in {batches} (the run ended before the {self.patience} in a row "
+            f"that warn during training): {self._what()}, {_CONSEQUENCE}"
+        )
+
+    def _what(self) -> str:
+        if self.rewards == {0.0}:
+            return "every completion scored 0"
+        return (
+            "every group's completions got equal rewards (mean reward "
+            + ", ".join(f"{r:g}" for r in sorted(self.rewards))
+            + ")"
+        )

@@ -7,17 +7,18 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
    the whole generation batch from all processes; the wrapper keeps a reference to that tensor
    (and gathers the ``cluster_column`` values of the completions, if asked).
 2. ``_generate_and_score_completions`` calls TRL's, then recomputes the advantages with the
-   estimator from the kept rewards: one reward per completion as TRL combines them
-   (``multi_objective_aggregation``; NaN where every reward function returned None, which the
-   estimator masks), groups = contiguous blocks of ``num_generations``. A completion that is the
-   only scored one of its group gets advantage 0, as in TRL, unless the estimator has a prior (see
-   :func:`has_lone_response_baseline`); TRL's own GRPO (``grpo``, ``dr_grpo``) also counts it in
-   the batch's std, as ``GRPOTrainer`` does (:mod:`.estimator_settings`). Every process runs the
-   estimator on the same gathered batch, so the running statistics stay identical everywhere
-   without any extra communication; each process then takes its slice. The advantages TRL logged
-   for the completions table are overwritten with ours. Running statistics are updated only when
-   the model is in training mode (TRL calls the method once per generation batch in training, and
-   once per batch in evaluation).
+   estimator from the kept rewards (:func:`.batch_advantages.batch_advantages`, free of TRL): one
+   reward per completion as TRL combines them (``multi_objective_aggregation``; NaN where every
+   reward function returned None, which the estimator masks), groups = contiguous blocks of
+   ``num_generations``. A completion that is the only scored one of its group gets advantage 0, as
+   in TRL, unless the estimator has a prior (see :func:`has_lone_response_baseline`); TRL's own GRPO
+   (``grpo``, ``dr_grpo``) also counts it in the batch's std, as ``GRPOTrainer`` does: one
+   :class:`.batch_advantages.LoneRowPolicy` says which. Every process runs the estimator on the
+   same gathered batch, so the running statistics stay identical everywhere without any extra
+   communication; each process then takes its slice. The advantages TRL logged for the
+   completions table are overwritten with ours. Running statistics are updated only when the model
+   is in training mode (TRL calls the method once per generation batch in training, and once per
+   batch in evaluation).
 3. DAPO's group filtering zeroes the ``completion_mask`` of filtered groups (as TRL's
    ``mask_truncated_completions`` does for truncated ones) and recounts ``num_items_in_batch``. It
    compares the accuracy (the user's reward functions, without the overlong punishment) by default.
@@ -49,18 +50,15 @@ from trl.rewards import get_soft_overlong_punishment
 from trl.trainer.utils import get_config_model_id
 
 import ebpo
-from ebpo.integrations.trl.aggregation import (
-    combine_rewards,
-    lone_response_rows,
-    unscorable_rows,
-    zero_variance_groups,
-)
+from ebpo.estimators import GRPO
+from ebpo.integrations.trl.aggregation import unscorable_rows, zero_variance_groups
+from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages
 from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE
 from ebpo.integrations.trl.checkpointing import CheckpointingMixin
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
-from ebpo.integrations.trl.estimator_settings import follows_trl_grpo, uses_trls_own_advantages
+from ebpo.integrations.trl.estimator_settings import lone_row_policy
 from ebpo.integrations.trl.reference_model import reference_from_policy
 from ebpo.integrations.trl.reward_calls import checked_rewards
 from ebpo.integrations.trl.signal import NoSignalWatch
@@ -114,11 +112,17 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
     ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
     ``ebpo/grpo_zero_signal_group_frac`` (groups GRPO gives no signal = zero-variance groups),
-    ``ebpo/filtered_group_frac`` (DAPO filtering) and ``ebpo/clip_cov_frac`` (Clip-Cov).
+    ``ebpo/filtered_group_frac`` (DAPO filtering) and ``ebpo/clip_cov_frac`` (Clip-Cov); in the
+    summary at the end of training, ``ebpo/no_signal_batch_frac`` (the fraction of the run's
+    generation batches in which no group had a signal; a run too short for the warning above in
+    which no batch had one gets a warning at its end).
     """
 
     _tag_names = ["trl", "grpo", "ebpo"]
     _name = "EBPO"
+    # GRPOTrainer's, which __init__ extends: the reward functions and their weights
+    reward_funcs: list[Any]
+    reward_weights: torch.Tensor
 
     @property
     def no_signal_notice(self) -> str | None:
@@ -168,16 +172,13 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
                 **kwargs,
             )
         self.estimator = estimator
-        # TRL's own GRPO (grpo, dr_grpo): lone completions as TRL treats them (see
-        # _generate_and_score_completions); with TRL's eps, TRL's own advantages are kept.
-        self._ebpo_trl_grpo = follows_trl_grpo(args.advantage_estimator)
-        self._ebpo_trls_own = self._ebpo_trl_grpo and uses_trls_own_advantages(
-            estimator, args.multi_objective_aggregation
-        )
+        # Which completions get which advantages, and whether TRL's own numbers stay (TRL's GRPO
+        # with TRL's settings): see .batch_advantages.LoneRowPolicy.
+        self._ebpo_policy = lone_row_policy(estimator, args.multi_objective_aggregation)
         # TRL still computes its own advantages (kept for its own GRPO, discarded otherwise) and logs
         # frac_reward_zero_std from them: give it the estimator's scale, or a value it accepts.
         self.scale_rewards = (
-            estimator.scale if self._ebpo_trl_grpo else (args.scale_rewards or "group")
+            estimator.scale if isinstance(estimator, GRPO) else (args.scale_rewards or "group")
         )
         if args.data_order != "shuffle":
             self.shuffle_dataset = False  # the config already says so; keep the sampler honest
@@ -186,8 +187,6 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         self._ebpo_user_columns = slice(0, len(self.reward_funcs))
         if args.overlong_buffer_ratio > 0:
             self._add_overlong_reward(args)
-        # See has_lone_response_baseline.
-        self._ebpo_lone_response_baseline = estimator.uses_prior
         # The estimator state before the current generation batch was scored (for mid-batch checkpoints).
         self._ebpo_state_before_batch: dict[str, Any] = estimator.state_dict()
         # Hand-off from the _calculate_rewards wrapper to _generate_and_score_completions.
@@ -238,7 +237,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        mode = "train" if self.model.training else "eval"
+        training = self.model.training
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func, clusters = self._ebpo_gathered_rewards, self._ebpo_gathered_clusters
         self._ebpo_gathered_rewards = self._ebpo_gathered_clusters = None
@@ -246,84 +245,85 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
             raise RuntimeError(
                 "EBPOTrainer: TRL produced completions without calling _calculate_rewards"
             )
-
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = combine_rewards(
-            rewards_per_func,
-            self.reward_weights,
-            aggregation=self.args.multi_objective_aggregation,
-            num_generations=num_generations,
-        ).cpu()
-        estimator_rewards = rewards
-        lone = lone_response_rows(rewards, num_generations)
-        if not self._ebpo_lone_response_baseline and not self._ebpo_trl_grpo:
-            # A lone scored completion has no group baseline: leave it out (advantage 0), as TRL does.
-            estimator_rewards = rewards.masked_fill(lone, torch.nan)
-        num_total = rewards.numel()
-        group_ids = torch.arange(num_total) // num_generations
-        if mode == "train":
-            self._ebpo_state_before_batch = self.estimator.state_dict()
         token_counts = None
-        if (
-            self.estimator.uses_token_counts
-        ):  # e.g. reinforce_pp_verl: verl's token-weighted whitening
+        if self.estimator.uses_token_counts:  # e.g. reinforce_pp_verl: token-weighted whitening
             # Same process order as TRL's gather of the rewards: row i is completion i.
             token_counts = gather(output["completion_mask"].sum(1)).cpu()
-        result = self.estimator(
-            estimator_rewards,
-            group_ids,
+        if training:
+            self._ebpo_state_before_batch = self.estimator.state_dict()
+        filtering = self.args.filter_zero_variance_groups and training
+        batch = batch_advantages(
+            rewards_per_func,
+            self.reward_weights,
+            self.num_generations if training else self.num_generations_eval,
+            self.estimator,
+            self._ebpo_policy,
+            aggregation=self.args.multi_objective_aggregation,
             clusters=clusters,
             token_counts=token_counts,
-            update=(mode == "train"),
+            update=training,
+            filter_metric=self.args.filter_groups_metric if filtering else None,
+            user_columns=self._ebpo_user_columns,
         )
-        if mode == "train":
-            self._ebpo_check_state("estimator", rewards=estimator_rewards)
-        advantages = result.advantages.to(
+        if training:
+            self._ebpo_check_state("estimator", rewards=batch.estimator_rewards)
+        self._place_advantages(output, batch, "train" if training else "eval")
+        return output
+
+    def _place_advantages(self, output: dict[str, Any], batch: BatchAdvantages, mode: str) -> None:
+        """Put this process's slice of ``batch`` into TRL's ``output``; log the metrics (and the
+        no-signal notice), mask DAPO's dropped groups, show our advantages in the completions table."""
+        advantages = batch.advantages.to(
             device=output["advantages"].device, dtype=output["advantages"].dtype
         )
-        if self._ebpo_trl_grpo:
-            # TRL's GRPO counts a lone completion in the batch's std (scale "batch"), then gives it 0
-            advantages = advantages.masked_fill(lone.to(advantages.device), 0.0)
-
         num_local = output["completion_ids"].size(0)
         start = self.accelerator.process_index * num_local
-        if not self._ebpo_trls_own:
-            output["advantages"] = advantages[start : start + num_local]
+        rows = slice(start, start + num_local)
+        if not batch.keeps_trls_advantages:
+            output["advantages"] = advantages[rows]
         # else TRL's own GRPO: TRL computed these advantages in float32 as GRPOTrainer does; the
         # estimator's (float64, rounded) agree to float32 rounding; TRL's last bits are kept.
-
         metrics = self._metrics[mode]
-        for key, value in result.metrics.items():
-            metrics[METRIC_PREFIX + key].append(float(value))
-        metrics[METRIC_PREFIX + "grpo_zero_signal_group_frac"].append(
-            float(result.metrics["zero_variance_group_frac"])
-        )
+        for key, value in batch.metrics.items():
+            metrics[METRIC_PREFIX + key].append(value)
         if mode == "train":
-            notice = self._ebpo_signal.update(
-                self.state.global_step + 1,
-                result.metrics["zero_signal_group_frac"],
-                result.metrics["reward_mean"],
-            )
-            if notice is not None and self.accelerator.is_main_process:
-                signal_logger.warning("EBPOTrainer: %s", notice)
-
-        if self.args.filter_zero_variance_groups and mode == "train":
-            dropped = zero_variance_groups(
-                self._filter_metric(rewards_per_func, rewards), num_generations
-            )
-            metrics[METRIC_PREFIX + "filtered_group_frac"].append(float(dropped.float().mean()))
-            keep_rows = (~dropped).repeat_interleave(num_generations)[start : start + num_local]
-            self._drop_rows(output, keep_rows.to(output["completion_mask"].device))
-
-        if self._ebpo_trls_own:
-            return output  # the completions table already shows these advantages
+            self._ebpo_watch_signal(batch.metrics)
+        dropped_rows = batch.dropped_rows
+        if dropped_rows is not None:
+            self._drop_rows(output, (~dropped_rows[rows]).to(output["completion_mask"].device))
+        if batch.keeps_trls_advantages:
+            return  # the completions table already shows these advantages
         # TRL appended its own advantages of all processes for the completions table: replace them.
         logged = self._logs["advantages"]
+        num_total = advantages.numel()
         replaced = min(num_total, len(logged))
         for _ in range(replaced):
             logged.pop()
         logged.extend(advantages[num_total - replaced :].tolist())
-        return output
+
+    def _ebpo_watch_signal(self, metrics: dict[str, float]) -> None:
+        """Count this generation batch in the no-signal watch; warn (main process) when it says so."""
+        notice = self._ebpo_signal.update(
+            self.state.global_step + 1, metrics["zero_signal_group_frac"], metrics["reward_mean"]
+        )
+        if notice is not None and self.accelerator.is_main_process:
+            signal_logger.warning("EBPOTrainer: %s", notice)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "train_runtime" in logs:  # transformers' summary at the end of train()
+            self._ebpo_end_of_run(logs)
+        super().log(logs, start_time)
+
+    def _ebpo_end_of_run(self, logs: dict[str, float]) -> None:
+        """Add the fraction of the run's generation batches without any signal to the summary,
+        and warn (main process) when none had one in a run too short for the warning that
+        :meth:`_ebpo_watch_signal` gives during training (see :mod:`.signal`)."""
+        fraction = self._ebpo_signal.no_signal_batch_frac
+        if fraction is not None:
+            logs[METRIC_PREFIX + "no_signal_batch_frac"] = fraction
+        notice = self._ebpo_signal.end_of_run()
+        if notice is not None and self.accelerator.is_main_process:
+            signal_logger.warning("EBPOTrainer: %s", notice)
 
     def _ebpo_check_state(self, event: str, **fields: Any) -> None:
         """After the estimator state changed (an update, a resume): trace it (``EBPO_TRACE_DIR``),
@@ -341,14 +341,6 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         if num_processes > 1:
             digests = gather_digests(self.accelerator, digest)
             check_ranks_agree(digests, self.state.global_step, self._step)
-
-    def _filter_metric(self, rewards_per_func: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
-        """What DAPO's filter compares (``filter_groups_metric``): the accuracy (weighted sum of the
-        user's reward functions) or the reward the estimator saw."""
-        if self.args.filter_groups_metric == "reward":
-            return rewards
-        user = self._ebpo_user_columns
-        return combine_rewards(rewards_per_func[:, user], self.reward_weights[user]).cpu()
 
     def _drop_rows(self, output: dict[str, Any], keep_rows: torch.Tensor) -> None:
         """Mask completions out of the loss (attention and loss mask), then recount the loss tokens."""
