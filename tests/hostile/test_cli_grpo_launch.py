@@ -271,3 +271,14 @@ def test_the_dry_runs_arithmetic_describes_its_launch(processes, tmp_path, monke
         f"process{plural} (the launch below) {step} = {step // 2} prompts, 1 optimizer steps"
     ) in out
     assert "on 8 processes" not in out or processes == 8
+
+
+@no_gpu
+def test_bf16_asked_for_on_a_cpu_is_not_named(tmp_path, monkeypatch):
+    """``use_cpu: true`` with ``bf16: true``: transformers' CPU autocast, which it runs."""
+    monkeypatch.chdir(tmp_path)
+    files({"r.yaml": RECIPE.replace("bf16: false", "bf16: true")})(tmp_path)
+    dry = run_cli([*R, "--dry-run"])
+    assert dry.code == 0, dry.err
+    assert "to run on this machine" not in dry.out
+    assert dry.out.splitlines()[-1].startswith("  launch      on this machine: one process")
