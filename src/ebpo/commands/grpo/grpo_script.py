@@ -262,7 +262,7 @@ def recipe_values(argv: Sequence[str], names: Sequence[str]) -> dict[str, Any]:
     ``__post_init__`` may refuse them on this machine)."""
     argv = split_config_flag(argv)
     parser = make_parser()
-    if "--config" in argv:
+    if "--config" in argv[:-1]:  # a --config without a file: parse_run says so
         index = argv.index("--config")
         path = argv[index + 1]
         argv = argv[:index] + argv[index + 2 :]
@@ -300,7 +300,8 @@ def describe_launch(argv: Sequence[str]) -> tuple[str, int]:
         )
     counts, _ = process_counts(planned.args)
     processes = counts.get("num_processes") or max(1, accelerator_count())
-    return f"  launch      on this machine: {planned.command()} ({processes} processes)", processes
+    many = f"{processes} process{'es' if processes > 1 else ''}"
+    return f"  launch      on this machine: {planned.command()} ({many})", processes
 
 
 def check_this_machine(argv: Sequence[str]) -> None:

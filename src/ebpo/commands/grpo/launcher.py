@@ -248,8 +248,9 @@ def die_with_launcher(environ: Mapping[str, str] | None = None) -> None:
     parent = os.getppid()
     if not _parent_death_signal():
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    if parent == 1 or not _alive(int(environ[LAUNCHER_PID_ENV])):
-        os.kill(os.getpid(), signal.SIGKILL)  # the launcher is gone already
+    # the launcher died before the request (the launcher may be pid 1 itself, in a container)
+    if os.getppid() != parent or not _alive(int(environ[LAUNCHER_PID_ENV])):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _parent_death_signal() -> bool:

@@ -5,7 +5,8 @@ it (exit code 2, before the data or the model loads), the dry run ends with it.
   (and their ``*_full_eval``), ``tf32``, ``use_vllm``, ``load_in_4bit`` / ``load_in_8bit``
   (bitsandbytes), a flash-attention ``attn_implementation`` — are named with the value a CPU run
   takes, and ``use_cpu: true`` with them when the recipe does not set it (transformers refuses
-  ``bf16`` without it: "Your setup doesn't support bf16/gpu").
+  ``bf16`` without it: "Your setup doesn't support bf16/gpu"). ``bf16`` with ``use_cpu: true``
+  is a CPU run in bf16 autocast, which transformers runs: not named.
 * **More processes than the machines hold** (:func:`.launch_values.over_capacity`):
   ``num_processes`` at most this machine's GPUs (CPUs without one) times ``num_machines``.
 
@@ -36,6 +37,8 @@ GPU_ONLY: dict[str, Any] = {
     "load_in_4bit": False,
     "load_in_8bit": False,
 }
+#: what runs on a CPU when the recipe says ``use_cpu: true`` (torch's CPU autocast)
+CPU_BF16 = ("bf16", "bf16_full_eval")
 #: attention implementations a CPU runs (anything else is a GPU kernel: flash attention)
 CPU_ATTENTION = (None, "eager", "sdpa")
 #: the recipe's values :func:`this_machine_line` reads
@@ -60,6 +63,8 @@ def this_machine_line(values: Mapping[str, Any], launch_args: Sequence[str]) -> 
     reasons: list[str] = []
     if not _has_gpu():
         needs = [key for key, off in GPU_ONLY.items() if values.get(key) not in (None, off)]
+        if values.get("use_cpu"):  # bf16 autocast on a CPU, asked for: transformers runs it
+            needs = [key for key in needs if key not in CPU_BF16]
         if values.get("attn_implementation") not in CPU_ATTENTION:
             needs.append("attn_implementation")
         if needs:
