@@ -316,6 +316,11 @@ CASES = [
         r"^ebpo verl smoke: error: argument --trainer: invalid choice: 'v2'",
     ),
     CliCase(
+        "smoke-unknown-resume-mode",
+        ["verl", "smoke", "--resume-mode", "disable"],
+        r"^ebpo verl smoke: error: argument --resume-mode: invalid choice: 'disable'",
+    ),
+    CliCase(
         "doctor-address-without-value",
         ["verl", "doctor", "--address"],
         r"^ebpo verl doctor: error: argument --address: expected one argument",

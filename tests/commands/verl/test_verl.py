@@ -67,11 +67,18 @@ def smoke(monkeypatch):
     return seen
 
 
+def test_resume_mode_resume_path_reaches_the_smoke(smoke, tmp_path):
+    argv = ["verl", "smoke", "--work-dir", str(tmp_path / "runs"), "--resume-mode", "resume_path"]
+    assert main(argv) == 0
+    assert smoke["settings"].resume_mode == "resume_path"
+
+
 def test_the_summary_prints_a_replay_command_that_works(smoke, tmp_path, capsys):
     work = tmp_path / "runs"
     assert main(["verl", "smoke", "--work-dir", str(work), "--steps", "6"]) == 0
     settings = smoke["settings"]
     assert (settings.steps, settings.save_step, settings.train_size) == (6, 4, 24)
+    assert settings.resume_mode == "auto"  # verl's default resume unless asked otherwise
     lines = capsys.readouterr().out.splitlines()
     assert lines[-3] == f"verl CPU smoke OK: 1 checks passed (runs in {work})"
     assert lines[-2] == (

@@ -4,9 +4,10 @@ verl.trainer.main_ppo`` → ``TaskRunnerV1`` → TransferQueue → ``PPOTrainerS
 cores, most of it Ray and verl's actors starting):
 
 * ``ebpo`` uninterrupted and resumed from its step-2 checkpoint (``ebpo verl smoke``'s runs and
-  checks), each dumping its rollouts with verl's own writer (``trainer.rollout_data_dir``), which
-  ``ebpo replay`` reads back;
-* ``ebpo`` resumed from that checkpoint WITHOUT ebpo's checkpoint callback (verl's default
+  checks) with verl's default resume (``trainer.resume_mode=auto``, the relative
+  ``default_local_dir=checkpoints``, started in the run folder), each dumping its rollouts with
+  verl's own writer (``trainer.rollout_data_dir``), which ``ebpo replay`` reads back;
+* ``ebpo`` resumed (``resume_mode=resume_path``) from that checkpoint WITHOUT ebpo's checkpoint callback (verl's default
   ``checkpoint_callback_class=null``): the plug-in restores the state from the folder verl
   resumed from, and the steps after the checkpoint are still exact;
 * ``ebpo`` resumed from a copy of that checkpoint without the state file and without the
@@ -86,6 +87,7 @@ def test_every_smoke_check_passes(runs):
         "same advantages",
         "same metrics",
         "same estimator state",
+        "restored ebpo's state from the folder verl resumed from (trainer.resume_mode=auto",
         "padding rows",
         "2 data-parallel CPU ranks",
         "weight sync",

@@ -4,6 +4,8 @@ sampling seeds, the topic-block test (the loop itself: tests/integrations/verl/t
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -255,6 +257,133 @@ def test_the_v1_command_line_composes_and_passes_verls_validation(tmp_path):
         use_reference_policy=need_reference_policy(config),
         use_critic=need_critic(config),
     )
+    assert config.trainer.resume_mode == "disable"
+    assert config.trainer.default_local_dir == str(tmp_path / "run" / "checkpoints")
+    # the smoke's resumed run with verl's defaults: resume_mode left at verl's "auto", the
+    # relative checkpoint directory (the run is started in its run directory)
+    auto = replace(spec, resume_mode="auto", checkpoint_dir="checkpoints")
+    config = compose(
+        [o for o in v1_overrides(auto, ray_temp_dir="/x") if not o.startswith("hydra.")]
+    )
+    assert (config.trainer.resume_mode, config.trainer.default_local_dir) == ("auto", "checkpoints")
+    assert auto.checkpoints == str(tmp_path / "run" / "checkpoints")
+
+
+@pytest.mark.parametrize(
+    ("trainer", "resume_mode", "expected_a", "expected_b"),
+    [
+        # verl's default resume: no resume key (verl's "auto"); v1 relative, legacy absolute
+        ("v1", "auto", ("auto", "checkpoints"), ("auto", "checkpoints")),
+        ("legacy", "auto", ("auto", "ABS"), ("auto", "ABS")),
+        # the variant the smoke ran before: a fresh run, then resume_path to run A's folder
+        ("v1", "resume_path", ("disable", "ABS"), ("resume_path", "ABS")),
+        ("legacy", "resume_path", ("disable", "ABS"), ("resume_path", "ABS")),
+    ],
+)
+def test_the_smokes_runs_resume_as_asked(tmp_path, trainer, resume_mode, expected_a, expected_b):
+    from ebpo.lab.verl_cpu.smoke import run_spec
+
+    settings = SmokeSettings(work_dir=str(tmp_path), trainer=trainer, resume_mode=resume_mode)
+    run = ESTIMATORS["ebpo"]
+    files = {"train.file": "t.parquet", "aime-2024": "v.parquet"}
+    a = run_spec(settings, run, files, "/m", tmp_path / "full")
+    checkpoint = str(tmp_path / "full" / "checkpoints" / "global_step_2")
+    b = (
+        run_spec(settings, run, files, "/m", tmp_path / "resumed")
+        if resume_mode == "auto"
+        else run_spec(settings, run, files, "/m", tmp_path / "resumed", checkpoint)
+    )
+    for spec, (mode, directory) in ((a, expected_a), (b, expected_b)):
+        overrides = spec.overrides()
+        keys = dict(o.split("=", 1) for o in overrides)
+        assert keys.get("trainer.resume_mode", "auto") == mode
+        if mode == "auto":
+            assert "trainer.resume_mode" not in keys  # verl's own default, not ours
+        expected_dir = str(Path(spec.run_dir) / "checkpoints") if directory == "ABS" else directory
+        assert keys["trainer.default_local_dir"] == expected_dir
+        assert spec.checkpoints == str(Path(spec.run_dir) / "checkpoints")
+        assert keys.get("trainer.resume_from_path") == (
+            checkpoint if mode == "resume_path" else None
+        )
+        # the rollout dump, then the estimator's keys: applied after the trainer's own
+        assert spec.extra == (
+            f"trainer.rollout_data_dir={Path(spec.run_dir) / 'rollouts'}",
+            "algorithm.adv_estimator=ebpo",
+        )
+
+
+def test_a_run_spec_refuses_a_resume_mode_it_cannot_run(tmp_path):
+    from ebpo.lab.verl_cpu.shared.run_spec import RunSpec
+
+    sizes = dict(steps=4, save_freq=2, batch_size=4, group_size=4, lr=1e-3)
+    files = dict(model_path="/m", train_file="t", val_file="v", run_dir=str(tmp_path))
+    lengths = dict(max_prompt_length=24, max_response_length=12)
+    with pytest.raises(ValueError, match="resume_mode must be one of disable, auto, resume_path"):
+        RunSpec(**files, **sizes, **lengths, resume_mode="latest")
+    with pytest.raises(ValueError, match="resume_from is given exactly when"):
+        RunSpec(**files, **sizes, **lengths, resume_mode="resume_path")
+    with pytest.raises(ValueError, match="resume_from is given exactly when"):
+        RunSpec(**files, **sizes, **lengths, resume_from=str(tmp_path / "global_step_2"))
+    with pytest.raises(ValueError, match="--resume-mode must be one of auto, resume_path"):
+        SmokeSettings(work_dir=".", resume_mode="disable").check()
+
+
+def test_the_resumed_runs_folder_holds_what_the_stopped_run_had_saved(tmp_path):
+    """``resume_mode=auto``: run B's folder is run A's as it was right after the step-2
+    checkpoint — that folder and verl's tracker file naming step 2 — and nothing else."""
+    from ebpo.lab.verl_cpu.smoke import new_run_dir
+
+    saved = tmp_path / "full" / "checkpoints" / "global_step_2"
+    (saved / "actor").mkdir(parents=True)
+    (saved / "actor" / "weights.pt").write_bytes(b"w")
+    (saved.parent / "global_step_4").mkdir()
+    resumed = tmp_path / "resumed"
+    (resumed / "old").mkdir(parents=True)  # a leftover of an earlier smoke
+    new_run_dir(resumed, interrupted_at=saved)
+    assert sorted(str(p.relative_to(resumed)) for p in resumed.rglob("*")) == [
+        "checkpoints",
+        "checkpoints/global_step_2",
+        "checkpoints/global_step_2/actor",
+        "checkpoints/global_step_2/actor/weights.pt",
+        "checkpoints/latest_checkpointed_iteration.txt",
+    ]
+    assert (resumed / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert (saved / "actor" / "weights.pt").read_bytes() == b"w"  # run A's is left as it was
+    new_run_dir(resumed)
+    assert list(resumed.iterdir()) == []
+
+
+def test_the_smoke_says_before_a_first_warm_start_and_not_after(tmp_path, monkeypatch):
+    """The tiny model's warm start takes minutes on a fresh machine: the smoke announces it when
+    the cache does not hold it (and shows its progress bar), and is quiet once it does."""
+    import ebpo.lab.verl_cpu.smoke as smoke
+    from ebpo.lab.cpu_task.policy import warm_start_path
+
+    built = []
+
+    def build_model(out_dir, *, cache, warm_steps, seed, progress):
+        built.append(progress)
+        return str(out_dir)
+
+    monkeypatch.setattr(smoke.assets, "prepare_data", lambda *args, **kwargs: {})
+    monkeypatch.setattr(smoke.assets, "build_model", build_model)
+    settings = SmokeSettings(
+        work_dir=str(tmp_path), cache=str(tmp_path / "cache"), trainer="legacy"
+    )
+    lines: list[str] = []
+    smoke.prepare(settings, tmp_path, lines.append)
+    assert len(lines) == 1 and "warm start (800 supervised steps; about 4 min" in lines[0]
+    assert str(tmp_path / "cache") in lines[0] and built == [True]
+    # the cache entry build_model would load: its key is the recipe of the smoke's settings
+    recipe = smoke.assets._warm_start_recipe(64, 800, 0)
+    entry = warm_start_path(tmp_path / "cache", recipe)
+    entry.mkdir(parents=True)
+    (entry / "config.json").write_text("{}")
+    lines.clear()
+    smoke.prepare(settings, tmp_path, lines.append)
+    assert lines == [] and built == [True, False]
+    other_seed = SmokeSettings(work_dir=str(tmp_path), cache=str(tmp_path / "cache"), seed=1)
+    assert not smoke.assets.model_is_cached(tmp_path / "cache", seed=other_seed.seed)
 
 
 def test_the_default_path_check_fails_on_an_overridden_fit_or_the_legacy_trainer(tmp_path):

@@ -31,6 +31,7 @@ from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.settings import (
     ESTIMATORS,
     MIN_STEPS,
+    RESUME_MODES,
     TRAINERS,
     SmokeSettings,
     check_work_dir,
@@ -161,6 +162,15 @@ def _smoke_parser() -> argparse.ArgumentParser:
         default="v1",
         help="v1: verl's default path, python -m verl.trainer.main_ppo (TaskRunnerV1, "
         "TransferQueue, PPOTrainerSync; ~1.5 min a run); legacy: the deprecated RayPPOTrainer.fit()",
+    )
+    p.add_argument(
+        "--resume-mode",
+        choices=list(RESUME_MODES),
+        default="auto",
+        help="how the second run resumes from the first one's checkpoint: auto (verl's default: "
+        "trainer.resume_mode=auto, the relative trainer.default_local_dir, the run started again "
+        "where the first one had saved it; legacy: the directory stays absolute) or resume_path "
+        "(trainer.resume_from_path names the checkpoint folder)",
     )
     p.add_argument(
         "--steps",
@@ -335,14 +345,11 @@ def _smoke(args: argparse.Namespace) -> int:
         check_output_path(args.work_dir, "--work-dir", kind="dir")
         check_work_dir(args.work_dir)
     # every argument is checked before anything is written or anything slow is imported
-    SmokeSettings.of_length(
-        args.steps, work_dir=args.work_dir or ".", estimators=names, trainer=args.trainer
-    ).check()
+    sizes = {"estimators": names, "trainer": args.trainer, "resume_mode": args.resume_mode}
+    SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes).check()
     temporary = args.work_dir is None
     work = args.work_dir or tempfile.mkdtemp(prefix="ebpo-verl-smoke-")
-    settings = SmokeSettings.of_length(
-        args.steps, work_dir=work, estimators=names, trainer=args.trainer, verbose=args.verbose
-    )
+    settings = SmokeSettings.of_length(args.steps, work_dir=work, verbose=args.verbose, **sizes)
 
     from ebpo.lab.verl_cpu.smoke import run_smoke  # imports verl, ray, transformers
 

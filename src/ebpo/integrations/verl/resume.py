@@ -45,4 +45,5 @@ def resume_folder(trainer_config: Any) -> str | None:
     with open(tracker) as handle:
         step = int(handle.read().strip())
     folder = os.path.join(absolute_path(base), f"global_step_{step}")
-    return folder if os.path.isdir(folder) else None
+    # verl's find_latest_ckpt_path tests existence, not a directory (the guards check that)
+    return folder if os.path.exists(folder) else None

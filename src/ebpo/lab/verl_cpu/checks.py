@@ -36,6 +36,7 @@ __all__ = [
     "data_parallel_checks",
     "process_checks",
     "resume_checks",
+    "resume_source_check",
     "rollout_dump_check",
     "run_a_checks",
     "v1_path_checks",
@@ -185,6 +186,36 @@ def resume_checks(
             f"saved states {'equal' if saved[0] is not None and saved[0] == saved[1] else 'DIFFER'}",
         ),
     ]
+
+
+#: the line ebpo's checkpoint callback logs when it restores the state (integrations.verl.checkpoint)
+RESTORED_LINE = "ebpo: restored estimator state from "
+
+
+def resume_source_check(
+    settings: SmokeSettings, run: EstimatorRun, a: RunResult, b: RunResult
+) -> Check:
+    """v1: the resumed run's ebpo callback restored the state from the folder verl resumed from —
+    with ``resume_mode=auto``, the ``global_step_<save_step>`` folder in the resumed run's own
+    relative ``checkpoints`` directory (verl's tracker file names it); with ``resume_path``, run
+    A's. Its console shows the folder (the callback's line); that verl resumed there shows in the
+    steps it trained (:func:`resume_checks`)."""
+    folder = f"global_step_{settings.save_step}"
+    owner = b if settings.resume_mode == "auto" else a
+    expected = str(Path(owner.run_dir) / "checkpoints" / folder)
+    lines = Path(b.console).read_text(errors="replace").splitlines() if b.console else []
+    restored = [line.split(RESTORED_LINE, 1)[1] for line in lines if RESTORED_LINE in line]
+    found = sorted({line.split(" (", 1)[0].strip() for line in restored})
+    how = (
+        "trainer.resume_mode=auto, default_local_dir=checkpoints (relative), started in its run dir"
+        if settings.resume_mode == "auto"
+        else "trainer.resume_mode=resume_path"
+    )
+    return Check(
+        f"{run.name}: the resumed run restored ebpo's state from the folder verl resumed from ({how})",
+        found == [expected] and [t.step for t in b.trace][:1] == [settings.save_step + 1],
+        f"restored from {found or 'nowhere'}; expected {expected}",
+    )
 
 
 def curriculum_checks(

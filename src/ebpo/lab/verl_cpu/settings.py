@@ -15,6 +15,7 @@ from ebpo.utils.checks import check_int, check_positive_int
 __all__ = [
     "ESTIMATORS",
     "MIN_STEPS",
+    "RESUME_MODES",
     "TRAINERS",
     "WORK_DIR_MARKER",
     "Check",
@@ -27,6 +28,10 @@ __all__ = [
 #: the trainers the smoke can run: verl's default (v1 ``PPOTrainerSync`` through ``main_ppo``) and
 #: the deprecated ``RayPPOTrainer``
 TRAINERS = ("v1", "legacy")
+#: how the smoke's second run resumes: ``auto`` is verl's default (``trainer.resume_mode=auto``, a
+#: relative ``trainer.default_local_dir``, the run started again where its checkpoints are);
+#: ``resume_path`` names run A's checkpoint folder (``trainer.resume_from_path``)
+RESUME_MODES = ("auto", "resume_path")
 #: the shortest smoke: one step before the checkpoint, two after it (:meth:`SmokeSettings.of_length`)
 MIN_STEPS = 3
 #: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
@@ -105,6 +110,7 @@ class SmokeSettings:
     work_dir: str
     estimators: tuple[str, ...] = ("ebpo",)
     trainer: str = "v1"
+    resume_mode: str = "auto"
     steps: int = 4
     save_step: int = 2
     batch_size: int = 4
@@ -139,6 +145,10 @@ class SmokeSettings:
         if self.trainer not in TRAINERS:
             raise ValueError(
                 f"--trainer must be one of {', '.join(TRAINERS)}; got {self.trainer!r}"
+            )
+        if self.resume_mode not in RESUME_MODES:
+            raise ValueError(
+                f"--resume-mode must be one of {', '.join(RESUME_MODES)}; got {self.resume_mode!r}"
             )
         unknown = [name for name in self.estimators if name not in ESTIMATORS]
         if not self.estimators or unknown:

@@ -17,9 +17,15 @@ Per estimator (:data:`~ebpo.lab.verl_cpu.settings.ESTIMATORS`):
 
 * run A: validation before training, ``steps`` training steps, a checkpoint every ``save_step``
   steps (verl's ``_save_checkpoint`` + ebpo's ``EBPOCheckpointCallback``);
-* run B: a fresh trainer and fresh workers, ``trainer.resume_mode=resume_path`` from run A's
-  ``global_step_<save_step>``; verl restores the actor and the dataloader, ebpo's callback the
-  estimator state; it trains the remaining steps, which must equal A's bit for bit. That holds
+* run B: a fresh trainer and fresh workers resumed from run A's ``global_step_<save_step>``. By
+  default with verl's defaults (``resume_mode`` ``auto``): B's run folder holds what A had saved
+  by that step, its tracker file included (:func:`new_run_dir`), and B is started there with
+  ``trainer.resume_mode`` unset (verl's ``auto``) and the relative
+  ``trainer.default_local_dir=checkpoints`` (v1; the legacy runs share one Ray session started
+  elsewhere, so theirs stays absolute); with ``resume_mode`` ``resume_path``,
+  ``trainer.resume_from_path`` names A's folder. verl restores the actor and the dataloader,
+  ebpo's callback the estimator state (from the folder verl resumed from: checked); B trains
+  the remaining steps, which must equal A's bit for bit. That holds
   because every random draw is seeded per step (legacy: per batch,
   :func:`~ebpo.lab.verl_cpu.shared.sampling.generation_seed`; v1: per sample, from the request id,
   :func:`~ebpo.lab.verl_cpu.shared.sampling.request_seed`), the rows of a step reach the actor in
@@ -34,12 +40,14 @@ what ``ebpo replay`` reads to show what each estimator would have done with the 
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ebpo.integrations.verl.resume import TRACKER_FILENAME
 from ebpo.lab.cpu_task.policy import cache_dir
 from ebpo.lab.verl_cpu import checks
 from ebpo.lab.verl_cpu.settings import (
@@ -58,6 +66,7 @@ from ebpo.lab.verl_cpu.v1.fit import fit_v1
 __all__ = [
     "SmokeReport",
     "SmokeRunFailed",
+    "new_run_dir",
     "rollout_dump_overrides",
     "run_smoke",
     "run_spec",
@@ -65,6 +74,9 @@ __all__ = [
 
 LEARNING_RATE = 1e-3
 MAX_PROMPT_LENGTH = 24
+#: ``trainer.default_local_dir`` of the v1 runs with verl's default resume: relative, like verl's own
+#: default (``checkpoints/<project>/<experiment>``)
+CHECKPOINT_DIR = "checkpoints"
 
 
 class SmokeRunFailed(RuntimeError):
@@ -89,7 +101,17 @@ def run_spec(
     extra: Sequence[str] = (),
 ) -> RunSpec:
     """The smoke's run of ``run`` in ``run_dir``: the settings' sizes, the training file of the
-    run's order, its rollout dump, then the estimator's overrides and ``extra`` (last, winning)."""
+    run's order, its rollout dump, then the estimator's overrides and ``extra`` (last, winning).
+
+    With ``resume_from`` (a ``global_step_<N>`` folder) it resumes from there
+    (``resume_mode=resume_path``). Otherwise, with ``settings.resume_mode`` ``auto``, it runs with
+    verl's defaults: ``resume_mode`` left at ``auto`` and, on the v1 path, the relative
+    ``default_local_dir=checkpoints`` (the run is started in ``run_dir``); the legacy trainer's
+    runs share one Ray session started elsewhere, so there the directory stays absolute. With
+    ``resume_path`` a run without ``resume_from`` is fresh (``resume_mode=disable``)."""
+    fresh_mode = "auto" if settings.resume_mode == "auto" else "disable"
+    resume_mode = "resume_path" if resume_from is not None else fresh_mode
+    relative = resume_mode == "auto" and settings.trainer == "v1"
     return RunSpec(
         model_path=model_path,
         train_file=assets.train_file(files, run.order),
@@ -103,7 +125,9 @@ def run_spec(
         max_prompt_length=MAX_PROMPT_LENGTH,
         max_response_length=settings.max_response_length,
         seed=settings.seed,
+        resume_mode=resume_mode,
         resume_from=resume_from,
+        checkpoint_dir=CHECKPOINT_DIR if relative else None,
         extra=(*rollout_dump_overrides(run_dir), *run.overrides, *extra),
     )
 
@@ -137,8 +161,23 @@ class SmokeReport:
         return all(check.ok for check in self.checks)
 
 
-def prepare(settings: SmokeSettings, work: Path) -> tuple[dict[str, str], str]:
-    """The parquet files (v1: with short groups) and the tiny model, under ``work``."""
+#: what the smoke says before it trains the tiny model's warm start (first run with a cache)
+WARM_START_NOTE = (
+    "first run with this cache: training the tiny model's warm start ({steps} supervised steps; "
+    "about 4 min on a 2-core machine), cached in {cache} for the next runs"
+)
+
+
+def prepare(
+    settings: SmokeSettings, work: Path, report: Callable[[str], None] = print
+) -> tuple[dict[str, str], str]:
+    """The parquet files (v1: with short groups) and the tiny model, under ``work``. When the
+    model's warm start is not in the cache yet, ``report`` says so first and a progress bar shows
+    its training (on stderr)."""
+    cache = Path(settings.cache) if settings.cache else cache_dir()
+    cached = assets.model_is_cached(cache, warm_steps=settings.warm_steps, seed=settings.seed)
+    if not cached:
+        report(WARM_START_NOTE.format(steps=settings.warm_steps, cache=cache))
     with console_to(None if settings.verbose else str(work / "prepare.log")):
         files = assets.prepare_data(
             work / "data",
@@ -148,9 +187,10 @@ def prepare(settings: SmokeSettings, work: Path) -> tuple[dict[str, str], str]:
         )
         model_path = assets.build_model(
             work / "model",
-            cache=Path(settings.cache) if settings.cache else cache_dir(),
+            cache=cache,
             warm_steps=settings.warm_steps,
             seed=settings.seed,
+            progress=not cached,
         )
     if settings.trainer == "v1" and settings.short_group_every:
         files = assets.with_short_groups(
@@ -176,7 +216,7 @@ def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print)
     report(
         f"preparing data (ebpo verl prepare-data on the arithmetic task) and the tiny model in {work}"
     )
-    files, model_path = prepare(settings, work)
+    files, model_path = prepare(settings, work, report)
     runs = [ESTIMATORS[name].for_trainer(settings.trainer) for name in settings.estimators]
     bar = tqdm(total=2 * len(runs), desc=f"verl fit() on CPU ({settings.trainer})", unit="run")
     if settings.trainer == "v1":
@@ -206,6 +246,21 @@ def _pair_checks(
 Fit = Callable[[RunSpec, EstimatorRun], RunResult]
 
 
+def new_run_dir(run_dir: Path, interrupted_at: Path | None = None) -> None:
+    """Empty ``run_dir`` (one of the smoke's own run folders). With ``interrupted_at`` (a
+    ``global_step_<N>`` folder of another run), leave it as that run's checkpoint directory would
+    be had it stopped right after saving step N: the folder copied into ``run_dir/checkpoints``
+    and verl's tracker file naming N — what ``trainer.resume_mode=auto`` resumes from."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    if interrupted_at is None:
+        return
+    checkpoints = run_dir / CHECKPOINT_DIR
+    shutil.copytree(interrupted_at, checkpoints / interrupted_at.name)
+    step = int(interrupted_at.name.removeprefix("global_step_"))
+    (checkpoints / TRACKER_FILENAME).write_text(str(step))
+
+
 def _run_pair(
     settings: SmokeSettings,
     run: EstimatorRun,
@@ -215,21 +270,32 @@ def _run_pair(
     bar: Any,
     fit: Fit,
 ) -> tuple[RunResult, RunResult]:
-    """``run`` uninterrupted (run A), then resumed from A's step-``save_step`` checkpoint (run B).
+    """``run`` uninterrupted (run A), then resumed from A's step-``save_step`` checkpoint (run B):
+    with ``resume_mode`` ``auto``, B is started again in a run folder that holds what A had saved
+    up to that step (:func:`new_run_dir`), as a user restarts a stopped run; with
+    ``resume_path`` B names A's folder.
 
     Raises:
         SmokeRunFailed: a run did not complete.
     """
     bar.set_postfix_str(f"{run.name}: uninterrupted", refresh=True)
     full = work / run.name / "full"
+    new_run_dir(full)
     a = fit(run_spec(settings, run, files, model_path, full), run)
     if not a.ok:
         raise _failed(run, "uninterrupted run", a)
     bar.update(1)
     bar.set_postfix_str(f"{run.name}: resumed from step {settings.save_step}", refresh=True)
-    checkpoint = full / "checkpoints" / f"global_step_{settings.save_step}"
+    # both layouts keep the checkpoints in <run dir>/checkpoints (see run_spec)
+    checkpoint = full / CHECKPOINT_DIR / f"global_step_{settings.save_step}"
     resumed = work / run.name / "resumed"
-    b = fit(run_spec(settings, run, files, model_path, resumed, str(checkpoint)), run)
+    if settings.resume_mode == "auto":
+        new_run_dir(resumed, interrupted_at=checkpoint)
+        spec = run_spec(settings, run, files, model_path, resumed)
+    else:
+        new_run_dir(resumed)
+        spec = run_spec(settings, run, files, model_path, resumed, str(checkpoint))
+    b = fit(spec, run)
     if not b.ok:
         raise _failed(run, f"resumed from step {settings.save_step}", b)
     bar.update(1)
@@ -258,6 +324,7 @@ def _v1_runs(
         results[run.name] = (a, b)
         found += checks.v1_path_checks(run, a, str(Path(a.run_dir) / TRACE_DIR))
         found += _pair_checks(settings, run, files, a, b)
+        found.append(checks.resume_source_check(settings, run, a, b))
         found += checks.data_parallel_checks(run, a)
         found.append(checks.weight_sync_check(run, a, range(1, settings.steps + 1)))
     found += checks.process_checks(f"{len(launches)} main_ppo runs", launches)

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.data_prep import prepare
-from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, corrupted_examples, load_policy, warm_start
+from ebpo.lab.cpu_task.policy import (
+    BUILTIN_MODEL,
+    corrupted_examples,
+    load_policy,
+    warm_start,
+    warm_start_is_cached,
+    warm_start_path,
+)
 from ebpo.lab.cpu_task.task import Problem, fixed_problems, problem_stream
 from ebpo.lab.verl_cpu.shared.task import TIERS, training_problems
 
@@ -124,6 +131,30 @@ def _examples(tokenizer: Any, seed: int) -> Iterator[tuple[str, str]]:
         yield prompt, ANSWER_PREFIX + problem.target("reversed")
 
 
+def _warm_start_recipe(hidden_size: int, warm_steps: int, seed: int) -> dict[str, Any]:
+    """What the tiny model's warm start depends on (its cache key)."""
+    return {
+        "purpose": "ebpo.lab.verl_cpu",
+        "hidden_size": hidden_size,
+        "steps": warm_steps,
+        "seed": seed,
+        "answer_prefix": ANSWER_PREFIX,
+        "tiers": list(TIERS),
+        "corrupt": CORRUPT,
+    }
+
+
+def model_is_cached(
+    cache: Path | None, *, warm_steps: int = 800, hidden_size: int = 64, seed: int = 0
+) -> bool:
+    """Whether :func:`build_model` with these settings loads its warm start from ``cache`` (False:
+    it trains it first)."""
+    if cache is None:
+        return False
+    recipe = _warm_start_recipe(hidden_size, warm_steps, seed)
+    return warm_start_is_cached(warm_start_path(Path(cache), recipe))
+
+
 def build_model(
     out_dir: Path,
     *,
@@ -138,15 +169,6 @@ def build_model(
     model, tokenizer = load_policy(
         BUILTIN_MODEL, tiny_layers=2, tiny_hidden_size=hidden_size, tiny_heads=4, seed=seed
     )
-    recipe = {
-        "purpose": "ebpo.lab.verl_cpu",
-        "hidden_size": hidden_size,
-        "steps": warm_steps,
-        "seed": seed,
-        "answer_prefix": ANSWER_PREFIX,
-        "tiers": list(TIERS),
-        "corrupt": CORRUPT,
-    }
     model, _ = warm_start(
         model,
         tokenizer,
@@ -156,7 +178,7 @@ def build_model(
         lr=3e-3,
         seed=seed,
         cache=cache,
-        recipe=recipe,
+        recipe=_warm_start_recipe(hidden_size, warm_steps, seed),
         progress=progress,
     )
     model.save_pretrained(out_dir)

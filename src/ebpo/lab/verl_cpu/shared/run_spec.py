@@ -9,7 +9,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LOOP_OVERRIDES", "RunSpec"]
+__all__ = ["LOOP_OVERRIDES", "RESUME_MODES", "RunSpec"]
+
+#: verl's ``trainer.resume_mode`` values; ``auto`` is verl's default
+RESUME_MODES = ("disable", "auto", "resume_path")
 
 #: the Hydra overrides that both trainers' CPU runs add to verl's ``ppo_trainer`` config: the
 #: loop's settings (validation first, one epoch, checkpoints saved with ebpo's callback, data in
@@ -50,9 +53,13 @@ class RunSpec:
     """One CPU run of either trainer: its files, its sizes and where it resumes from.
 
     ``steps`` training steps of ``batch_size`` prompts × ``group_size`` samples, a checkpoint every
-    ``save_freq`` steps in ``run_dir/checkpoints``; ``resume_from`` a ``global_step_<N>`` folder
-    (``None``: a fresh run); ``extra``: overrides applied after all others (the estimator's
-    ``algorithm.*`` keys, a test's changes)."""
+    ``save_freq`` steps in ``checkpoint_dir`` (verl's ``trainer.default_local_dir``; None:
+    ``run_dir/checkpoints``, absolute; a relative one is verl's kind: against the working
+    directory of the run's processes). ``resume_mode`` is verl's: ``disable`` (a fresh run),
+    ``auto`` (verl's default, so the key is left unset: verl resumes from the folder its tracker
+    file in ``checkpoint_dir`` names, or starts fresh without one) or ``resume_path`` (from the
+    ``global_step_<N>`` folder ``resume_from``). ``extra``: overrides applied after all others (the
+    estimator's ``algorithm.*`` keys, a test's changes)."""
 
     model_path: str
     train_file: str
@@ -66,23 +73,42 @@ class RunSpec:
     max_prompt_length: int
     max_response_length: int
     seed: int = 0
+    resume_mode: str = "disable"
     resume_from: str | None = None
+    checkpoint_dir: str | None = None
     extra: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.resume_mode not in RESUME_MODES:
+            raise ValueError(
+                f"resume_mode must be one of {', '.join(RESUME_MODES)}; got {self.resume_mode!r}"
+            )
+        if (self.resume_mode == "resume_path") != (self.resume_from is not None):
+            raise ValueError("resume_from is given exactly when resume_mode is resume_path")
 
     @property
     def rows(self) -> int:
         """Rows of one step: ``batch_size × group_size``."""
         return self.batch_size * self.group_size
 
+    @property
+    def checkpoints(self) -> str:
+        """The absolute directory of the run's checkpoints (a relative ``checkpoint_dir`` taken
+        against ``run_dir``, the working directory the smoke runs it in)."""
+        return os.path.join(self.run_dir, self.checkpoint_dir or "checkpoints")
+
     def overrides(self) -> list[str]:
         """The overrides that come from the run's files and sizes, the same for both trainers:
         data, model, learning rate, samples per prompt, steps, checkpoints and where to resume
         from. Each trainer adds its own batch splits."""
-        resume = (
-            ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={self.resume_from}"]
-            if self.resume_from
-            else ["trainer.resume_mode=disable"]
-        )
+        resume = {
+            "disable": ["trainer.resume_mode=disable"],
+            "auto": [],  # verl's default
+            "resume_path": [
+                "trainer.resume_mode=resume_path",
+                f"trainer.resume_from_path={self.resume_from}",
+            ],
+        }[self.resume_mode]
         return [
             f"data.train_files={self.train_file}",
             f"data.val_files={self.val_file}",
@@ -95,7 +121,7 @@ class RunSpec:
             f"actor_rollout_ref.rollout.seed={self.seed}",
             f"trainer.total_training_steps={self.steps}",
             f"trainer.save_freq={self.save_freq}",
-            f"trainer.default_local_dir={os.path.join(self.run_dir, 'checkpoints')}",
+            f"trainer.default_local_dir={self.checkpoint_dir or self.checkpoints}",
             "trainer.project_name=ebpo-verl-cpu",
             f"trainer.experiment_name={Path(self.run_dir).name}",
             *resume,

@@ -26,13 +26,12 @@ __all__ = ["fit_v1"]
 
 
 def fit_v1(spec: RunSpec, *, timeout: float = 900.0, verbose: bool = False) -> RunResult:
-    """One ``main_ppo`` of ``spec`` in its run directory (emptied first), killed after ``timeout``
-    seconds; ``verbose`` echoes verl's console. The result carries the
-    :class:`~ebpo.lab.verl_cpu.v1.launch.Launch` (exit code, listeners, leftovers) whether or not
-    the run succeeded."""
+    """One ``main_ppo`` of ``spec`` started in its run directory (its working directory, as a user
+    starts it where the run's files are), killed after ``timeout`` seconds; ``verbose`` echoes
+    verl's console. The result carries the :class:`~ebpo.lab.verl_cpu.v1.launch.Launch` (exit
+    code, listeners, leftovers) whether or not the run succeeded."""
     run_dir = Path(spec.run_dir)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     trace_dir = run_dir / TRACE_DIR
     # Ray's sockets live under its temp dir: a short path (unix sockets are limited to 107 bytes)
     ray_temp = tempfile.mkdtemp(prefix="ebpo-ray-", dir="/tmp")
@@ -48,9 +47,7 @@ def fit_v1(spec: RunSpec, *, timeout: float = 900.0, verbose: bool = False) -> R
         )
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
-    checkpoints = sorted(
-        str(p) for p in (run_dir / "checkpoints").glob("global_step_*") if p.is_dir()
-    )
+    checkpoints = sorted(str(p) for p in Path(spec.checkpoints).glob("global_step_*") if p.is_dir())
     last = Path(checkpoints[-1]) / STATE_FILENAME if checkpoints else None
     state = json.loads(last.read_text()) if last is not None and last.is_file() else {}
     return RunResult(
