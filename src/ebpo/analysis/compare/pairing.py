@@ -41,9 +41,9 @@ ALWAYS_IGNORED = (
     "trainer.experiment_name", "trainer.project_name", "trainer.rollout_data_dir",
     "trainer.validation_data_dir", "ray_kwargs.*", "hydra.*",
 )  # fmt: skip
-#: metrics read as evaluations, by kind: TRL's ``eval_*``, verl's ``val-core/*``, the lab's
-#: held-out Pass@1
-EVAL_PATTERNS = ("eval_*", "val-core/*", "heldout/pass@1")
+#: metrics read as evaluations, by kind: TRL's evaluation rewards, verl's ``val-core/*``
+#: (accuracy per data source), the lab's held-out Pass@1
+EVAL_PATTERNS = ("eval_reward", "eval_rewards/*/mean", "val-core/*", "heldout/pass@1")
 #: the training reward, by kind
 REWARD_METRICS = ("reward", "critic/score/mean", "critic/rewards/mean")
 #: the most setting keys a refusal names before "and N more"
@@ -137,7 +137,6 @@ def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> list[str]:
     if asked:
         return list(dict.fromkeys(asked))
     evals = sorted(m for m in shared if any(fnmatch.fnmatchcase(m, p) for p in EVAL_PATTERNS))
-    evals = [m for m in evals if not m.endswith(("_loss", "/loss"))] or evals
     if evals:
         return evals
     reward = [m for m in REWARD_METRICS if m in shared]

@@ -34,6 +34,8 @@ _CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 _MEMO_PUT = {"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"}
 _MEMO_GET = {"BINGET", "LONG_BINGET", "GET"}
 _IGNORED = {"PROTO", "FRAME", "STOP"}
+#: how protocols 0 and 1 make an instance of a class (``copyreg._reconstructor(cls, object, None)``)
+_RECONSTRUCTORS = {"copy_reg._reconstructor", "copyreg._reconstructor", "copyreg.__newobj__"}
 _MARK = object()
 
 
@@ -115,8 +117,12 @@ def _walk(data: bytes) -> Any:
             qualname = stack.pop()
             stack.append(Opaque(f"{stack.pop()}.{qualname}"))
         elif name in ("REDUCE", "NEWOBJ"):
-            args = stack.pop()
-            stack.append(Opaque(_name(stack.pop()), tuple(args)))
+            args = tuple(stack.pop())
+            callable_ = _name(stack.pop())
+            if callable_ in _RECONSTRUCTORS and args and isinstance(args[0], Opaque):
+                stack.append(Opaque(args[0].name))  # protocols 0-1: an instance of args[0]
+            else:
+                stack.append(Opaque(callable_, args))
         elif name == "BUILD":
             state = stack.pop()
             if isinstance(stack[-1], Opaque):
