@@ -88,19 +88,21 @@ def _curves(
 ) -> Path:
     """Each run pale in its estimator's colour (out of the legend), each estimator's mean bold."""
     means: dict[str, tuple[list[int], list[float]]] = {}
+    reference = None
     runs: dict[str, tuple[list[int], list[float]]] = {}
     style_of = {}
     for comparison in comparisons:
         steps = comparison["curves"]["step"]
         for name in (baseline, comparison["estimator"]):
             curves = comparison["curves"][name]
-            label = f"{name} mean of {len(curves)} seeds"
+            label = f"{name}, mean of {len(curves)} run{'s' if len(curves) > 1 else ''}"
             if label in means:
                 continue
             means[label] = (
                 steps,
                 [sum(v) / len(curves) for v in zip(*curves.values(), strict=True)],
             )
+            reference = reference or label  # the baseline's mean: drawn as the reference
             for seed, values in curves.items():
                 runs[f"_{name} seed {seed}"] = (steps, values)
                 style_of[f"_{name} seed {seed}"] = label
@@ -111,4 +113,5 @@ def _curves(
         ylabel=metric,
         faint=list(runs),
         style_of=style_of,
+        reference=reference,
     )
