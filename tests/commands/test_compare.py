@@ -115,3 +115,12 @@ def test_a_trl_run_read_from_its_last_checkpoint_with_labels(tmp_path):
     assert all(r["ci_low"] is None and r["pairs"] == 1 for r in rows)  # one pair: no interval
     assert content["multiplicity"]["intervals"] == 0
     assert "not separated (one pair gives no interval" in content["verdict"][0]
+
+
+def test_a_link_to_the_output_folder_stays_a_link(train_runs, tmp_path, monkeypatch):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", *train_runs, "--output-dir", "link", "--no-plots"]) == 0
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "compare.json").is_file()
+    assert main(["compare", *train_runs, "--output-dir", ".", "--no-plots"]) == 2  # holds the runs

@@ -137,3 +137,14 @@ def test_a_label_names_what_the_files_do_not(verl_runs):
         read_run(str(verl_runs[("ebpo", 0)]))
     run = read_run(f"ebpo@0={verl_runs[('ebpo', 0)]}")
     assert (run.estimator, run.seed) == ("ebpo", "0")
+
+
+def test_metric_all_leaves_out_what_a_run_logged_as_nan(verl_runs):
+    log = verl_runs[("grpo", 1)] / "verl_metrics.jsonl"
+    log.write_text(log.read_text().replace('"actor/entropy": 0.25', '"actor/entropy": NaN', 1))
+    runs = read_runs([str(p) for p in verl_runs.values()])
+    assert compare_runs(runs, metrics=["all"])["metrics"] == ["critic/score/mean", ACC]
+    with pytest.raises(
+        ValueError, match=r"logged 'actor/entropy' as NaN or nothing at step\(s\) 2"
+    ):
+        compare_runs(runs, metrics=["actor/entropy"])

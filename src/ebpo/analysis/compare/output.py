@@ -36,15 +36,17 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def check_output_folder(out_dir: str | os.PathLike[str], run_folders: Iterable[Path]) -> Path:
-    """``out_dir`` as a Path once it is known that writing the report there loses nothing;
+    """``out_dir`` as an absolute Path with its links resolved (the folder that is swapped: a
+    link to it stays a link) once it is known that writing the report there loses nothing;
     ValueError naming ``--output-dir`` otherwise. Creates and changes nothing."""
-    target = check_output_path(out_dir, "--output-dir", kind="dir")
+    target = check_output_path(out_dir, "--output-dir", kind="dir").resolve()
+    given = os.fspath(out_dir)
     for folder in run_folders:
         if _inside(target, folder):
-            raise ValueError(f"--output-dir {str(target)!r} lies inside the input run "
+            raise ValueError(f"--output-dir {given!r} lies inside the input run "
                              f"{str(folder)!r}: write the report outside the runs")  # fmt: skip
         if _inside(folder, target):
-            raise ValueError(f"--output-dir {str(target)!r} holds the input run {str(folder)!r}: "
+            raise ValueError(f"--output-dir {given!r} holds the input run {str(folder)!r}: "
                              "the report replaces that folder; write it elsewhere")  # fmt: skip
     if target.is_dir():
         foreign = sorted(
@@ -56,7 +58,7 @@ def check_output_folder(out_dir: str | os.PathLike[str], run_folders: Iterable[P
         )
         if foreign:
             raise ValueError(
-                f"--output-dir {str(target)!r} holds files that are not an ebpo compare report "
+                f"--output-dir {given!r} holds files that are not an ebpo compare report "
                 f"({', '.join(foreign[:4])}{' ...' if len(foreign) > 4 else ''}): the report "
                 "replaces the folder; give an empty or new one"
             )

@@ -123,12 +123,13 @@ def check_settings(runs: Sequence[Run], ignore: Sequence[str] = ()) -> list[str]
 
 
 def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> list[str]:
-    """``asked`` (``all``: every metric every run logged), else the evaluation metrics every run
-    logged, else the training reward. ValueError when an asked metric is missing from a run."""
+    """``asked`` (``all``: every metric every run logged as a number at steps they all share),
+    else the evaluation metrics every run logged, else the training reward. ValueError when an
+    asked metric is missing from a run."""
     runs = [run for seeds in pairs.runs.values() for run in seeds.values()]
     shared = set.intersection(*(set(run.metrics) for run in runs))
-    if list(asked) == ["all"]:
-        return sorted(shared)
+    if list(asked) == ["all"]:  # those every run logged as numbers at some step they share
+        return sorted(m for m in shared if _comparable(runs, m))
     for name in asked:
         lacking = [str(run.path) for run in runs if name not in run.metrics]
         if lacking:
@@ -166,6 +167,11 @@ def common_steps(runs: Sequence[Run], metric: str) -> list[int]:
                 f"{', '.join(map(str, bad[:5]))}: a compared value must be a number"
             )
     return steps
+
+
+def _comparable(runs: Sequence[Run], metric: str) -> bool:
+    steps = set.intersection(*(set(run.metrics[metric]) for run in runs))
+    return bool(steps) and all(math.isfinite(run.metrics[metric][s]) for run in runs for s in steps)
 
 
 def _span(run: Run, metric: str) -> str:

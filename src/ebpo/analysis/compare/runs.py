@@ -163,8 +163,6 @@ def _trl_run(folder: Path, state_path: Path, where: str) -> Run:
             run.estimator = fields["advantage_estimator"]
         elif run.estimator is None and class_name.endswith("GRPOConfig"):
             run.estimator = "grpo"  # plain TRL: its GRPO
-    elif run.estimator is None:
-        run.estimator = None
     return run
 
 
