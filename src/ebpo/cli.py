@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "verl": "run EBPO on verl (doctor, run, recipe, prepare-data, smoke)",
     "demo": "compare EBPO and GRPO advantages on a simulated batch (no model, seconds)",
     "replay": "replay a finished run's rewards through every estimator: would EBPO have helped?",
+    "compare": "compare estimators on your finished runs: paired seeds, differences with intervals",
 }
 
 #: top-level module of an optional dependency -> the extra of pyproject.toml that installs it

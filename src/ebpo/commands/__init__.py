@@ -14,6 +14,7 @@ module         command
 ``verl``       ``ebpo verl``: the verl plug-in (:mod:`ebpo.integrations.verl`), ``smoke`` (:mod:`ebpo.lab.verl_cpu`)
 ``demo``       ``ebpo demo``: EBPO and GRPO advantages on a simulated batch
 ``replay``     ``ebpo replay``: a finished run's rewards through every estimator (:mod:`ebpo.analysis.replay`)
+``compare``    ``ebpo compare``: estimators against a baseline, paired by seed (:mod:`ebpo.analysis.compare`)
 =============  ==================================================================
 """
 

@@ -179,14 +179,23 @@ def plot_lines(
     logy: bool = False,
     faint: Sequence[str] = (),
     limits: Limits | None = None,
+    style_of: Mapping[str, str] | None = None,
+    reference: str | None = None,
 ) -> Path:
     """One axes, one line per ``series`` entry ``label -> (x, y)``; optional shaded ``bands``
     ``label -> (lower, upper)`` (e.g. a 95% CI over seeds), clipped to ``limits`` ``(low, high)``
     (either may be None); labels in ``faint`` are drawn thin and pale (raw values under their
-    smoothed line). The legend is to the right of the axes. Returns the PNG path."""
+    smoothed line); ``style_of`` ``label -> other label`` draws a series in another's colour (the
+    runs of a mean in the mean's colour); ``reference`` names a series drawn wide, grey and in
+    hollow rings under the others (a baseline: a curve equal to it shows inside its rings).
+    Labels starting with ``_`` stay out of the legend (matplotlib's rule). The legend is to the
+    right of the axes. Returns the PNG path."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 4.0), layout="constrained")
-    _draw(ax, series, bands, _styles(plt, list(series)), logy=logy, faint=faint, limits=limits)
+    borrowed = dict(style_of or {})
+    styles = _styles(plt, [label for label in series if label not in borrowed], reference)
+    styles.update({label: styles[other] for label, other in borrowed.items()})
+    _draw(ax, series, bands, styles, logy=logy, faint=faint, limits=limits)
     ax.set_title(_wrap(title, 5.0, 12))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

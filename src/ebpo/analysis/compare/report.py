@@ -1,0 +1,137 @@
+"""What ``ebpo compare`` writes and prints: ``compare.json`` (the schema below), ``compare.csv``,
+the verdict lines and a console table.
+
+``compare.json``, format ``ebpo-compare`` version 1::
+
+    {"format": "ebpo-compare", "version": 1,
+     "baseline": "grpo", "metrics": [...], "smooth": 1, "accepted_differences": [setting keys],
+     "runs": [{"path", "kind", "estimator", "seed"}, ...],
+     "comparisons": [{"estimator", "metric", "seeds": [...],
+                      "steps": [{"step", "pairs", "mean_diff", "ci_low", "ci_high", "p_value",
+                                 "holm", "estimator_mean", "baseline_mean"}, ...],
+                      "summaries": {"last_step" | "auc" | "steps_to_baseline_final": {same keys,
+                                    "reached" for steps_to_baseline_final}},
+                      "curves": {"step": [...], ESTIMATOR: {seed: [...]}, BASELINE: {seed: [...]}}}],
+     "multiplicity": {"alpha", "intervals", "excluding_zero", "expected_by_chance",
+                      "holm_excluding_zero"},
+     "verdict": ["one line per estimator and metric", ...]}
+
+Differences are estimator minus baseline, in the metric's units; ``ci_low`` / ``ci_high`` bound
+the 95 % Student-t interval (null with one pair); ``holm``: the interval still excludes 0 after
+Holm's correction over all ``intervals``. ``compare.csv`` holds the per-step and summary rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ebpo.analysis.compare.differences import SUMMARIES
+from ebpo.analysis.compare.pairing import Pairs
+
+__all__ = ["CSV_COLUMNS", "FORMAT", "VERSION", "compare_csv", "console_table", "report", "verdict"]
+
+FORMAT, VERSION = "ebpo-compare", 1
+CSV_COLUMNS = (
+    "estimator", "baseline", "metric", "quantity", "step", "pairs", "mean_diff", "ci_low",
+    "ci_high", "p_value", "holm", "estimator_mean", "baseline_mean", "reached",
+)  # fmt: skip
+
+
+def verdict(comparison: Mapping[str, Any], baseline: str) -> str:
+    """One line: the difference at the last common step with its interval, and "not separated"
+    whenever the interval covers 0 (or there is no interval: one pair)."""
+    row = comparison["summaries"]["last_step"]
+    head = (
+        f"{comparison['estimator']} − {baseline} on {comparison['metric']} at step {row['step']}: "
+        f"{row['mean_diff']:+.4g}"
+    )
+    pairs = f"{row['pairs']} seed pair{'s' if row['pairs'] != 1 else ''}"
+    if row["pairs"] < 2:
+        return f"{head} over {pairs}: not separated (one pair gives no interval; run more seeds)"
+    interval = f"95 % CI [{row['ci_low']:+.4g}, {row['ci_high']:+.4g}] over {pairs}"
+    if row["ci_low"] <= 0 <= row["ci_high"]:
+        return f"{head}, {interval}: not separated (the interval covers 0)"
+    side = "above" if row["ci_low"] > 0 else "below"
+    holm = "and after" if row.get("holm") else "but not after"
+    return f"{head}, {interval}: {comparison['estimator']} {side} {baseline} ({holm} Holm's correction)"
+
+
+def report(
+    pairs: Pairs,
+    comparisons: Sequence[dict[str, Any]],
+    multiplicity: Mapping[str, Any],
+    *,
+    metrics: Sequence[str],
+    smooth: int,
+    accepted: Sequence[str],
+) -> dict[str, Any]:
+    """The content of ``compare.json`` (NaN as null)."""
+    runs = [
+        {"path": str(run.path), "kind": run.kind, "estimator": run.estimator, "seed": run.seed}
+        for seeds in pairs.runs.values()
+        for run in seeds.values()
+    ]
+    content = {
+        "format": FORMAT,
+        "version": VERSION,
+        "baseline": pairs.baseline,
+        "metrics": list(metrics),
+        "smooth": smooth,
+        "accepted_differences": list(accepted),
+        "runs": runs,
+        "comparisons": list(comparisons),
+        "multiplicity": dict(multiplicity),
+        "verdict": [verdict(c, pairs.baseline) for c in comparisons],
+    }
+    return _no_nan(content)
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    return value
+
+
+def compare_csv(content: Mapping[str, Any]) -> str:
+    """``compare.csv``: every per-step row (``quantity`` = step) and summary row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for comparison in content["comparisons"]:
+        head = {"estimator": comparison["estimator"], "baseline": content["baseline"],
+                "metric": comparison["metric"]}  # fmt: skip
+        rows = [("step", row) for row in comparison["steps"]]
+        rows += [(name, comparison["summaries"][name]) for name in SUMMARIES]
+        for quantity, row in rows:
+            values = {**head, **row, "quantity": quantity}
+            writer.writerow(["" if values.get(c) is None else values[c] for c in CSV_COLUMNS])
+    return out.getvalue()
+
+
+def console_table(content: Mapping[str, Any]) -> str:
+    """The summaries of every comparison, one line each, for the terminal."""
+    lines = [f"{'estimator':<12} {'metric':<28} {'summary':<24} {'pairs':>5}  difference [95 % CI]"]
+    for comparison in content["comparisons"]:
+        for name in SUMMARIES:
+            row = comparison["summaries"][name]
+            low, high = row["ci_low"], row["ci_high"]
+            interval = "" if low is None else f" [{low:+.4g}, {high:+.4g}]"
+            lines.append(
+                f"{comparison['estimator']:<12} {comparison['metric'][:28]:<28} {name:<24} "
+                f"{row['pairs']:>5}  {row['mean_diff']:+.4g}{interval}"
+            )
+    counts = content["multiplicity"]
+    lines.append(
+        f"{counts['intervals']} intervals computed; {counts['excluding_zero']} exclude 0 "
+        f"(about {counts['expected_by_chance']:.1f} would by chance at 95 %); "
+        f"{counts['holm_excluding_zero']} still do after Holm's correction"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,289 @@
+"""A finished run as ``ebpo compare`` sees it: what it is (estimator, seed, settings) and what it
+logged (metric -> step -> value), read from its own files without its trainer.
+
+* **TRL** (``ebpo grpo`` / ``EBPOTrainer``, ``trl grpo`` / ``GRPOTrainer``): ``trainer_state.json``'s
+  ``log_history`` in the folder or, when the folder has none (TRL's script saves the final model,
+  not the state), in its last ``checkpoint-N``. Settings, seed and estimator from
+  ``training_args.bin`` read without unpickling (:mod:`.pickle_fields`): ``EBPOConfig``'s
+  ``advantage_estimator``; a ``GRPOConfig`` is plain TRL, i.e. GRPO.
+* **verl**: the JSON lines of verl's file logger (``{"step": N, "data": {...}}``; the path of
+  ``VERL_FILE_LOGGER_PATH``), the file or a folder holding one such ``.jsonl``. Settings from
+  Hydra's ``.hydra/config.yaml`` beside it (``algorithm.adv_estimator``); the seed from the
+  ``*seed`` keys of ``.hydra/overrides.yaml`` (the ones the user set).
+* **ebpo train**: ``run.json``'s config (estimator, seed, settings), ``metrics.jsonl`` and the
+  held-out Pass@1 of ``eval_before.json`` (step 0) and ``eval_after.json`` (last step) as
+  ``heldout/pass@1``.
+
+An argument ``LABEL=PATH`` names what the files do not say: ``ESTIMATOR=PATH``,
+``ESTIMATOR@SEED=PATH`` or ``@SEED=PATH``. Every JSON / YAML file is read by
+:mod:`ebpo.utils.structured_input`; a file that is cut short or not what it should be is a
+ValueError naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ebpo.analysis.compare.pickle_fields import Opaque, pickled_fields
+from ebpo.utils.checks import is_real
+from ebpo.utils.structured_input import parse_json, read_json_file, read_yaml_file
+
+__all__ = ["KINDS", "Run", "parse_run_argument", "read_run"]
+
+KINDS = ("trl", "verl", "ebpo-train")
+#: ``ESTIMATOR@SEED=`` / ``ESTIMATOR=`` / ``@SEED=`` before a path
+_LABEL = re.compile(
+    r"^(?P<estimator>[A-Za-z0-9_.+-]*)(?:@(?P<seed>[A-Za-z0-9_.+-]+))?=(?P<path>.+)$"
+)
+#: what a training log holds besides metrics: bookkeeping, clocks and end-of-training summaries
+_NOT_METRICS = re.compile(
+    r"^(step|epoch|time|step_time|total_flos|train_loss|train_runtime|global_step|"
+    r".*_runtime|.*_per_second|timing_.*|perf/.*|.*/time.*)$"
+)
+
+
+@dataclass
+class Run:
+    """One run: ``metrics[name][step] = value`` (NaN where the log held null, NaN or a string);
+    ``settings`` the flattened configuration, values as text, compared across runs."""
+
+    path: Path
+    kind: str
+    estimator: str | None
+    seed: str | None
+    settings: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, dict[int, float]] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.estimator} seed {self.seed}"
+
+
+def parse_run_argument(argument: str) -> tuple[str | None, str | None, Path]:
+    """``(estimator or None, seed or None, path)`` of ``[ESTIMATOR][@SEED]=PATH`` or ``PATH``
+    (an existing path with ``=`` in its name stays a path)."""
+    match = _LABEL.match(argument)
+    if match is None or Path(argument).exists():
+        return None, None, Path(argument)
+    return match["estimator"] or None, match["seed"], Path(match["path"])
+
+
+def read_run(argument: str) -> Run:
+    """The run ``argument`` names (``[LABEL=]PATH``); ValueError naming the path when it is no
+    run of a known kind, a file of it is damaged, or its estimator or seed cannot be read and
+    the label does not give them."""
+    estimator, seed, path = parse_run_argument(argument)
+    where = f"run {str(path)!r}"
+    if not path.exists():
+        raise ValueError(f"{where}: no such file or folder")
+    try:
+        run = _read(path, where)
+    except OSError as error:
+        raise ValueError(f"{where} cannot be read ({error.strerror or error})") from error
+    run.estimator = estimator or run.estimator
+    run.seed = seed if seed is not None else run.seed
+    for what, value in (("estimator", run.estimator), ("seed", run.seed)):
+        if value is None:
+            raise ValueError(
+                f"{where}: its files do not say its {what}; label it on the command line "
+                f"as ESTIMATOR@SEED={path}"
+            )
+    if not run.metrics:
+        raise ValueError(f"{where} logged no metric")
+    return run
+
+
+def _read(path: Path, where: str) -> Run:
+    if path.is_file():
+        if path.name == "trainer_state.json":
+            return _trl_run(path.parent, path, where)
+        return _verl_run(path, where)
+    if (path / "run.json").is_file():
+        return _train_run(path, where)
+    state = _trainer_state(path)
+    if state is not None:
+        return _trl_run(path, state, where)
+    logs = [p for p in sorted(path.glob("*.jsonl")) if _is_verl_log(p)]
+    if len(logs) == 1:
+        return _verl_run(logs[0], where)
+    found = (
+        f"{len(logs)} verl metric logs" if logs else "no trainer_state.json, run.json or verl log"
+    )
+    raise ValueError(f"{where}: not a finished TRL, verl or ebpo train run ({found})")
+
+
+# ====================================================================== TRL
+def _trainer_state(folder: Path) -> Path | None:
+    """``folder/trainer_state.json``, else that of the last ``checkpoint-N`` holding one."""
+    if (folder / "trainer_state.json").is_file():
+        return folder / "trainer_state.json"
+    checkpoints = [
+        (int(p.name.split("-")[1]), p)
+        for p in folder.glob("checkpoint-*")
+        if re.fullmatch(r"checkpoint-\d+", p.name) and (p / "trainer_state.json").is_file()
+    ]
+    return max(checkpoints)[1] / "trainer_state.json" if checkpoints else None
+
+
+def _trl_run(folder: Path, state_path: Path, where: str) -> Run:
+    state = read_json_file(state_path, f"{where}: {str(state_path)!r}")
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise ValueError(f"{where}: {str(state_path)!r} has no log_history list")
+    run = Run(folder, "trl", None, None, files=[state_path])
+    for number, entry in enumerate(history):
+        if not isinstance(entry, dict) or not is_real(entry.get("step")):
+            raise ValueError(f"{where}: log_history entry {number} has no step")
+        _add_values(run.metrics, int(entry["step"]), entry)
+    arguments = next(
+        (p for p in (folder / "training_args.bin", state_path.parent / "training_args.bin")
+         if p.is_file()),
+        None,
+    )  # fmt: skip
+    estimator_state = state_path.parent / "ebpo_estimator_state.json"
+    if estimator_state.is_file():
+        saved = read_json_file(estimator_state, f"{where}: {str(estimator_state)!r}")
+        if isinstance(saved, dict) and isinstance(saved.get("estimator"), str):
+            run.estimator = saved["estimator"]
+    if arguments is not None:
+        try:
+            class_name, fields = pickled_fields(arguments)
+        except ValueError:
+            return run  # the label on the command line says what this file cannot
+        run.files.append(arguments)
+        run.settings = {k: _text(v) for k, v in fields.items() if not k.startswith("_")}
+        if "seed" in fields and is_real(fields["seed"]):
+            run.seed = str(fields["seed"])
+        if isinstance(fields.get("advantage_estimator"), str):
+            run.estimator = fields["advantage_estimator"]
+        elif run.estimator is None and class_name.endswith("GRPOConfig"):
+            run.estimator = "grpo"  # plain TRL: its GRPO
+    return run
+
+
+# ====================================================================== verl
+def _is_verl_log(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = f.readline(1_000_000)
+    try:
+        record = parse_json(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "step" in record and isinstance(record.get("data"), dict)
+
+
+def _verl_run(path: Path, where: str) -> Run:
+    run = Run(path, "verl", None, None, files=[path])
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_json(line, f"{where}: {str(path)!r} line {number}")
+        except ValueError:
+            if number == len(lines):  # no newline after it: the writer was stopped mid-line
+                break
+            raise
+        if not (isinstance(record, dict) and is_real(record.get("step"))):
+            raise ValueError(f"{where}: {str(path)!r} line {number} is not {{'step', 'data'}}")
+        data = record.get("data")
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: {str(path)!r} line {number} has no data object")
+        _add_values(run.metrics, int(record["step"]), data)
+    hydra = next((d for d in (path.parent / ".hydra", path.parent / "hydra" / ".hydra")
+                  if (d / "config.yaml").is_file()), None)  # fmt: skip
+    if hydra is not None:
+        config = read_yaml_file(hydra / "config.yaml", f"{where}: {str(hydra / 'config.yaml')!r}")
+        run.files.append(hydra / "config.yaml")
+        run.settings = _flatten(config if isinstance(config, dict) else {})
+        run.estimator = run.settings.get("algorithm.adv_estimator")
+        run.seed = _verl_seed(hydra / "overrides.yaml", where)
+    return run
+
+
+def _verl_seed(overrides: Path, where: str) -> str | None:
+    """The values of the ``*seed`` keys the user set (``key=value`` lines of overrides.yaml)."""
+    if not overrides.is_file():
+        return None
+    lines = read_yaml_file(overrides, f"{where}: {str(overrides)!r}")
+    seeds = sorted(
+        line.lstrip("+~").split("=", 1)
+        for line in (lines if isinstance(lines, list) else [])
+        if isinstance(line, str) and "=" in line and "seed" in line.split("=", 1)[0].split(".")[-1]
+    )
+    if not seeds:
+        return None
+    return seeds[0][1] if len(seeds) == 1 else ",".join(f"{k}={v}" for k, v in seeds)
+
+
+# ====================================================================== ebpo train
+def _train_run(folder: Path, where: str) -> Run:
+    manifest = read_json_file(folder / "run.json", f"{where}: run.json")
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    if not (isinstance(manifest, dict) and manifest.get("format") == "ebpo-run" and config):
+        raise ValueError(f"{where}: run.json is not an ebpo train manifest")
+    run = Run(folder, "ebpo-train", None, None, files=[folder / "run.json"])
+    run.settings = _flatten(config)
+    run.estimator = run.settings.get("estimator")
+    run.seed = run.settings.get("seed")
+    metrics = folder / "metrics.jsonl"
+    if metrics.is_file():
+        run.files.append(metrics)
+        lines = metrics.read_text(encoding="utf-8").split("\n")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = parse_json(line, f"{where}: metrics.jsonl line {number}")
+            except ValueError:
+                if number == len(lines):
+                    break
+                raise
+            if isinstance(record, dict) and is_real(record.get("step")):
+                _add_values(run.metrics, int(record["step"]), record)
+    final = manifest.get("global_step")
+    for name, step in (("eval_before.json", 0), ("eval_after.json", final)):
+        if (folder / name).is_file() and is_real(step):
+            evaluation = read_json_file(folder / name, f"{where}: {name}")
+            if isinstance(evaluation, dict) and "overall" in evaluation:
+                run.files.append(folder / name)
+                _add_values(run.metrics, int(step), {"heldout/pass@1": evaluation["overall"]})
+    return run
+
+
+# ====================================================================== shared
+def _add_values(metrics: dict[str, dict[int, float]], step: int, values: dict[str, Any]) -> None:
+    """Record the numeric entries of ``values`` at ``step``; null, NaN and text where a metric
+    was logged as a number elsewhere become NaN (they are refused if that metric is compared)."""
+    for key, value in values.items():
+        if _NOT_METRICS.match(key) or isinstance(value, (dict, list, bool)):
+            continue
+        if is_real(value):
+            metrics.setdefault(key, {})[step] = float(value)
+        elif value is None or isinstance(value, str) and key in metrics:
+            metrics.setdefault(key, {})[step] = math.nan
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = _text(value)
+    return out
+
+
+def _text(value: Any) -> str:
+    """A setting as comparable text: plain values as JSON would write them, others by repr."""
+    if isinstance(value, Opaque):
+        return repr(value)
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "null"
+    return str(value) if isinstance(value, (int, float, str)) else repr(value)

@@ -1,0 +1,122 @@
+"""``ebpo compare``: does EBPO train better than GRPO on my task, by how much, beyond seed noise?
+
+Reads finished runs (TRL's ``trainer_state.json``, verl's file logger, ``ebpo train``'s run
+folders; :mod:`ebpo.analysis.compare`), pairs each estimator with the baseline seed by seed and
+writes ``compare.json``, ``compare.csv`` and two PNGs per metric to ``--output-dir``; prints a
+table and one verdict line per estimator and metric. Everything is read and checked before
+anything is written: a bad argument or run ends in one line (exit 2) and the output folder is left
+as it was. The output folder is held for the command's run (:mod:`ebpo.utils.run_lock`) and
+replaced all at once (:mod:`ebpo.analysis.compare.output`). docs/compare.md explains the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ebpo.analysis.compare import compare_runs, read_runs
+from ebpo.analysis.compare.output import check_output_folder, staged_folder
+from ebpo.analysis.compare.plots import write_plots
+from ebpo.analysis.compare.report import compare_csv, console_table
+from ebpo.utils.checks import check_positive_int
+from ebpo.utils.files import check_output_path, storage_error, write_json
+from ebpo.utils.run_lock import lock_run_dir
+
+DESCRIPTION = (
+    "Compare estimators on your own finished runs: each estimator against the baseline (GRPO by "
+    "default), paired by seed. RUN is a TRL output folder (trainer_state.json, also in its last "
+    "checkpoint; ebpo grpo / EBPOTrainer or plain trl grpo, which is GRPO), a verl file-logger "
+    "JSONL (or its folder) or an ebpo train run folder; the estimator and the seed come from the "
+    "run's files, or from a label where they cannot be read: ESTIMATOR@SEED=PATH. Per step: the "
+    "paired mean difference with its 95%% Student-t interval; at the end: the difference at the "
+    "last common step, in the area under the curve and in the steps to reach the baseline's "
+    "final value; how many intervals were computed and how many exclude 0 after Holm's "
+    "correction. Writes compare.json, compare.csv and PNGs to --output-dir. See docs/compare.md."
+)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare estimators on your finished runs: paired seeds, differences with intervals",
+        description=DESCRIPTION,
+    )
+    parser.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="a finished run: PATH, or ESTIMATOR@SEED=PATH / ESTIMATOR=PATH / @SEED=PATH where "
+        "its files do not say its estimator or seed",
+    )
+    parser.add_argument(
+        "--output-dir", required=True, help="where compare.json, compare.csv and the PNGs go"
+    )
+    parser.add_argument(
+        "--baseline",
+        default="grpo",
+        help="the estimator the others are compared with (default: grpo)",
+    )
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a logged metric to compare (repeatable; 'all': every metric every run logged); "
+        "default: the evaluation metrics if every run has them, else the training reward",
+    )
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=1,
+        metavar="N",
+        help="compare a trailing moving mean over N logged values (default 1: the raw values)",
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="accept runs that differ in this setting (repeatable; fnmatch patterns: 'trainer.*')",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    smooth = check_positive_int("--smooth", args.smooth)
+    metrics = [m.strip() for m in args.metric or []]
+    if any(not m for m in metrics) or ("all" in metrics and len(metrics) > 1):
+        raise ValueError(f"--metric must name metrics, or be 'all' alone, got {args.metric}")
+    plots = not args.no_plots
+    if plots:
+        import matplotlib  # noqa: F401  (the plot extra: a missing one fails before any reading)
+    check_output_path(args.output_dir, "--output-dir", kind="dir")  # before any run is read
+    runs = read_runs(args.runs)
+    out_dir = check_output_folder(args.output_dir, [_run_folder(r.path) for r in runs])
+    content = compare_runs(
+        runs, baseline=args.baseline, metrics=metrics, smooth=smooth, ignore=args.ignore
+    )
+    try:
+        with lock_run_dir(out_dir), staged_folder(out_dir) as staging:
+            write_json(staging / "compare.json", content)
+            (staging / "compare.csv").write_text(compare_csv(content), encoding="utf-8")
+            if plots:
+                write_plots(staging, content)
+    except OSError as error:  # a full disk: one line, exit 2; the previous report stays
+        failure = storage_error(error)
+        if failure is None:
+            raise
+        raise failure from error
+    print(console_table(content))
+    print()
+    for line in content["verdict"]:
+        print("verdict: " + line)
+    print(f"wrote {out_dir}/compare.json, compare.csv" + (" and the PNGs" if plots else ""))
+    return 0
+
+
+def _run_folder(path: Path) -> Path:
+    """The folder a run lives in (a verl log file: its folder)."""
+    return path.parent if path.is_file() else path

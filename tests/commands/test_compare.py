@@ -1,0 +1,126 @@
+"""``ebpo compare`` as a command: ``ebpo train`` run folders, the output folder replaced all at
+once (a new report leaves nothing of the old one; a failed write leaves the old one whole), the
+folder held while the command runs, the PNGs."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+from ebpo.cli import main
+from ebpo.utils.run_lock import lock_run_dir
+from tests.analysis.compare.verl_runs import write_trl_state
+from tests.hostile.harness import snapshot
+
+CONFIG = {"estimator": "grpo", "seed": 0, "group_size": 4, "steps": 4, "learning_rate": 3e-4,
+          "model": "tiny", "dataset": "arithmetic", "extra": {}}  # fmt: skip
+
+
+def write_train_run(folder: Path, estimator: str, seed: int, pass1: list[float]) -> Path:
+    """An ``ebpo train`` run folder: run.json, metrics.jsonl (a reward a step, the held-out
+    Pass@1 at step 2), eval_before.json / eval_after.json (steps 0 and 4)."""
+    folder.mkdir(parents=True)
+    config = {**CONFIG, "estimator": estimator, "seed": seed}
+    manifest = {"format": "ebpo-run", "version": 2, "status": "completed", "global_step": 4,
+                "config": config, "files": ["run.json"]}  # fmt: skip
+    (folder / "run.json").write_text(json.dumps(manifest))
+    records = [{"step": s, "time": 1.0 * s, "reward": 0.1 * s + seed / 100} for s in range(1, 5)]
+    records.insert(2, {"step": 2, "heldout/pass@1": pass1[1], "heldout/pass@1/add": 0.5})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "eval_before.json").write_text(json.dumps({"overall": pass1[0], "problems": []}))
+    (folder / "eval_after.json").write_text(json.dumps({"overall": pass1[2], "problems": []}))
+    return folder
+
+
+@pytest.fixture
+def train_runs(tmp_path):
+    return [
+        str(write_train_run(tmp_path / "g0", "grpo", 0, [0.1, 0.2, 0.3])),
+        str(write_train_run(tmp_path / "g1", "grpo", 1, [0.1, 0.25, 0.3])),
+        str(write_train_run(tmp_path / "e0", "ebpo", 0, [0.1, 0.3, 0.4])),
+        str(write_train_run(tmp_path / "e1", "ebpo", 1, [0.1, 0.3, 0.5])),
+    ]
+
+
+def test_ebpo_train_runs_compare_on_held_out_pass1(train_runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out)]) == 0
+    content = json.loads((out / "compare.json").read_text())
+    assert content["metrics"] == ["heldout/pass@1"]  # the evaluation, not the reward
+    (comparison,) = content["comparisons"]
+    rows = {row["step"]: row for row in comparison["steps"]}
+    assert sorted(rows) == [0, 2, 4]
+    assert rows[0]["mean_diff"] == 0 and rows[0]["p_value"] == 1.0
+    assert rows[2]["mean_diff"] == pytest.approx((0.1 + 0.05) / 2)
+    assert rows[4]["mean_diff"] == pytest.approx((0.1 + 0.2) / 2)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["compare.csv", "compare.json", "curves_heldout_pass_1.png",
+                     "difference_heldout_pass_1.png"]  # fmt: skip
+    csv_lines = (out / "compare.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + 3 + 3  # header, three steps, three summaries
+    assert "verdict: ebpo − grpo on heldout/pass@1 at step 4" in capsys.readouterr().out
+
+
+def test_a_new_report_replaces_the_old_one_whole(train_runs, tmp_path):
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out)]) == 0
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "compare.csv", "compare.json", "curves_reward.png", "difference_reward.png",
+    ]  # fmt: skip
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_failed_write_leaves_the_previous_report(train_runs, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--no-plots"]) == 0
+    before = snapshot(out)
+
+    def full_disk(folder, content):
+        (folder / "difference_x.png").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "difference_x.png"))
+
+    monkeypatch.setattr("ebpo.commands.compare.write_plots", full_disk)
+    capsys.readouterr()
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "No space left" in err
+    assert snapshot(out) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_the_output_folder_is_held_while_the_command_runs(train_runs, tmp_path, capsys):
+    out = tmp_path / "held"
+    with lock_run_dir(out):
+        assert main(["compare", *train_runs, "--output-dir", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "in use by another ebpo process" in err
+    assert not out.exists()
+
+
+def test_a_trl_run_read_from_its_last_checkpoint_with_labels(tmp_path):
+    write_trl_state(tmp_path / "a", [0.1, 0.2, 0.3])
+    write_trl_state(tmp_path / "b", [0.2, 0.3, 0.5])
+    (tmp_path / "a" / "checkpoint-1").mkdir()  # an older, emptier checkpoint is not the last
+    out = tmp_path / "out"
+    argv = ["compare", f"grpo@0={tmp_path / 'a'}", f"ebpo@0={tmp_path / 'b'}", "--no-plots"]
+    assert main([*argv, "--output-dir", str(out)]) == 0
+    content = json.loads((out / "compare.json").read_text())
+    assert content["metrics"] == ["reward"]
+    rows = content["comparisons"][0]["steps"]
+    assert [r["mean_diff"] for r in rows] == pytest.approx([0.1, 0.1, 0.2])
+    assert all(r["ci_low"] is None and r["pairs"] == 1 for r in rows)  # one pair: no interval
+    assert content["multiplicity"]["intervals"] == 0
+    assert "not separated (one pair gives no interval" in content["verdict"][0]
+
+
+def test_a_link_to_the_output_folder_stays_a_link(train_runs, tmp_path, monkeypatch):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", *train_runs, "--output-dir", "link", "--no-plots"]) == 0
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "compare.json").is_file()
+    assert main(["compare", *train_runs, "--output-dir", ".", "--no-plots"]) == 2  # holds the runs
