@@ -189,3 +189,18 @@ def test_names_are_plain_file_names(tmp_path, name):
     with pytest.raises(ValueError, match="plain file names"):
         write_file_set(tmp_path, {name: lambda p: None}, tag="rep")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_on_our_own_files_names_the_users_folder(folder, monkeypatch):
+    """ENOSPC on the staging folder's own files (no file of the set) names ``folder``, not a
+    hidden folder of ours; the old set stays."""
+    before = snapshot(folder)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(file_sets.json, "dumps", full)
+    with pytest.raises(OSError) as raised:
+        write_file_set(folder, writers("new"), tag="rep", replaces=NAMES)
+    assert raised.value.filename == str(folder)
+    assert snapshot(folder) == before

@@ -77,10 +77,14 @@ def write_file_set(
         (staging / MANIFEST).write_text(json.dumps(everything), encoding="utf-8")
         _fsync(staging)
         backup.mkdir()
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             backup.rmdir()
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            ours = (str(staging), str(staging / MANIFEST), str(backup))
+            if error.filename in (None, *ours):  # name the user's folder, not our hidden one
+                error.filename, error.filename2 = os.fspath(root), None
         raise
     try:
         _swap(root, staging, backup, names, everything)
