@@ -32,7 +32,7 @@ DESCRIPTION = (
     "replay its steps in order through GRPO and the estimators asked for, the stateful ones "
     "keeping their state as in training. Prints a table and a one-line verdict (how many "
     "responses GRPO gave no signal, and how many of those EBPO would have); writes replay.json, "
-    "replay.csv and four PNGs to --output-dir, all or nothing. A bad row ends in one line "
+    "replay.csv and the PNGs to --output-dir, all or nothing. A bad row ends in one line "
     "naming the file and the line (exit 2) before anything is written. See docs/replay.md."
 )
 OUTPUTS = ("replay.json", "replay.csv")
