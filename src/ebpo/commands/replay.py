@@ -2,24 +2,29 @@
 
 Reads verl's rollout dumps (``trainer.rollout_data_dir``: ``{step}.jsonl`` files) or a table of
 prompt id, reward and step from another trainer, replays the steps in order through GRPO and the
-estimators asked for (:mod:`ebpo.analysis.replay`), and writes ``replay.json``, ``replay.csv`` and three
-PNGs to ``--output-dir``; prints a table and a one-line verdict. Every argument and every input
-file is checked before anything is written: a bad row ends in one line naming the file and the
-line (exit 2), and the output directory is left as it was. docs/replay.md explains the numbers.
+estimators asked for (:mod:`ebpo.analysis.replay`), and writes ``replay.json``, ``replay.csv``
+and the PNGs to ``--output-dir``, all or nothing (:mod:`ebpo.utils.file_sets`), holding that folder
+(:mod:`ebpo.utils.run_lock`) for the whole run; prints a table and a one-line verdict. Every
+argument and every input file is checked before anything is written: a bad row ends in one line
+naming the file and the line (exit 2), and the output directory is left as it was.
+docs/replay.md explains the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from ebpo.analysis.replay.engine import DEFAULT_ESTIMATORS, Replay, replay_steps, summarize
-from ebpo.analysis.replay.plots import PLOTS, write_plots
+from ebpo.analysis.replay.plots import PLOTS, plot_writers
 from ebpo.analysis.replay.readers import Columns
-from ebpo.analysis.replay.report import console_table, report, write_report
+from ebpo.analysis.replay.report import console_table, report, report_writers
 from ebpo.analysis.replay.sources import INPUT_FORMATS, Source
-from ebpo.utils.files import check_output_path, same_path, storage_error
+from ebpo.utils.file_sets import Writer, remove_stale, write_file_set
+from ebpo.utils.files import STORAGE_ERRNOS, check_output_path, same_path
+from ebpo.utils.run_lock import check_not_in_use, lock_run_dir
 
 DESCRIPTION = (
     "Read the rewards a finished run wrote — verl's rollout dumps (trainer.rollout_data_dir: "
@@ -27,10 +32,12 @@ DESCRIPTION = (
     "replay its steps in order through GRPO and the estimators asked for, the stateful ones "
     "keeping their state as in training. Prints a table and a one-line verdict (how many "
     "responses GRPO gave no signal, and how many of those EBPO would have); writes replay.json, "
-    "replay.csv and three PNGs to --output-dir. A bad row ends in one line naming the file and "
-    "the line (exit 2) before anything is written. See docs/replay.md."
+    "replay.csv and the PNGs to --output-dir, all or nothing. A bad row ends in one line "
+    "naming the file and the line (exit 2) before anything is written. See docs/replay.md."
 )
 OUTPUTS = ("replay.json", "replay.csv")
+#: names the temporary folders of the report in --output-dir (ebpo.utils.file_sets)
+REPORT_TAG = "replay"
 #: option -> the column it names in a table, and its default
 COLUMN_OPTIONS = {"--prompt-column": "prompt", "--reward-column": "reward", "--step-column": "step"}
 
@@ -134,30 +141,50 @@ def run(args: argparse.Namespace) -> int:
     replay = Replay(names)
     source = Source(args.paths, fmt, columns)
     check_outputs(out_dir, source, plots)
-    total = len(source.files) if source.one_step_per_file else None
-    records = replay_steps(source.steps(), replay, total=total)
-    summary = summarize(records)
-    key_columns = sorted({c.key for c in source.columns})
-    inputs = {
-        "paths": [str(p) for p in args.paths],
-        "format": fmt,
-        "files": len(source.files),
-        "key_columns": key_columns,
-        "reward_column": source.columns[0].reward,
-        "step_column": source.columns[0].step,
-    }
-    content = report(inputs, replay.estimators, summary, records)
-    try:
-        written = write_report(out_dir, content)
+    check_not_in_use(out_dir, option="--output-dir")  # refused before any reading
+    # the folder is ours for the whole run: a second replay into it waits for nothing, it is refused
+    with lock_run_dir(out_dir, option="--output-dir"):
+        stale = remove_stale(out_dir, REPORT_TAG, OUTPUTS + PLOTS)
+        if stale:
+            print(f"removed {len(stale)} temporary file(s) left by an interrupted replay")
+        total = len(source.files) if source.one_step_per_file else None
+        records = replay_steps(source.steps(), replay, total=total)
+        summary = summarize(records)
+        content = report(_inputs(args, fmt, source), replay.estimators, summary, records)
+        writers = report_writers(content)
         if plots:
-            written += write_plots(out_dir, records)
-    except OSError as error:  # a full disk: one line, exit 2; each file is the old or the new one
-        failure = storage_error(error)
-        if failure is None:
-            raise
-        raise failure from error
+            writers.update(plot_writers(records))
+        written = _write(out_dir, writers)
     print(console_table(summary))
     print()
     print("verdict: " + content["verdict"])
     print(f"wrote {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _inputs(args: argparse.Namespace, fmt: str, source: Source) -> dict[str, Any]:
+    """The ``inputs`` record of ``replay.json``."""
+    return {
+        "paths": [str(p) for p in args.paths],
+        "format": fmt,
+        "files": len(source.files),
+        "key_columns": sorted({c.key for c in source.columns}),
+        "reward_column": source.columns[0].reward,
+        "step_column": source.columns[0].step,
+    }
+
+
+def _write(out_dir: Path, writers: dict[str, Writer]) -> list[Path]:
+    """The report, all or nothing: every file of an earlier replay in ``out_dir`` (the PNGs of a
+    run with plots included, when this one has none) is replaced, or none is."""
+    try:
+        return write_file_set(out_dir, writers, tag=REPORT_TAG, replaces=OUTPUTS + PLOTS)
+    except OSError as error:  # a full disk: one line, exit 2
+        if error.errno not in STORAGE_ERRNOS:
+            raise
+        reason = error.strerror or os.strerror(error.errno or 0)
+        where = f"cannot write {error.filename!r}" if error.filename else "cannot write"
+        raise ValueError(
+            f"--output-dir {str(out_dir)!r}: {where}: {reason}; nothing was changed there "
+            "(the previous report, if any, is whole)"
+        ) from error

@@ -127,6 +127,10 @@ def _draw(
             ax.fill_between(xs, lower, upper, color=style["color"], alpha=0.15, linewidth=0)
     if logy:
         ax.set_yscale("log")
+    if all(is_integer(v) for x, _ in series.values() for v in x):
+        from matplotlib.ticker import MaxNLocator  # optional heavy dependency (plot extra)
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps: no tick at 1.5
     ax.grid(True, alpha=0.3)
 
 

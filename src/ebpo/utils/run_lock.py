@@ -31,12 +31,13 @@ _RETRIES = 5
 
 
 @contextlib.contextmanager
-def lock_run_dir(path: Path) -> Iterator[None]:
+def lock_run_dir(path: Path, *, option: str = "output_dir") -> Iterator[None]:
     """Hold the run directory ``path`` (created if missing) for the block: an exclusive
     ``fcntl.flock`` on ``path/.ebpo-run.lock``, which holds the pid of its owner. ValueError when
     another process holds it. The kernel releases the lock when the process ends, however it ends;
     the file a killed job leaves behind is taken over by the next one. On exit the lock file is
-    removed, and so are the directories this call created if they are still empty."""
+    removed, and so are the directories this call created if they are still empty. ``option``:
+    how the messages name the directory (the setting or flag the user gave it with)."""
     created = []
     missing = path
     while not (missing.exists() or missing.is_symlink()) and missing != missing.parent:
@@ -46,7 +47,7 @@ def lock_run_dir(path: Path) -> Iterator[None]:
         for attempt in range(3):
             path.mkdir(parents=True, exist_ok=True)
             try:
-                fd = _acquire(path)
+                fd = _acquire(path, option)
                 break
             except FileNotFoundError:  # a job that failed at its start removed the directory
                 if attempt == 2:
@@ -54,7 +55,7 @@ def lock_run_dir(path: Path) -> Iterator[None]:
     except OSError as error:
         _remove_empty(created)
         raise ValueError(
-            f"output_dir {str(path)!r}: cannot create its lock file ({error.strerror or error})"
+            f"{option} {str(path)!r}: cannot create its lock file ({error.strerror or error})"
         ) from error
     except BaseException:
         _remove_empty(created)
@@ -68,7 +69,7 @@ def lock_run_dir(path: Path) -> Iterator[None]:
         _remove_empty(created)
 
 
-def _acquire(path: Path) -> int:
+def _acquire(path: Path, option: str) -> int:
     """The descriptor holding the lock of ``path``. A holder removes the file before it lets go,
     so a lock taken on a file that is no longer at its name is worthless: then try again. A
     conflict is retried briefly: :func:`check_not_in_use` of a job starting at the same moment
@@ -82,23 +83,28 @@ def _acquire(path: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if _same_file(fd, lock):
                 os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                try:
+                    os.write(fd, f"{os.getpid()}\n".encode())
+                except OSError:  # a full disk: leave no lock file (nor, so, the folders made for it)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(lock)  # while still holding it, as on a normal exit
+                    raise
                 return fd
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
             if attempt >= _RETRIES:
-                raise _in_use(path, holder) from None
+                raise _in_use(path, holder, option) from None
             time.sleep(0.02)
             continue
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)
-    raise _in_use(path, "unknown")
+    raise _in_use(path, "unknown", option)
 
 
-def check_not_in_use(path: Path) -> None:
+def check_not_in_use(path: Path, *, option: str = "output_dir") -> None:
     """Refuse at once, creating nothing, a directory whose lock another process holds."""
     try:
         fd = os.open(path / LOCK, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -107,7 +113,7 @@ def check_not_in_use(path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _in_use(path, _holder(fd)) from None
+        raise _in_use(path, _holder(fd), option) from None
     except OSError:
         pass  # not a file one can lock: lock_run_dir will tell
     finally:
@@ -127,9 +133,9 @@ def _holder(fd: int) -> str:
     return text if text.isdigit() else "unknown"
 
 
-def _in_use(path: Path, holder: str) -> ValueError:
+def _in_use(path: Path, holder: str, option: str) -> ValueError:
     return ValueError(
-        f"output_dir {str(path)!r} is in use by another ebpo process (pid {holder}); "
+        f"{option} {str(path)!r} is in use by another ebpo process (pid {holder}); "
         "wait for it to end or choose another directory"
     )
 

@@ -10,6 +10,8 @@ moments and the difference to GRPO; docs/replay.md shows a replay and how to rea
 =============  ===============================================================================
 module         what it holds
 =============  ===============================================================================
+``rows``       the rules of a row (the three columns, a checked block of rows, the reward,
+               step and key checks)
 ``readers``    three columns of one file (JSON lines, CSV, Parquet), in chunks, every value
                checked; errors name the file and line
 ``sources``    the user's paths → files in step order → one :class:`StepBatch` per step (verl's

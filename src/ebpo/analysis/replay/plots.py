@@ -1,10 +1,14 @@
-"""The replay's plots (PNG, via :mod:`ebpo.utils.plotting`; docs/replay.md says how to read them):
+"""The replay's plots (PNG, via :mod:`ebpo.utils.plotting`; docs/replay.md says how to read them).
+Estimators are drawn as small multiples, one panel each against GRPO (grey), so that estimators
+whose values coincide (the EBPO family often gives every group a signal: all at 0) stay visible:
 
-* ``zero_signal.png`` — three panels over the steps: the share of groups in which an estimator
-  gives every response a zero advantage; the input's all-fail and all-pass shares (the groups GRPO
-  cannot learn from); the mean advantage each estimator gives the responses of all-fail groups
-  (GRPO: 0; below 0: those failures are pushed down);
-* ``shrinkage.png`` — the mean shrinkage per step and estimator (0 for estimators without one);
+* ``zero_signal.png`` — per estimator, the share of groups in which it gives every response a
+  zero advantage; then the input's all-fail and all-pass shares of groups per step (the groups
+  GRPO cannot learn from);
+* ``all_fail_advantage.png`` — per estimator, the mean advantage of the responses in all-fail
+  groups (GRPO: 0; below 0: those failures are pushed down);
+* ``shrinkage.png`` — per estimator that shrinks (its shrinkage is not 0 at every step; GRPO has
+  none and is not drawn), the mean weight on the prior per step;
 * ``nonzero_advantage.png`` — per estimator, the share of the run's responses with a non-zero
   advantage (point) and the 5th–95th percentile of that share over the steps (bar).
 
@@ -20,13 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from ebpo.utils.plotting import moving_average, plot_intervals, plot_lines, plot_panels
+from ebpo.analysis.replay.engine import REFERENCE
+from ebpo.utils.file_sets import Writer
+from ebpo.utils.plotting import moving_average, plot_intervals, plot_panels
 
-__all__ = ["PLOTS", "SMOOTH_ABOVE", "write_plots"]
+__all__ = ["PLOTS", "SMOOTH_ABOVE", "plot_writers"]
 
-PLOTS = ("zero_signal.png", "shrinkage.png", "nonzero_advantage.png")
+PLOTS = ("zero_signal.png", "all_fail_advantage.png", "shrinkage.png", "nonzero_advantage.png")
 SMOOTH_ABOVE = 60
 Record = dict[str, Any]
+Series = dict[str, tuple[list[int], list[float]]]
 
 
 def _window(steps: int) -> int:
@@ -57,48 +64,91 @@ def _suffix(window: int) -> str:
     return "" if window == 1 else f" (moving average, {window} steps)"
 
 
-def write_plots(out_dir: Path, records: Sequence[Record]) -> list[Path]:
-    """Write :data:`PLOTS` to ``out_dir``; return their paths."""
+def plot_writers(records: Sequence[Record]) -> dict[str, Writer]:
+    """The plots of ``records`` (module doc) as writers of a file set
+    (:func:`ebpo.utils.file_sets.write_file_set`); ``shrinkage.png`` only when an estimator
+    shrinks."""
     names = list(records[0]["estimators"])
+    others = [name for name in names if name != REFERENCE] or [REFERENCE]
     window = _window(len(records))
     suffix = _suffix(window)
 
-    def per_estimator(field: str) -> dict[str, tuple[list[int], list[float]]]:
+    def field_of(name: str, field: str) -> tuple[list[int], list[float]]:
+        return _series(records, lambda r: r["estimators"][name][field], window)
+
+    def against_grpo(series: Callable[[str], tuple[list[int], list[float]]]) -> dict[str, Series]:
         return {
-            name: _series(records, lambda r, n=name: r["estimators"][n][field], window)
-            for name in names
+            f"{name} against {REFERENCE}": {REFERENCE: series(REFERENCE), name: series(name)}
+            for name in others
         }
 
-    inputs = {
-        "all-fail groups": _series(records, lambda r: r["all_fail_groups"] / r["groups"], window),
-        "all-pass groups": _series(records, lambda r: r["all_pass_groups"] / r["groups"], window),
+    # the input's two shares in panels of their own (they may coincide), after the estimators,
+    # so that each estimator has the same colour in every figure
+    zero = {
+        **against_grpo(lambda name: field_of(name, "zero_signal_group_frac")),
+        "the input: all-fail groups (all rewards equal, ≤ 0)": {
+            "all-fail groups": _series(
+                records, lambda r: r["all_fail_groups"] / r["groups"], window
+            )
+        },
+        "the input: all-pass groups (all rewards equal, > 0)": {
+            "all-pass groups": _series(
+                records, lambda r: r["all_pass_groups"] / r["groups"], window
+            )
+        },
     }
-    failed = {
-        name: _weighted_series(
+    failed = against_grpo(
+        lambda name: _weighted_series(
             records, name, "all_fail_advantage_mean", "all_fail_responses", window
         )
-        for name in names
+    )
+    shrinking = [n for n in names if any(r["estimators"][n]["shrinkage_mean"] for r in records)]
+    not_drawn = [n for n in names if n not in shrinking]
+    writers: dict[str, Writer] = {
+        PLOTS[0]: lambda path: plot_panels(
+            path,
+            zero,
+            ncols=_columns(len(zero)),
+            sharex=True,
+            sharey=True,
+            reference=REFERENCE,
+            ylabel="share of groups",
+            title="Zero-signal groups per step: the share of groups where every advantage is 0"
+            + suffix,
+        ),
+        PLOTS[1]: lambda path: plot_panels(
+            path,
+            failed,
+            ncols=_columns(len(failed)),
+            sharex=True,
+            sharey=True,
+            reference=REFERENCE,
+            ylabel="mean advantage",
+            title="Mean advantage of the responses in all-fail groups" + suffix,
+        ),
     }
-    paths = [
-        plot_panels(
-            out_dir / PLOTS[0],
-            {
-                "share of groups where every advantage is 0": per_estimator(
-                    "zero_signal_group_frac"
-                ),
-                "share of groups with all rewards equal": inputs,
-                "mean advantage in all-fail groups": failed,
-            },
-            ncols=3,
-            title="Zero-signal groups per step" + suffix,
-        ),
-        plot_lines(
-            out_dir / PLOTS[1],
-            per_estimator("shrinkage_mean"),
-            title="Mean shrinkage per step" + suffix,
-            ylabel="weight on the prior (EBPO) / other prompts (JSPO)",
-        ),
-    ]
+    if shrinking:
+        writers[PLOTS[2]] = lambda path: plot_panels(
+            path,
+            {name: {name: field_of(name, "shrinkage_mean")} for name in shrinking},
+            ncols=_columns(len(shrinking)),
+            sharex=True,
+            sharey=True,
+            ylabel="weight on the prior / other prompts",
+            title="Mean shrinkage per step"
+            + suffix
+            + (f"; without shrinkage, not drawn: {', '.join(not_drawn)}" if not_drawn else ""),
+        )
+    writers[PLOTS[3]] = lambda path: _nonzero_plot(path, records, names)
+    return writers
+
+
+def _columns(panels: int) -> int:
+    """Two columns up to four panels (a square), three up to nine, then four."""
+    return 2 if panels <= 4 else 3 if panels <= 9 else 4
+
+
+def _nonzero_plot(path: Path, records: Sequence[Record], names: Sequence[str]) -> Path:
     responses = sum(r["responses"] for r in records)
     rows = []
     for name in names:
@@ -106,17 +156,14 @@ def write_plots(out_dir: Path, records: Sequence[Record]) -> list[Path]:
         shares = [r["estimators"][name]["nonzero_advantage_frac"] for r in records]
         low, high = (float(v) for v in np.percentile(shares, [5, 95]))
         rows.append((name, total / responses, low, high))
-    paths.append(
-        plot_intervals(
-            out_dir / PLOTS[2],
-            {
-                "responses with a non-zero advantage\n(point: the run; bar: 5–95% of the steps)": {
-                    "run": rows
-                }
-            },
-            xlabel="share of responses",
-            reference=None,
-            xlim=(0.0, 1.03),
-        )
+    return plot_intervals(
+        path,
+        {
+            "responses with a non-zero advantage\n(point: the run; bar: 5–95% of the steps)": {
+                "run": rows
+            }
+        },
+        xlabel="share of responses",
+        reference=None,
+        xlim=(0.0, 1.03),
     )
-    return paths

@@ -25,20 +25,31 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ebpo.utils.checks import is_integer, is_real
+from ebpo.analysis.replay.rows import (
+    CHUNK_ROWS,
+    INT64_MAX,
+    KEY_KINDS,
+    Chunk,
+    Columns,
+    check_reward,
+    check_step,
+    json_key,
+    key_kind,
+    make_chunk,
+    short,
+)
 
 __all__ = [
     "CHUNK_ROWS",
     "FORMATS",
+    "INT64_MAX",
     "Chunk",
     "Columns",
     "InputFile",
@@ -47,88 +58,11 @@ __all__ = [
     "python_json_chunks",
 ]
 
-#: rows per chunk of the CSV and Parquet readers and of the Python JSON reader
-CHUNK_ROWS = 65_536
 #: bytes per block of pyarrow's JSON reader; a line longer than a block is retried with more
 JSON_BLOCK_BYTES = 16 << 20
 MAX_JSON_BLOCK_BYTES = 1 << 30
 #: file suffix (lower case) -> format
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
-INT64_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class Columns:
-    """The names of the three columns read from a file."""
-
-    key: str
-    reward: str
-    step: str
-
-    def names(self) -> tuple[str, str, str]:
-        return self.key, self.reward, self.step
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Consecutive rows of one file: ``keys`` (a pyarrow array without nulls), ``rewards``
-    (float64, finite), ``steps`` (int64); ``start`` is the index of the first row in the file
-    (rows count from 0; blank lines are not rows)."""
-
-    keys: Any
-    rewards: np.ndarray
-    steps: np.ndarray
-    start: int
-
-
-def json_key(value: Any) -> str:
-    """A key that is neither a string nor an integer (chat messages, a float) as its JSON text,
-    object fields sorted: two keys are the same group when their texts are equal."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-#: the kinds of key a JSON-lines file may hold (all its keys have one), as messages name them
-KEY_KINDS = {"string": "a string", "integer": "an integer", "json": "a list, object or float"}
-
-
-def key_kind(value: Any) -> str:
-    """``"string"``, ``"integer"`` or ``"json"`` (anything else: compared by its JSON text)."""
-    if isinstance(value, str):
-        return "string"
-    return "integer" if is_integer(value) else "json"
-
-
-def check_reward(value: Any, name: str, where: str) -> float:
-    """``value`` as a float if it is a finite number, else ValueError naming ``where``."""
-    if value is None:
-        raise ValueError(f"{where}: {name!r} is null, expected a number")
-    if not is_real(value):
-        raise ValueError(f"{where}: {name!r} is not a number: {_short(value)}")
-    number = float(value)
-    if math.isnan(number):
-        raise ValueError(f"{where}: {name!r} is NaN (a failed reward call?); fix or drop that row")
-    if math.isinf(number):
-        raise ValueError(f"{where}: {name!r} is infinite ({number}), expected a finite number")
-    return number
-
-
-def check_step(value: Any, name: str, where: str) -> int:
-    """``value`` as an int if it is an integer that fits 64 bits, else ValueError."""
-    if value is None:
-        raise ValueError(f"{where}: {name!r} is null, expected an integer step")
-    if not is_integer(value):
-        raise ValueError(f"{where}: {name!r} must be an integer step, got {_short(value)}")
-    if not -INT64_MAX - 1 <= value <= INT64_MAX:
-        raise ValueError(
-            f"{where}: {name!r} must be an integer step that fits 64 bits (-2**63 to 2**63 - 1), "
-            f"got {_short(value)}"
-        )
-    return int(value)
 
 
 # ------------------------------------------------------------------------------ files
@@ -264,28 +198,20 @@ def python_json_chunks(path: Path, columns: Columns, expected_kind: str = "") ->
         expected = expected_kind or kind
         if kind != expected:
             raise ValueError(
-                f"{where}: {columns.key!r} is {KEY_KINDS[kind]} ({_short(key)}), expected "
+                f"{where}: {columns.key!r} is {KEY_KINDS[kind]} ({short(key)}), expected "
                 f"{KEY_KINDS[expected]} as in the file's first row"
             )
         expected_kind = expected
         if kind == "integer" and not -INT64_MAX - 1 <= key <= INT64_MAX:
-            raise ValueError(f"{where}: {columns.key!r} does not fit 64 bits: {_short(key)}")
+            raise ValueError(f"{where}: {columns.key!r} does not fit 64 bits: {short(key)}")
         keys.append(json_key(key) if kind == "json" else key)
         rewards.append(check_reward(record[columns.reward], columns.reward, where))
         steps.append(check_step(record[columns.step], columns.step, where))
         if len(keys) == CHUNK_ROWS:
-            yield _chunk(keys, rewards, steps, start)
+            yield make_chunk(keys, rewards, steps, start)
             keys, rewards, steps, start = [], [], [], row
     if keys:
-        yield _chunk(keys, rewards, steps, start)
-
-
-def _chunk(keys: list[Any], rewards: list[float], steps: list[int], start: int) -> Chunk:
-    import pyarrow as pa  # optional heavy dependency (ebpo[data])
-
-    return Chunk(
-        pa.array(keys), np.asarray(rewards, np.float64), np.asarray(steps, np.int64), start
-    )
+        yield make_chunk(keys, rewards, steps, start)
 
 
 def _json_chunks(file: InputFile, columns: Columns, kind: str) -> Iterator[Chunk]:
@@ -422,10 +348,10 @@ def _csv_chunks(path: Path, columns: Columns) -> Iterator[Chunk]:
         step = _csv_integer(row[columns.step], columns.step, where)
         steps.append(check_step(step, columns.step, where))
         if len(keys) == CHUNK_ROWS:
-            yield _chunk(keys, rewards, steps, start)
+            yield make_chunk(keys, rewards, steps, start)
             keys, rewards, steps, start = [], [], [], index + 1
     if keys:
-        yield _chunk(keys, rewards, steps, start)
+        yield make_chunk(keys, rewards, steps, start)
 
 
 #: what a CSV cell may hold for a number: plain ASCII decimal, as a JSON number (an optional
@@ -444,7 +370,7 @@ def _csv_number(text: str, name: str, where: str) -> float:
     go on to :func:`check_reward`, which names them); ValueError otherwise."""
     if not CSV_NUMBER.fullmatch(text):
         raise ValueError(
-            f"{where}: {name!r} is not a number in plain decimal digits: {_short(text)}"
+            f"{where}: {name!r} is not a number in plain decimal digits: {short(text)}"
         )
     return float(text)
 
@@ -455,7 +381,7 @@ def _csv_integer(text: str, name: str, where: str) -> int:
     # a bound on the digits, for Python's int() refuses more than 4,300 (a ValueError)
     if not CSV_INTEGER.fullmatch(text) or len(text) > 40:
         raise ValueError(
-            f"{where}: {name!r} must be an integer step in plain decimal digits, got {_short(text)}"
+            f"{where}: {name!r} must be an integer step in plain decimal digits, got {short(text)}"
         )
     return int(text)
 

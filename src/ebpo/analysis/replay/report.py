@@ -30,6 +30,7 @@ from ebpo import __version__
 from ebpo.analysis.replay.engine import ESTIMATOR_FIELDS, INPUT_FIELDS, REFERENCE
 from ebpo.estimators import AdvantageEstimator, variant_spec
 from ebpo.estimators.metrics import SIGNAL_THRESHOLD
+from ebpo.utils.file_sets import Writer
 from ebpo.utils.files import atomic_write, write_json
 
 __all__ = [
@@ -38,8 +39,8 @@ __all__ = [
     "console_table",
     "csv_text",
     "report",
+    "report_writers",
     "verdict",
-    "write_report",
 ]
 
 FORMAT = "ebpo-replay"
@@ -89,14 +90,16 @@ def csv_text(records: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def write_report(out_dir: Path, content: dict[str, Any]) -> list[Path]:
-    """Write ``replay.json`` and ``replay.csv`` atomically; return their paths."""
-    json_path, csv_path = out_dir / "replay.json", out_dir / "replay.csv"
+def report_writers(content: dict[str, Any]) -> dict[str, Writer]:
+    """``replay.json`` and ``replay.csv`` as writers of a file set
+    (:func:`ebpo.utils.file_sets.write_file_set`: the report is written all or nothing)."""
     text = csv_text(content["steps"])
-    write_json(json_path, content)
-    with atomic_write(csv_path) as handle:
-        handle.write(text)
-    return [json_path, csv_path]
+
+    def write_csv(path: Path) -> None:
+        with atomic_write(path) as handle:
+            handle.write(text)
+
+    return {"replay.json": lambda path: write_json(path, content), "replay.csv": write_csv}
 
 
 def _headline_estimator(estimators: dict[str, AdvantageEstimator]) -> str | None:
