@@ -124,3 +124,12 @@ def test_a_link_to_the_output_folder_stays_a_link(train_runs, tmp_path, monkeypa
     assert main(["compare", *train_runs, "--output-dir", "link", "--no-plots"]) == 0
     assert (tmp_path / "link").is_symlink() and (tmp_path / "real" / "compare.json").is_file()
     assert main(["compare", *train_runs, "--output-dir", ".", "--no-plots"]) == 2  # holds the runs
+
+
+def test_help_says_what_a_run_is_and_where_the_docs_are(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert stop.value.code == 0
+    assert "ESTIMATOR@SEED=PATH" in out and "95% Student-t interval" in out
+    assert "docs/compare.md" in out and "--ignore KEY" in out

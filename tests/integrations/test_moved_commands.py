@@ -1,5 +1,6 @@
-"""The command lines left the integrations, and replay left the lab: each old module path raises
-an ImportError that names the new one (for one release), and the new path imports."""
+"""The command lines left the integrations, replay and the paired statistics left the lab: each
+old module path raises an ImportError that names the new one (for one release), and the new path
+imports."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ MOVED = {
     "ebpo.integrations.verl.doctor": "ebpo.commands.verl.doctor",
     "ebpo.integrations.verl.nodes": "ebpo.commands.verl.nodes",
     "ebpo.lab.replay": "ebpo.analysis.replay",
+    "ebpo.lab.bench.stats": "ebpo.analysis.paired",
 }
 
 

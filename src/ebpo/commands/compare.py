@@ -29,7 +29,7 @@ DESCRIPTION = (
     "checkpoint; ebpo grpo / EBPOTrainer or plain trl grpo, which is GRPO), a verl file-logger "
     "JSONL (or its folder) or an ebpo train run folder; the estimator and the seed come from the "
     "run's files, or from a label where they cannot be read: ESTIMATOR@SEED=PATH. Per step: the "
-    "paired mean difference with its 95%% Student-t interval; at the end: the difference at the "
+    "paired mean difference with its 95% Student-t interval; at the end: the difference at the "
     "last common step, in the area under the curve and in the steps to reach the baseline's "
     "final value; how many intervals were computed and how many exclude 0 after Holm's "
     "correction. Writes compare.json, compare.csv and PNGs to --output-dir. See docs/compare.md."

@@ -22,7 +22,7 @@ from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]
 
-STEPS = 3
+STEPS = 4
 #: the user's one recipe: every run differs from it only by --seed and --advantage_estimator
 RECIPE = """\
 model_name_or_path: {model}
@@ -30,13 +30,13 @@ datasets:
   - path: json
     data_files: {data}
 reward_funcs:
-  - ebpo.integrations.trl.math_reward
+  - side_rewards.parity_reward
 num_generations: 2
 per_device_train_batch_size: 4
 max_completion_length: 8
 max_steps: {steps}
 save_steps: {steps}
-learning_rate: 1.0e-3
+learning_rate: 5.0e-2
 beta: 0.0
 logging_steps: 1
 report_to: none
@@ -44,6 +44,12 @@ use_cpu: true
 bf16: false
 """
 T_975_DF1 = 12.706204736174707  # scipy.stats.t.ppf(0.975, 1)
+#: a reward the untrained tiny model earns about half the time (the math reward: never), so that
+#: rewards, advantages and losses differ between estimators and seeds
+REWARDS = """\
+def parity_reward(completions, **kwargs):
+    return [float((len(c) + sum(map(ord, c))) % 2) for c in completions]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +59,19 @@ def runs(tmp_path_factory):
     )
     recipe = root / "recipe.yaml"
     recipe.write_text(RECIPE.format(model=root / "model", data=root / "data.jsonl", steps=STEPS))
+    (root / "lib").mkdir()
+    (root / "lib" / "side_rewards.py").write_text(REWARDS)
     paths = {}
-    for estimator, seed in (("ebpo", 0), ("ebpo", 1), ("grpo", 0)):
-        out = root / f"{estimator}_{seed}"
-        argv = ["grpo", "--config", str(recipe), "--output_dir", str(out), "--seed", str(seed),
-                "--advantage_estimator", estimator]  # fmt: skip
-        assert main(argv) == 0
-        paths[(estimator, seed)] = out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(root / "lib"))
+        for estimator, seed in (("ebpo", 0), ("ebpo", 1), ("grpo", 0)):
+            out = root / f"{estimator}_{seed}"
+            argv = ["grpo", "--config", str(recipe), "--output_dir", str(out), "--seed", str(seed),
+                    "--advantage_estimator", estimator]  # fmt: skip
+            assert main(argv) == 0
+            paths[(estimator, seed)] = out
     out = root / "trl_1"  # a plain TRL user's baseline: trl grpo, as typed in a shell
-    env = cpu_launch_env({"PYTHONDONTWRITEBYTECODE": "1"})
+    env = cpu_launch_env({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(root / "lib")})
     env.pop("ACCELERATE_USE_CPU")
     trl = Path(sys.executable).parent / "trl"
     done = subprocess.run(
@@ -80,6 +90,8 @@ def logged(run: Path, key: str) -> dict[int, float]:
 
 def test_each_run_says_its_estimator_and_seed(runs):
     _, paths = runs
+    rewards = [r for path in paths.values() for r in logged(path, "reward").values()]
+    assert sum(rewards) > 0 and min(rewards) < 1  # the reward has signal: the runs can differ
     for (estimator, seed), path in paths.items():
         run = read_run(str(path))
         assert (run.estimator, run.seed, run.kind) == (estimator, str(seed), "trl")
@@ -112,6 +124,9 @@ def test_paired_differences_equal_a_hand_computation(runs, capsys):
             assert row["ci_low"] == pytest.approx(mean - half, abs=1e-9)
             assert row["ci_high"] == pytest.approx(mean + half, abs=1e-9)
             intervals += 1
+        # the estimators' advantages differ, so do their losses and, once the policies part,
+        # the rewards: the hand computation is checked on differences that are not all 0
+        assert any(row["mean_diff"] != 0 for row in comparison["steps"]), metric
         last = comparison["summaries"]["last_step"]
         assert last == {**comparison["steps"][-1], "holm": last["holm"]}
         intervals += 2  # auc and steps to the baseline's final value
@@ -120,7 +135,7 @@ def test_paired_differences_equal_a_hand_computation(runs, capsys):
     names = {p.name for p in out.iterdir()}
     assert {"compare.json", "compare.csv", "difference_reward.png", "curves_loss.png"} <= names
     verdicts = capsys.readouterr().out
-    assert "verdict: ebpo − grpo on reward at step 3" in verdicts
+    assert f"verdict: ebpo − grpo on reward at step {STEPS}" in verdicts
 
 
 def test_runs_of_another_learning_rate_are_not_paired_silently(runs, capsys):
@@ -135,7 +150,7 @@ def test_runs_of_another_learning_rate_are_not_paired_silently(runs, capsys):
     runs_ = [str(paths[("ebpo", 0)]), str(other), str(paths[("grpo", 0)]), str(paths[("grpo", 1)])]
     assert main(["compare", *runs_, "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "learning_rate (0.001 vs 0.0005)" in err, err
+    assert len(err.splitlines()) == 1 and "learning_rate (0.05 vs 0.0005)" in err, err
     assert "max_steps" in err and not out.exists()
     # accepted on purpose: one step in common
     ignore = ["--ignore", "learning_rate", "--ignore", "max_steps", "--ignore", "save_steps"]
