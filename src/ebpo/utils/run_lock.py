@@ -85,7 +85,7 @@ def _acquire(path: Path, option: str) -> int:
                 os.ftruncate(fd, 0)
                 try:
                     os.write(fd, f"{os.getpid()}\n".encode())
-                except OSError:  # a full disk: leave no lock file (nor, so, the folders made for it)
+                except OSError:  # a full disk: leave no lock file, so no folder made for it
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(lock)  # while still holding it, as on a normal exit
                     raise
