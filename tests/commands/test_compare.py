@@ -1,6 +1,6 @@
-"""``ebpo compare`` as a command: ``ebpo train`` run folders, the output folder replaced all at
-once (a new report leaves nothing of the old one; a failed write leaves the old one whole), the
-folder held while the command runs, the PNGs."""
+"""``ebpo compare`` as a command: ``ebpo train`` run folders, the report replaced all or nothing
+(a new report leaves nothing of the old one; a failed write leaves the old one whole; what a killed
+run left is cleared), the folder held while the command runs, the PNGs."""
 
 from __future__ import annotations
 
@@ -74,21 +74,42 @@ def test_a_new_report_replaces_the_old_one_whole(train_runs, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
 
 
+def test_leftovers_of_a_killed_run_are_cleared_before_the_new_report(train_runs, tmp_path, capsys):
+    """A run killed in the middle of the swap left its staging and backup folders, the old files
+    moved aside: the next run takes the folder (they are no user files), puts the old files back,
+    replaces the whole old report, PNGs included, and leaves nothing hidden."""
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 0
+    backup = out / ".compare.0123456789abcdef.old"
+    (out / ".compare.0123456789abcdef.new").mkdir()
+    backup.mkdir()
+    for name in ("compare.csv", "difference_reward.png"):
+        (out / name).rename(backup / name)
+    (backup / ".manifest.json").write_text(json.dumps(["compare.csv", "difference_reward.png"]))
+    capsys.readouterr()
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--no-plots"]) == 0
+    assert "removed the temporary files left by an interrupted" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["compare.csv", "compare.json"]
+
+
 def test_a_failed_write_leaves_the_previous_report(train_runs, tmp_path, monkeypatch, capsys):
     out = tmp_path / "report"
     assert main(["compare", *train_runs, "--output-dir", str(out), "--no-plots"]) == 0
     before = snapshot(out)
 
-    def full_disk(folder, content):
-        (folder / "difference_x.png").write_bytes(b"half")
-        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "difference_x.png"))
+    def full_disk(path):
+        path.write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr("ebpo.commands.compare.write_plots", full_disk)
+    monkeypatch.setattr(
+        "ebpo.commands.compare.plot_writers", lambda content: {"difference_x.png": full_disk}
+    )
     capsys.readouterr()
     assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "No space left" in err
-    assert snapshot(out) == before
+    assert "difference_x.png" in err and str(out) in err  # the file in the folder, not ours
+    assert snapshot(out) == before  # nothing hidden left either
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

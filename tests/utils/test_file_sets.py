@@ -184,6 +184,33 @@ def test_remove_stale_removes_our_temporary_files_only(folder):
     assert (folder / ".rep.0123.old").is_dir()  # not a token of ours: 16 hex digits
 
 
+def test_is_leftover_knows_the_folders_a_kill_leaves_and_nothing_else(folder, monkeypatch):
+    """What a killed call leaves (its staging and backup folders) is a leftover of its tag only;
+    the user's look-alikes (a short token, a file of the set) are not."""
+    count, real = [0], os.rename
+
+    def rename(a, b):
+        count[0] += 1
+        if count[0] == 2:  # the old files are being moved aside: both folders exist
+            raise Killed
+        real(a, b)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(file_sets, "_roll_back", lambda *a: None)
+        patch.setattr(file_sets.os, "rename", rename)
+        with pytest.raises(Killed):
+            write_file_set(folder, writers("new"), tag="rep", replaces=NAMES)
+    left = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    ours = [n for n in left if file_sets.is_leftover(n, "rep")]
+    assert len(ours) == 2 and {n[-4:] for n in ours} == {".new", ".old"}
+    assert not any(file_sets.is_leftover(n, "other") for n in ours)
+    names = {p.name for p in folder.iterdir()} - set(ours)
+    assert not any(file_sets.is_leftover(n, "rep") for n in names)  # .rep.0123.old, .rep.xyz.new
+    assert ".rep.0123.old" in names and ".rep.xyz.new" in names
+    with pytest.raises(ValueError, match="tag must be"):
+        file_sets.is_leftover(ours[0], "Rep")
+
+
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", ".manifest.json"])
 def test_names_are_plain_file_names(tmp_path, name):
     with pytest.raises(ValueError, match="plain file names"):

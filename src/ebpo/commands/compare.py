@@ -5,8 +5,9 @@ folders; :mod:`ebpo.analysis.compare`), pairs each estimator with the baseline s
 writes ``compare.json``, ``compare.csv`` and two PNGs per metric to ``--output-dir``; prints a
 table and one verdict line per estimator and metric. Everything is read and checked before
 anything is written: a bad argument or run ends in one line (exit 2) and the output folder is left
-as it was. The output folder is held for the command's run (:mod:`ebpo.utils.run_lock`) and
-replaced all at once (:mod:`ebpo.analysis.compare.output`). docs/compare.md explains the numbers.
+as it was. The output folder is held for the command's run (:mod:`ebpo.utils.run_lock`) and the
+report replaces the previous one all or nothing (:mod:`ebpo.utils.file_sets`,
+:mod:`ebpo.analysis.compare.output`). docs/compare.md explains the numbers.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.analysis.compare import compare_runs, read_runs
-from ebpo.analysis.compare.output import check_output_folder, staged_folder
-from ebpo.analysis.compare.plots import write_plots
+from ebpo.analysis.compare.output import REPORT_TAG, check_output_folder, previous_report
+from ebpo.analysis.compare.plots import plot_writers
 from ebpo.analysis.compare.report import compare_csv, console_table
 from ebpo.utils.checks import check_positive_int
+from ebpo.utils.file_sets import Writer, remove_stale, write_file_set
 from ebpo.utils.files import check_output_path, storage_error, write_json
 from ebpo.utils.run_lock import lock_run_dir
 
@@ -98,17 +100,16 @@ def run(args: argparse.Namespace) -> int:
     content = compare_runs(
         runs, baseline=args.baseline, metrics=metrics, smooth=smooth, ignore=args.ignore
     )
-    try:
-        with lock_run_dir(out_dir), staged_folder(out_dir) as staging:
-            write_json(staging / "compare.json", content)
-            (staging / "compare.csv").write_text(compare_csv(content), encoding="utf-8")
-            if plots:
-                write_plots(staging, content)
-    except OSError as error:  # a full disk: one line, exit 2; the previous report stays
-        failure = storage_error(error)
-        if failure is None:
-            raise
-        raise failure from error
+    writers: dict[str, Writer] = {
+        "compare.json": lambda path: write_json(path, content),
+        "compare.csv": lambda path: path.write_text(compare_csv(content), encoding="utf-8"),
+    }
+    if plots:
+        writers.update(plot_writers(content))
+    with lock_run_dir(out_dir, option="--output-dir"):
+        if remove_stale(out_dir, REPORT_TAG):
+            print("removed the temporary files left by an interrupted ebpo compare")
+        _write(out_dir, writers)
     print(console_table(content))
     print()
     for line in content["verdict"]:
@@ -120,3 +121,16 @@ def run(args: argparse.Namespace) -> int:
 def _run_folder(path: Path) -> Path:
     """The folder a run lives in (a verl log file: its folder)."""
     return path.parent if path.is_file() else path
+
+
+def _write(out_dir: Path, writers: dict[str, Writer]) -> None:
+    """The report, all or nothing: every file of the previous report in ``out_dir`` (the PNGs of
+    metrics this one does not compare, or of a run with plots when this one has none, included)
+    is replaced, or none is."""
+    try:
+        write_file_set(out_dir, writers, tag=REPORT_TAG, replaces=previous_report(out_dir))
+    except OSError as error:  # a full disk: one line, exit 2; the previous report stays
+        failure = storage_error(error)
+        if failure is None:
+            raise
+        raise failure from error

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ebpo.utils.files import STORAGE_ERRNOS
 
-__all__ = ["Writer", "remove_stale", "write_file_set"]
+__all__ = ["Writer", "is_leftover", "remove_stale", "write_file_set"]
 
 #: writes one file of the set at the path it is given (in the staging folder)
 Writer = Callable[[Path], object]
@@ -108,7 +108,7 @@ def remove_stale(folder: str | os.PathLike[str], tag: str, names: Iterable[str] 
     root = Path(folder)
     wanted = list(names)
     _check_names(tag, wanted)
-    ours = re.compile(rf"\.{re.escape(tag)}\.([0-9a-f]{{16}})\.(new|old)")
+    ours = _leftover(tag)
     temporary = re.compile(
         r"\.(" + "|".join(re.escape(n) for n in wanted) + r")\.[0-9a-f]{8}\.tmp"
         if wanted
@@ -129,6 +129,19 @@ def remove_stale(folder: str | os.PathLike[str], tag: str, names: Iterable[str] 
         _roll_back(root, _staging(root, tag, token), _backup(root, tag, token))
         removed += [p for p in found if not p.exists()]
     return removed
+
+
+def is_leftover(name: str, tag: str) -> bool:
+    """Whether ``name`` is that of a staging or backup folder of :func:`write_file_set` with
+    ``tag`` (one a killed run leaves, which :func:`remove_stale` clears): a check that a folder
+    holds nothing but a report lets these pass."""
+    _check_names(tag, ())
+    return _leftover(tag).fullmatch(name) is not None
+
+
+def _leftover(tag: str) -> re.Pattern[str]:
+    """The names of the staging and backup folders of ``tag``; group 1 is the call's token."""
+    return re.compile(rf"\.{re.escape(tag)}\.([0-9a-f]{{16}})\.(new|old)")
 
 
 def _staging(root: Path, tag: str, token: str) -> Path:

@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ebpo.utils.plotting import plot_lines, plot_panels
 
-__all__ = ["plot_names", "write_plots"]
+__all__ = ["plot_names", "plot_writers"]
 
 _ZERO = "no difference"
 
@@ -41,41 +42,50 @@ def plot_names(metrics: Sequence[str]) -> dict[str, tuple[str, str]]:
     return names
 
 
-def write_plots(folder: Path, content: Mapping[str, Any]) -> list[Path]:
-    """Write the two PNGs of every metric of ``content`` (compare.json's) into ``folder``."""
-    baseline = content["baseline"]
+def plot_writers(content: Mapping[str, Any]) -> dict[str, Callable[[Path], Path]]:
+    """File name -> function writing that PNG at a given path, two per metric of ``content``
+    (compare.json's), for :func:`ebpo.utils.file_sets.write_file_set`."""
     names = plot_names(content["metrics"])
-    written = []
-    suffix = f" (moving mean of {content['smooth']} logged values)" if content["smooth"] > 1 else ""
+    writers: dict[str, Callable[[Path], Path]] = {}
     for metric in content["metrics"]:
-        comparisons = [c for c in content["comparisons"] if c["metric"] == metric]
-        panels, bands = {}, {}
-        for comparison in comparisons:
-            rows = comparison["steps"]
-            steps = [row["step"] for row in rows]
-            label = f"{comparison['estimator']} − {baseline}"
-            title = f"{comparison['estimator']} ({len(comparison['seeds'])} seed pairs)"
-            panels[title] = {
-                _ZERO: (steps, [0.0] * len(steps)),
-                label: (steps, [row["mean_diff"] for row in rows]),
-            }
-            bands[title] = {label: (_bound(rows, "ci_low"), _bound(rows, "ci_high"))}
         difference, curves = names[metric]
-        written.append(
-            plot_panels(
-                folder / difference,
-                panels,
-                bands=bands,
-                ylabel=f"Δ {metric}",
-                title=f"Paired difference to {baseline} on {metric}, mean over seeds with its "
-                f"95 % interval{suffix}",
-                sharex=True,
-                sharey=True,
-                reference=_ZERO,
-            )
-        )
-        written.append(_curves(folder / curves, comparisons, baseline, metric, suffix))
-    return written
+        writers[difference] = partial(_difference, content=content, metric=metric)
+        writers[curves] = partial(_curves, content=content, metric=metric)
+    return writers
+
+
+def _suffix(content: Mapping[str, Any]) -> str:
+    smooth = content["smooth"]
+    return f" (moving mean of {smooth} logged values)" if smooth > 1 else ""
+
+
+def _difference(path: Path, *, content: Mapping[str, Any], metric: str) -> Path:
+    """One panel per estimator: the paired mean difference with its band, and the zero line."""
+    baseline = content["baseline"]
+    panels, bands = {}, {}
+    for comparison in content["comparisons"]:
+        if comparison["metric"] != metric:
+            continue
+        rows = comparison["steps"]
+        steps = [row["step"] for row in rows]
+        label = f"{comparison['estimator']} − {baseline}"
+        title = f"{comparison['estimator']} ({len(comparison['seeds'])} seed pairs)"
+        panels[title] = {
+            _ZERO: (steps, [0.0] * len(steps)),
+            label: (steps, [row["mean_diff"] for row in rows]),
+        }
+        bands[title] = {label: (_bound(rows, "ci_low"), _bound(rows, "ci_high"))}
+    return plot_panels(
+        path,
+        panels,
+        bands=bands,
+        ylabel=f"Δ {metric}",
+        title=f"Paired difference to {baseline} on {metric}, mean over seeds with its "
+        f"95 % interval{_suffix(content)}",
+        sharex=True,
+        sharey=True,
+        reference=_ZERO,
+    )
 
 
 def _bound(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
@@ -83,10 +93,10 @@ def _bound(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [row["mean_diff"] if row[key] is None else row[key] for row in rows]
 
 
-def _curves(
-    path: Path, comparisons: Sequence[Mapping[str, Any]], baseline: str, metric: str, suffix: str
-) -> Path:
+def _curves(path: Path, *, content: Mapping[str, Any], metric: str) -> Path:
     """Each run pale in its estimator's colour (out of the legend), each estimator's mean bold."""
+    baseline = content["baseline"]
+    comparisons = [c for c in content["comparisons"] if c["metric"] == metric]
     means: dict[str, tuple[list[int], list[float]]] = {}
     reference = None
     runs: dict[str, tuple[list[int], list[float]]] = {}
@@ -109,7 +119,8 @@ def _curves(
     return plot_lines(
         path,
         {**runs, **means},  # the means last: drawn on top of the runs
-        title=f"{metric}: each run (pale) and the mean over the paired seeds (bold){suffix}",
+        title=f"{metric}: each run (pale) and the mean over the paired seeds (bold)"
+        f"{_suffix(content)}",
         ylabel=metric,
         faint=list(runs),
         style_of=style_of,
