@@ -426,3 +426,32 @@ def test_a_failing_main_ppo_run_ends_and_leaves_nothing(tmp_path):
     assert "no_such_key" in (tmp_path / "c.log").read_text()
     launch.listeners = {Listener("raylet", "192.0.2.2", 1), Listener("gcs", "127.0.0.1", 2)}
     assert launch.foreign_listeners == [Listener("raylet", "192.0.2.2", 1)]
+
+
+def test_the_resume_source_check_fails_when_ebpo_and_verl_name_different_folders(tmp_path):
+    """The console lines of verl's ``_load_checkpoint`` and of ebpo's callback must both name the
+    resumed run's own ``global_step_2`` (``resume_mode=auto``)."""
+    from ebpo.lab.verl_cpu.checks import resume_source_check
+    from ebpo.lab.verl_cpu.shared.results import RunResult, StepTrace
+
+    settings = SmokeSettings(work_dir=str(tmp_path))
+    own = tmp_path / "resumed" / "checkpoints" / "global_step_2"
+    other = tmp_path / "full" / "checkpoints" / "global_step_2"
+
+    def runs(verl_folder: Path, ebpo_folder: Path) -> tuple[RunResult, RunResult]:
+        console = tmp_path / "console.log"
+        console.write_text(
+            f"(TaskRunnerV1 pid=1) INFO: Resuming from {verl_folder}, setting global step to 2\n"
+            f"(TaskRunnerV1 pid=1) WARNING: ebpo: restored estimator state from {ebpo_folder} "
+            "(1 estimators)\n"
+        )
+        trace = [StepTrace(step, None, None, None, [], []) for step in (3, 4)]
+        a = RunResult(str(tmp_path / "full"), [], {}, {}, 0.0)
+        b = RunResult(str(tmp_path / "resumed"), trace, {}, {}, 0.0, console=str(console))
+        return a, b
+
+    assert resume_source_check(settings, ESTIMATORS["ebpo"], *runs(own, own)).ok
+    assert not resume_source_check(settings, ESTIMATORS["ebpo"], *runs(own, other)).ok
+    assert not resume_source_check(settings, ESTIMATORS["ebpo"], *runs(other, other)).ok
+    with_path = SmokeSettings(work_dir=str(tmp_path), resume_mode="resume_path")
+    assert resume_source_check(with_path, ESTIMATORS["ebpo"], *runs(other, other)).ok

@@ -190,6 +190,14 @@ def resume_checks(
 
 #: the line ebpo's checkpoint callback logs when it restores the state (integrations.verl.checkpoint)
 RESTORED_LINE = "ebpo: restored estimator state from "
+#: the line verl's v1 ``_load_checkpoint`` logs (INFO) with the folder it resumes from
+VERL_RESUMING_LINE = "Resuming from "
+
+
+def _folders_after(lines: list[str], marker: str, end: str) -> list[str]:
+    """The distinct folders named after ``marker`` (up to ``end``) in ``lines``."""
+    named = [line.split(marker, 1)[1].split(end, 1)[0].strip() for line in lines if marker in line]
+    return sorted(set(named))
 
 
 def resume_source_check(
@@ -198,14 +206,14 @@ def resume_source_check(
     """v1: the resumed run's ebpo callback restored the state from the folder verl resumed from —
     with ``resume_mode=auto``, the ``global_step_<save_step>`` folder in the resumed run's own
     relative ``checkpoints`` directory (verl's tracker file names it); with ``resume_path``, run
-    A's. Its console shows the folder (the callback's line); that verl resumed there shows in the
-    steps it trained (:func:`resume_checks`)."""
+    A's. Both name it in the console: verl's ``_load_checkpoint`` ("Resuming from ...") and ebpo's
+    callback; the steps B trained (:func:`resume_checks`) show that verl resumed there."""
     folder = f"global_step_{settings.save_step}"
     owner = b if settings.resume_mode == "auto" else a
     expected = str(Path(owner.run_dir) / "checkpoints" / folder)
     lines = Path(b.console).read_text(errors="replace").splitlines() if b.console else []
-    restored = [line.split(RESTORED_LINE, 1)[1] for line in lines if RESTORED_LINE in line]
-    found = sorted({line.split(" (", 1)[0].strip() for line in restored})
+    verls = _folders_after(lines, VERL_RESUMING_LINE, ", setting global step")
+    ebpos = _folders_after(lines, RESTORED_LINE, " (")
     how = (
         "trainer.resume_mode=auto, default_local_dir=checkpoints (relative), started in its run dir"
         if settings.resume_mode == "auto"
@@ -213,8 +221,9 @@ def resume_source_check(
     )
     return Check(
         f"{run.name}: the resumed run restored ebpo's state from the folder verl resumed from ({how})",
-        found == [expected] and [t.step for t in b.trace][:1] == [settings.save_step + 1],
-        f"restored from {found or 'nowhere'}; expected {expected}",
+        verls == ebpos == [expected] and [t.step for t in b.trace][:1] == [settings.save_step + 1],
+        f"verl resumed from {verls or 'nowhere'}, ebpo restored from {ebpos or 'nowhere'}; "
+        f"expected {expected}",
     )
 
 
