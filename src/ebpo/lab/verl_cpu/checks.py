@@ -66,7 +66,8 @@ def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> li
         Check(
             f"{run.name}: fit() trained {settings.steps} steps",
             [t.step for t in a.trace] == steps,
-            f"steps {[t.step for t in a.trace]} in {a.seconds:.1f} s; max |advantage| per step "
+            f"steps {[t.step for t in a.trace]} (the whole run, start-up and validation included: "
+            f"{a.seconds:.1f} s); max |advantage| per step "
             + ", ".join(f"{x:.3f}" for x in advantages),
         ),
         Check(
@@ -166,7 +167,7 @@ def resume_checks(
         Check(
             f"{run.name}: resumed run trained steps {after} only",
             [t.step for t in b.trace] == after,
-            f"steps {[t.step for t in b.trace]} in {b.seconds:.1f} s",
+            f"steps {[t.step for t in b.trace]} (the whole run, start-up included: {b.seconds:.1f} s)",
         ),
         *(
             Check(
