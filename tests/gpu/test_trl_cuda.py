@@ -54,13 +54,14 @@ def deterministic_afterwards_off():
 
 
 def arguments(config_class, output_dir: Path, **settings):
-    return config_class(
-        output_dir=str(output_dir), use_cpu=False, bf16=True, full_determinism=True, seed=0,
-        report_to="none", save_strategy="no", logging_steps=1, max_steps=STEPS,
-        num_generations=G, per_device_train_batch_size=4 * G, max_completion_length=16,
-        learning_rate=1e-3, beta=0.0, generation_kwargs={"sequence_bias": [[[2], 2.0]]},
-        **settings,
-    )  # fmt: skip
+    options = {
+        "output_dir": str(output_dir), "use_cpu": False, "bf16": True, "full_determinism": True,
+        "seed": 0, "report_to": "none", "save_strategy": "no", "logging_steps": 1,
+        "max_steps": STEPS, "num_generations": G, "per_device_train_batch_size": 4 * G,
+        "max_completion_length": 16, "learning_rate": 1e-3, "beta": 0.0,
+        "generation_kwargs": {"sequence_bias": [[[2], 2.0]]},
+    }  # fmt: skip
+    return config_class(**{**options, **settings})
 
 
 def trainer(root: Path, config_class, trainer_class, output_dir: Path, **settings):
