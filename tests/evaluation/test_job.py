@@ -7,8 +7,9 @@ import csv
 import json
 
 import pytest
+import torch
 
-from ebpo.evaluation import check_eval_options, run_eval
+from ebpo.evaluation import SamplingConfig, check_eval_options, run_eval
 from ebpo.rewards import score_math_detailed
 from tests.evaluation.scripted import FIXTURES, ScriptedGenerator
 
@@ -242,3 +243,25 @@ def test_existing_results_are_refused_before_generation_unless_overwrite(
                 progress=False,
             )
         assert third.prompts is None
+
+
+def test_the_runs_header_and_results_say_where_the_model_is(tmp_path, tiny, capsys):
+    model, tokenizer = tiny
+    summary = run_eval(
+        "tiny",
+        ["aime-2025"],
+        n=2,
+        out_dir=tmp_path,
+        data_files={"aime-2025": str(FIXTURES / "aime-2025.jsonl")},
+        template="raw",
+        sampling=SamplingConfig(max_new_tokens=4),
+        model=model.to(torch.bfloat16),
+        tokenizer=tokenizer,
+        progress=True,
+    )
+    header = capsys.readouterr().err.splitlines()[0]
+    assert header == "ebpo eval: tiny on cpu (bfloat16) (transformers); 2 problems x 2"
+    assert summary["config"]["device"] == "cpu (bfloat16)"
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["device"] == (
+        "cpu (bfloat16)"
+    )

@@ -144,3 +144,67 @@ def test_load_model_and_tokenizer_errors_name_the_model(tmp_path, monkeypatch):
         models.load_model_and_tokenizer("no-org/no-such-model")
     with pytest.raises(ValueError, match=r"^model path '.*missing' does not exist$"):
         models.load_model_and_tokenizer(str(tmp_path / "missing"))
+
+
+# ---------------------------------------------------------------------- where a model goes
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """A machine whose torch sees one GPU (nothing is run on it)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Old GPU")
+
+
+def test_without_cuda_a_model_stays_on_the_cpu_in_float32_as_before(no_cuda):
+    cpu = torch.device("cpu")
+    assert models.resolve_placement() == (cpu, torch.float32)
+    assert models.resolve_placement("cpu", "bfloat16") == (cpu, torch.bfloat16)
+    assert models.resolve_placement("auto", torch.float16) == (cpu, torch.float16)
+    for device in ("cuda", "cuda:0"):
+        with pytest.raises(ValueError, match=f"device '{device}': torch sees no CUDA GPU here"):
+            models.resolve_placement(device)
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_with_a_gpu_auto_is_the_gpu_in_bf16_where_it_has_it(one_gpu, monkeypatch, bf16):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    gpu = torch.device("cuda", 0)
+    assert models.resolve_placement() == (gpu, torch.bfloat16 if bf16 else torch.float32)
+    assert models.resolve_placement("cpu") == (torch.device("cpu"), torch.float32)
+    assert models.resolve_placement("cuda:0", "float16") == (gpu, torch.float16)
+    with pytest.raises(ValueError, match=r"device 'cuda:1': there are 1 CUDA GPU\(s\), 0 to 0"):
+        models.resolve_placement("cuda:1")
+    if not bf16:
+        with pytest.raises(ValueError, match="dtype 'bfloat16' is not supported by Old GPU"):
+            models.resolve_placement("cuda", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "match"),
+    [
+        ("gpu", "auto", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+        ("cuda:x", "auto", "device must be .* got 'cuda:x'"),
+        (3, "auto", "device must be .* got 3"),
+        (torch.device("meta"), "auto", "device must be"),
+        ("cpu", "fp16", r"dtype must be one of \['auto', 'float32', 'bfloat16', 'float16'\]"),
+    ],
+)
+def test_a_bad_device_or_dtype_is_named(no_cuda, device, dtype, match):
+    with pytest.raises(ValueError, match=match):
+        models.resolve_placement(device, dtype)
+
+
+def test_a_loaded_model_says_where_it_is(tmp_path, no_cuda):
+    models.save_tiny_llama(tmp_path / "tiny", num_layers=1, hidden_size=16, num_heads=2)
+    model, _ = models.load_model_and_tokenizer(str(tmp_path / "tiny"))
+    assert models.placement(model) == "cpu (float32)"
+    model, _ = models.load_model_and_tokenizer(str(tmp_path / "tiny"), dtype="bfloat16")
+    assert models.placement(model) == "cpu (bfloat16)"
+    with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+        models.load_model_and_tokenizer(str(tmp_path / "missing"), device="cuda")  # checked first

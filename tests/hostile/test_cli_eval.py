@@ -11,6 +11,7 @@ import importlib.util
 import json
 
 import pytest
+import torch
 
 from tests.hostile.harness import CliCase, check_cli_error, ids
 from tests.hostile.test_cli_data import files
@@ -247,6 +248,30 @@ CASES = [
         setup=files({"data/aime-2025.jsonl": "{oops\n"}),
     ),
 ]
+CASES += [
+    # --device / --dtype: refused before anything loads
+    CliCase(
+        "device-unknown",
+        [*EVAL, "--device", "gpu"],
+        E + r"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'$",
+    ),
+    CliCase(
+        "device-index-not-a-number",
+        [*EVAL, "--device", "cuda:x"],
+        E + r"device must be .* got 'cuda:x'$",
+    ),
+    CliCase(
+        "dtype-unknown", [*EVAL, "--dtype", "fp8"], E + r"argument --dtype: invalid choice: 'fp8'"
+    ),
+]
+if not torch.cuda.is_available():
+    CASES.append(
+        CliCase(
+            "device-cuda-without-a-gpu",
+            [*EVAL, "--device", "cuda"],
+            E + r"device 'cuda': torch sees no CUDA GPU here; use --device cpu \(or auto\)$",
+        )
+    )
 if importlib.util.find_spec("vllm") is None:
     CASES.append(
         CliCase(

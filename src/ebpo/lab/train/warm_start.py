@@ -6,6 +6,7 @@ processes load it from the cache.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ebpo.lab.cpu_task import policy
@@ -14,7 +15,13 @@ from ebpo.lab.runs.processes import Processes
 from ebpo.lab.train import data as job_data
 from ebpo.lab.train.config import TrainJobConfig
 
-__all__ = ["initial_policy", "warm_start", "warm_start_pending", "warm_start_recipe"]
+__all__ = [
+    "initial_policy",
+    "warm_start",
+    "warm_start_notice",
+    "warm_start_pending",
+    "warm_start_recipe",
+]
 
 
 def initial_policy(config: TrainJobConfig) -> tuple[Any, Any]:
@@ -55,6 +62,42 @@ def warm_start_pending(config: TrainJobConfig) -> bool:
     return not policy.warm_start_is_cached(path)
 
 
+#: seconds a supervised step of the built-in model (2 layers, width 128) takes at batch 128 on one
+#: free CPU core (100 steps in about 8 s); a busy machine takes several times as long
+_SECONDS_PER_STEP = 0.085
+
+
+def warm_start_notice(config: TrainJobConfig, cache: Path) -> str:
+    """The line said before a warm start trains (on a first run: later runs load it): that it
+    happens, roughly how long it takes, and where it is kept."""
+    steps = config.warm_steps
+    where = f"cached in {cache} for later runs"
+    if config.model != BUILTIN_MODEL:
+        return (
+            f"warm start: {steps} supervised steps of {config.model} on the CPU first (each a "
+            f"forward and backward pass of {config.warm_start_batch_size} sequences; {where})"
+        )
+    size = (
+        (config.warm_start_batch_size / 128)
+        * (config.tiny_layers / 2)
+        * (config.tiny_hidden_size / 128) ** 2
+    )
+    seconds = steps * _SECONDS_PER_STEP * max(size, 0.1)
+    took = (
+        "a few seconds"
+        if 4 * seconds < 10
+        else f"about {_duration(seconds)} on a free machine, up to {_duration(4 * seconds)} on a "
+        "busy one"
+    )
+    return f"warm start: {steps} supervised steps first, once for this seed and setting ({where}): {took}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    return f"{round(seconds / 60)} min"
+
+
 def warm_start(
     config: TrainJobConfig, processes: Processes, data: Any, model: Any, tokenizer: Any
 ) -> tuple[Any, bool | None]:
@@ -69,6 +112,8 @@ def warm_start(
             yield job_data.render_prompts([row], tokenizer, data.style)[0], str(row["answer"])
 
     cache = policy.cache_dir(config.cache_dir)
+    if config.progress and processes.main and warm_start_pending(config):
+        print(warm_start_notice(config, cache))
     options = {
         "steps": config.warm_steps,
         "batch_size": config.warm_start_batch_size,
