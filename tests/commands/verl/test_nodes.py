@@ -34,13 +34,13 @@ CLUSTER = textwrap.dedent(
     import shutil; shutil.rmtree(temp, ignore_errors=True)
     """
 )
-#: Ray takes 127.0.0.1 as the node address (see ebpo.lab.verl_cpu.launch)
+#: Ray takes 127.0.0.1 as the node address (see ebpo.lab.verl_cpu.v1.launch)
 LOCAL = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ebpo.lab.verl_cpu.launch import _Watcher
+    from ebpo.lab.verl_cpu.v1.launch import _Watcher
 
     env = {**os.environ, **LOCAL}
     process = subprocess.Popen(
@@ -119,7 +119,7 @@ def test_the_cpu_loop_starts_its_own_ray_beside_a_cluster(cluster):
     script = textwrap.dedent(
         """
         import ray
-        from ebpo.lab.verl_cpu.run import ray_session
+        from ebpo.lab.verl_cpu.legacy.run import ray_session
         with ray_session(num_cpus=2):
             print(len(ray.nodes()), ray.cluster_resources()["CPU"])
         """

@@ -17,8 +17,8 @@ pytest.importorskip("verl")
 pytestmark = pytest.mark.verl
 
 from ebpo.cli import main  # noqa: E402
-from ebpo.lab.verl_cpu.results import RunResult, StepTrace  # noqa: E402
 from ebpo.lab.verl_cpu.settings import Check  # noqa: E402
+from ebpo.lab.verl_cpu.shared.results import RunResult, StepTrace  # noqa: E402
 
 DUMP = Path(__file__).resolve().parents[2] / "fixtures" / "replay" / "v1"
 

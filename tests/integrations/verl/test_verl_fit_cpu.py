@@ -36,7 +36,8 @@ NO_CALLBACK = ("trainer.checkpoint_callback_class=null",)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, warm_start_cache):
     from ebpo.lab.verl_cpu.checks import process_checks, resume_checks
-    from ebpo.lab.verl_cpu.smoke import fit_v1, run_smoke
+    from ebpo.lab.verl_cpu.smoke import run_smoke, run_spec
+    from ebpo.lab.verl_cpu.v1.fit import fit_v1
 
     work = tmp_path_factory.mktemp("verl-v1")
     settings = SmokeSettings(
@@ -47,13 +48,23 @@ def runs(tmp_path_factory, warm_start_cache):
     full, resumed = smoke.runs["ebpo"]
     checkpoint = Path(full.run_dir) / "checkpoints" / "global_step_2"
     no_callback = fit_v1(
-        settings, ebpo, files, model, work / "ebpo" / "no-callback", str(checkpoint), NO_CALLBACK
+        run_spec(
+            settings,
+            ebpo,
+            files,
+            model,
+            work / "ebpo" / "no-callback",
+            str(checkpoint),
+            NO_CALLBACK,
+        )
     )
     # the same checkpoint without ebpo's state file
     stripped = work / "stripped" / "global_step_2"
     shutil.copytree(checkpoint, stripped)
     (stripped / "ebpo_estimator_state.json").unlink()
-    stop = fit_v1(settings, ebpo, files, model, work / "ebpo" / "stop", str(stripped), NO_CALLBACK)
+    stop = fit_v1(
+        run_spec(settings, ebpo, files, model, work / "ebpo" / "stop", str(stripped), NO_CALLBACK)
+    )
     launches = [full.launch, resumed.launch, no_callback.launch, stop.launch]
     return {
         "settings": settings,
@@ -89,8 +100,8 @@ def test_verls_own_classes_ran_and_no_loop_method_of_ours(runs):
     """The manifest written inside the run: ``main_ppo``'s ``TaskRunnerV1`` built a trainer whose
     loop methods all resolve to verl's v1 modules (an overridden ``fit``, or the legacy
     ``RayPPOTrainer``, would show here), TransferQueue's controller was up."""
-    from ebpo.lab.verl_cpu.results import read_manifest
-    from ebpo.lab.verl_cpu.trainer_v1 import VERL_METHODS
+    from ebpo.lab.verl_cpu.shared.results import read_manifest
+    from ebpo.lab.verl_cpu.v1.trainer import VERL_METHODS
 
     full, _ = runs["smoke"].runs["ebpo"]
     manifest = read_manifest(str(Path(full.run_dir) / "trace"))

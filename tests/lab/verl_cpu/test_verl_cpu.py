@@ -51,8 +51,8 @@ def test_the_longest_smoke_is_one_epoch_of_the_tasks_distinct_training_problems(
     """``ebpo verl prepare-data`` drops repeated prompts: the smoke's epoch is drawn without
     repeats, and ``--steps`` stops where the task's one-digit training problems run out."""
     from ebpo.lab.cpu_task.task import TOPICS, problem_split
-    from ebpo.lab.verl_cpu.assets import distinct, prepare_data
-    from ebpo.lab.verl_cpu.settings import training_problems
+    from ebpo.lab.verl_cpu.shared.assets import distinct, prepare_data
+    from ebpo.lab.verl_cpu.shared.task import training_problems
 
     # reference: every one-digit problem the stream can draw (mul's second operand is 2..9)
     cells = {
@@ -83,7 +83,7 @@ def test_the_longest_smoke_is_one_epoch_of_the_tasks_distinct_training_problems(
 def test_cpu_platform_is_registered_with_gloo_and_no_accelerator():
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
-    from ebpo.lab.verl_cpu.platform import PLATFORM_NAME, PlatformCPU
+    from ebpo.lab.verl_cpu.shared.platform import PLATFORM_NAME, PlatformCPU
 
     assert PlatformRegistry.get(PLATFORM_NAME) is PlatformCPU
     platform = PlatformCPU()
@@ -94,7 +94,7 @@ def test_cpu_platform_is_registered_with_gloo_and_no_accelerator():
 
 
 def test_generation_seed_depends_on_the_step_only():
-    from ebpo.lab.verl_cpu.sampling import generation_seed
+    from ebpo.lab.verl_cpu.shared.sampling import generation_seed
 
     seeds = {generation_seed(0, step, validate) for step in range(50) for validate in (0, 1)}
     assert len(seeds) == 100
@@ -113,7 +113,7 @@ def test_cpu_platform_is_put_back_after_the_block(monkeypatch):
     process (e.g. a dry run's auto_set_device) must see the platform it would have seen."""
     from verl.plugin.platform.platform_manager import get_platform
 
-    from ebpo.lab.verl_cpu.platform import PLATFORM_NAME, PlatformCPU, cpu_platform
+    from ebpo.lab.verl_cpu.shared.platform import PLATFORM_NAME, PlatformCPU, cpu_platform
 
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
     before = get_platform()
@@ -132,7 +132,7 @@ def test_the_curriculum_checks_take_a_step_in_any_row_order_but_not_another_batc
 
     from ebpo.integrations.verl.curriculum_sampler import CurriculumSampler
     from ebpo.lab.verl_cpu.checks import contiguous_blocks, curriculum_checks
-    from ebpo.lab.verl_cpu.results import StepTrace
+    from ebpo.lab.verl_cpu.shared.results import StepTrace
 
     topics = ["mul", "add", "sub", "add", "sub", "mul", "add", "mul"] * 2
     frame = pd.DataFrame({"extra_info": [{"id": i, "topic": t} for i, t in enumerate(topics)]})
@@ -175,8 +175,8 @@ def test_the_trainer_choice_and_what_v1_runs_instead_of_the_sampler():
 
 
 def test_request_keys_and_seeds_name_the_sample():
-    from ebpo.lab.verl_cpu.agent_loop import request_key
-    from ebpo.lab.verl_cpu.sampling import request_seed
+    from ebpo.lab.verl_cpu.shared.sampling import request_seed
+    from ebpo.lab.verl_cpu.v1.agent_loop import request_key
 
     keys = {
         request_key(step, index, session)
@@ -193,7 +193,7 @@ def test_request_keys_and_seeds_name_the_sample():
 
 
 def test_the_replay_buffer_orders_rows_by_dataset_row_then_sample():
-    from ebpo.lab.verl_cpu.replay import row_order
+    from ebpo.lab.verl_cpu.v1.replay import row_order
 
     keys = ["b_1_0", "a_0_0", "b_0_0", "a_1_0", "a_1_1"]
     indexes = [7, 3, 7, 3, 3]
@@ -210,7 +210,7 @@ def test_the_replay_buffer_orders_rows_by_dataset_row_then_sample():
 def test_short_groups_column(tmp_path):
     import pandas as pd
 
-    from ebpo.lab.verl_cpu.assets import with_short_groups
+    from ebpo.lab.verl_cpu.shared.assets import with_short_groups
 
     path = tmp_path / "train.parquet"
     pd.DataFrame({"x": range(8)}).to_parquet(path)
@@ -227,24 +227,24 @@ def test_the_v1_command_line_composes_and_passes_verls_validation(tmp_path):
     from verl.utils.config import validate_config
 
     from ebpo.commands.verl.launcher import compose
-    from ebpo.lab.verl_cpu.launch import v1_overrides
+    from ebpo.lab.verl_cpu.shared.run_spec import RunSpec
+    from ebpo.lab.verl_cpu.v1.launch import v1_overrides
 
-    overrides = v1_overrides(
+    spec = RunSpec(
         model_path=str(tmp_path),
         train_file="t.parquet",
         val_file="v.parquet",
         run_dir=str(tmp_path / "run"),
-        ray_temp_dir="/tmp/x",
-        total_steps=4,
+        steps=4,
         save_freq=2,
         batch_size=4,
         group_size=4,
         lr=1e-3,
         max_prompt_length=24,
         max_response_length=12,
-        env={"EXTRA": "1"},
-        extra=["algorithm.adv_estimator=ebpo"],
+        extra=("algorithm.adv_estimator=ebpo",),
     )
+    overrides = v1_overrides(spec, ray_temp_dir="/tmp/x", env={"EXTRA": "1"})
     config = compose([o for o in overrides if not o.startswith("hydra.")])
     assert config.trainer.use_v1 and config.trainer.v1.trainer_mode == "ebpo_cpu_sync"
     assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
@@ -259,14 +259,14 @@ def test_the_v1_command_line_composes_and_passes_verls_validation(tmp_path):
 
 def test_the_default_path_check_fails_on_an_overridden_fit_or_the_legacy_trainer(tmp_path):
     from ebpo.lab.verl_cpu.checks import v1_path_checks
-    from ebpo.lab.verl_cpu.results import MANIFEST_FILE
-    from ebpo.lab.verl_cpu.trainer_v1 import VERL_METHODS
+    from ebpo.lab.verl_cpu.shared.results import MANIFEST_FILE
+    from ebpo.lab.verl_cpu.v1.trainer import VERL_METHODS
     from ebpo.utils.files import write_json
 
     run = ESTIMATORS["ebpo"]
     manifest = {
         "task_runner": {"class": "TaskRunnerV1", "file": "/x/verl/trainer/main_ppo.py"},
-        "trainer_class": "ebpo.lab.verl_cpu.trainer_v1.CPUPPOTrainerSync",
+        "trainer_class": "ebpo.lab.verl_cpu.v1.trainer.CPUPPOTrainerSync",
         "trainer_bases": ["verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync"],
         "trainer_mode": "sync",
         "methods": {
@@ -277,7 +277,7 @@ def test_the_default_path_check_fails_on_an_overridden_fit_or_the_legacy_trainer
     }
     write_json(tmp_path / MANIFEST_FILE, manifest)
     assert v1_path_checks(run, None, str(tmp_path))[0].ok
-    manifest["methods"]["fit"] = "ebpo.lab.verl_cpu.trainer_v1.CPUPPOTrainerSync.fit"
+    manifest["methods"]["fit"] = "ebpo.lab.verl_cpu.v1.trainer.CPUPPOTrainerSync.fit"
     write_json(tmp_path / MANIFEST_FILE, manifest)
     check = v1_path_checks(run, None, str(tmp_path))[0]
     assert not check.ok and "NOT" in check.detail and "fit" in check.detail
@@ -288,7 +288,7 @@ def test_the_default_path_check_fails_on_an_overridden_fit_or_the_legacy_trainer
 def test_a_failing_main_ppo_run_ends_and_leaves_nothing(tmp_path):
     """``main_ppo`` refusing its config: the launch reports the exit code and the console, and no
     process of it is left."""
-    from ebpo.lab.verl_cpu.launch import Listener, run_main_ppo
+    from ebpo.lab.verl_cpu.v1.launch import Listener, run_main_ppo
 
     launch = run_main_ppo(
         ["trainer.no_such_key=1"], cwd=str(tmp_path), console=str(tmp_path / "c.log"), timeout=300

@@ -28,7 +28,6 @@ from ebpo.commands.verl import launcher
 from ebpo.commands.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.commands.verl.prepare_data import add_arguments, run_prepare
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
-from ebpo.lab.verl_cpu.results import ROLLOUT_DIR
 from ebpo.lab.verl_cpu.settings import (
     ESTIMATORS,
     MIN_STEPS,
@@ -36,6 +35,7 @@ from ebpo.lab.verl_cpu.settings import (
     SmokeSettings,
     check_work_dir,
 )
+from ebpo.lab.verl_cpu.shared.results import ROLLOUT_DIR
 from ebpo.utils.files import check_output_path
 
 if TYPE_CHECKING:

@@ -24,15 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.state import STATE_FILENAME
-from ebpo.lab.verl_cpu import assets
-from ebpo.lab.verl_cpu.results import RunResult, read_manifest
 from ebpo.lab.verl_cpu.settings import Check, EstimatorRun, SmokeSettings
-from ebpo.lab.verl_cpu.worker import CHECKPOINT_FILE
+from ebpo.lab.verl_cpu.shared import assets
+from ebpo.lab.verl_cpu.shared.results import METRICS_LOG, RunResult, read_manifest
+from ebpo.lab.verl_cpu.shared.worker import CHECKPOINT_FILE
 
 __all__ = [
     "ADVANTAGE_MODULE",
-    "CONSOLE_LOG",
-    "METRICS_LOG",
     "contiguous_blocks",
     "curriculum_checks",
     "data_parallel_checks",
@@ -43,9 +41,6 @@ __all__ = [
     "v1_path_checks",
 ]
 
-CONSOLE_LOG = "verl_console.log"
-#: verl's file logger writes here (``VERL_FILE_LOGGER_PATH``), inside the run directory
-METRICS_LOG = "verl_metrics.jsonl"
 ADVANTAGE_MODULE = "ebpo.integrations.verl.advantage"
 #: largest |log π_rollout − log π_actor| that still means "the same weights" (float32 noise)
 WEIGHT_SYNC_TOLERANCE = 1e-4

@@ -4,28 +4,23 @@ its results (:class:`Check`). Imports nothing from verl."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.recipes import EBPO_OVERRIDES
-from ebpo.lab.cpu_task.task import fixed_problems
+from ebpo.lab.verl_cpu.shared.task import training_problems
 from ebpo.utils.checks import check_int, check_positive_int
 
 __all__ = [
     "ESTIMATORS",
-    "LOOP_OVERRIDES",
     "MIN_STEPS",
-    "TIERS",
     "TRAINERS",
     "WORK_DIR_MARKER",
     "Check",
     "EstimatorRun",
     "SmokeSettings",
     "check_work_dir",
-    "run_overrides",
-    "training_problems",
 ]
 
 
@@ -34,98 +29,6 @@ __all__ = [
 TRAINERS = ("v1", "legacy")
 #: the shortest smoke: one step before the checkpoint, two after it (:meth:`SmokeSettings.of_length`)
 MIN_STEPS = 3
-#: the task cells of the CPU loop: one-digit problems of every topic
-TIERS = (1,)
-#: more than any one-digit cell holds: ``fixed_problems`` then gives all of a cell's problems
-_WHOLE_CELL = 100
-
-
-def training_problems() -> int:
-    """How many distinct problems the task's training split has in :data:`TIERS` (191): the most
-    one epoch can hold, since ``ebpo verl prepare-data`` (DAPO-Math-17K's loader) drops repeated
-    prompts."""
-    return len(fixed_problems("train", _WHOLE_CELL, tiers=TIERS))
-
-
-#: the Hydra overrides that both trainers' CPU runs add to verl's ``ppo_trainer`` config: the
-#: loop's settings (validation first, one epoch, checkpoints saved with ebpo's callback, data in
-#: file order), the actor's PPO settings and ebpo's reward; each trainer adds its own pieces
-#: (:data:`ebpo.lab.verl_cpu.launch.V1_OVERRIDES`, :data:`ebpo.lab.verl_cpu.run.CPU_OVERRIDES`)
-LOOP_OVERRIDES = (
-    "trainer.device=cpu",
-    "trainer.nnodes=1",
-    "trainer.logger=[console,file]",
-    "trainer.val_before_train=True",
-    "trainer.test_freq=-1",
-    "trainer.total_epochs=1",
-    "trainer.balance_batch=True",
-    "trainer.checkpoint_callback_class=ebpo.integrations.verl.checkpoint.EBPOCheckpointCallback",
-    "data.prompt_key=prompt",
-    "data.shuffle=False",
-    "data.validation_shuffle=False",
-    "data.dataloader_num_workers=0",
-    "data.filter_overlong_prompts=False",
-    "data.truncation=error",
-    "actor_rollout_ref.hybrid_engine=True",
-    "actor_rollout_ref.actor.use_kl_loss=False",
-    "actor_rollout_ref.actor.entropy_coeff=0",
-    "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-    "actor_rollout_ref.actor.ppo_epochs=1",
-    "actor_rollout_ref.actor.shuffle=False",
-    "actor_rollout_ref.actor.grad_clip=1.0",
-    "actor_rollout_ref.rollout.temperature=1.0",
-    "actor_rollout_ref.rollout.agent.num_workers=1",
-    "algorithm.use_kl_in_reward=False",
-    "reward.num_workers=1",
-    "reward.custom_reward_function.path=pkg://ebpo.integrations.verl.reward",
-    "reward.custom_reward_function.name=compute_score",
-)
-
-
-def run_overrides(
-    *,
-    model_path: str,
-    train_file: str,
-    val_file: str,
-    run_dir: str,
-    total_steps: int,
-    save_freq: int,
-    batch_size: int,
-    group_size: int,
-    lr: float,
-    max_prompt_length: int,
-    max_response_length: int,
-    seed: int,
-    resume_from: str | None,
-) -> list[str]:
-    """The overrides of one CPU run that come from its files and sizes, the same for both
-    trainers: data, model, learning rate, samples per prompt, steps, checkpoints (in
-    ``run_dir/checkpoints``) and where to resume from (``None``: a fresh run). Each trainer adds its
-    own batch splits."""
-    resume = (
-        ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={resume_from}"]
-        if resume_from
-        else ["trainer.resume_mode=disable"]
-    )
-    return [
-        f"data.train_files={train_file}",
-        f"data.val_files={val_file}",
-        f"data.train_batch_size={batch_size}",
-        f"data.max_prompt_length={max_prompt_length}",
-        f"data.max_response_length={max_response_length}",
-        f"actor_rollout_ref.model.path={model_path}",
-        f"actor_rollout_ref.actor.optim.lr={lr}",
-        f"actor_rollout_ref.rollout.n={group_size}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-        f"trainer.total_training_steps={total_steps}",
-        f"trainer.save_freq={save_freq}",
-        f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
-        "trainer.project_name=ebpo-verl-cpu",
-        f"trainer.experiment_name={Path(run_dir).name}",
-        *resume,
-    ]
-
-
 #: written into a work directory the smoke uses; it clears and rewrites its runs only where it is
 WORK_DIR_MARKER = ".ebpo-verl-smoke"
 

@@ -4,14 +4,14 @@ two agree (:mod:`~ebpo.lab.verl_cpu.checks`).
 
 ``trainer="v1"`` (the default) runs verl's default path exactly as a user starts it: ``python -m
 verl.trainer.main_ppo`` with verl's ``ppo_trainer.yaml`` and overrides
-(:mod:`~ebpo.lab.verl_cpu.launch`) — Hydra, ``validate_config``, Ray, the ``TaskRunnerV1`` actor,
+(:mod:`~ebpo.lab.verl_cpu.v1.launch`) — Hydra, ``validate_config``, Ray, the ``TaskRunnerV1`` actor,
 TransferQueue, ``PPOTrainerSync``'s own ``init``/``fit``/checkpointing, verl's agent loop, reward
 loop and load balancer — with the CPU pieces entering through verl's registries
-(:mod:`~ebpo.lab.verl_cpu.plugin`), the actor on 2 data-parallel ranks. Each run is its own
+(:mod:`~ebpo.lab.verl_cpu.v1.plugin`), the actor on 2 data-parallel ranks. Each run is its own
 ``main_ppo`` process (and Ray instance): a resumed run starts as fresh as a user's restart.
 
 ``trainer="legacy"`` runs the deprecated ``RayPPOTrainer.fit()`` (``CPURayPPOTrainer``) in a
-``TaskRunner`` actor of one local Ray session (:mod:`~ebpo.lab.verl_cpu.run`).
+``TaskRunner`` actor of one local Ray session (:mod:`~ebpo.lab.verl_cpu.legacy.run`).
 
 Per estimator (:data:`~ebpo.lab.verl_cpu.settings.ESTIMATORS`):
 
@@ -21,9 +21,9 @@ Per estimator (:data:`~ebpo.lab.verl_cpu.settings.ESTIMATORS`):
   ``global_step_<save_step>``; verl restores the actor and the dataloader, ebpo's callback the
   estimator state; it trains the remaining steps, which must equal A's bit for bit. That holds
   because every random draw is seeded per step (legacy: per batch,
-  :func:`~ebpo.lab.verl_cpu.sampling.generation_seed`; v1: per sample, from the request id,
-  :func:`~ebpo.lab.verl_cpu.sampling.request_seed`), the rows of a step reach the actor in
-  dataset order (v1: :mod:`~ebpo.lab.verl_cpu.replay`), the actor's model and AdamW state are
+  :func:`~ebpo.lab.verl_cpu.shared.sampling.generation_seed`; v1: per sample, from the request id,
+  :func:`~ebpo.lab.verl_cpu.shared.sampling.request_seed`), the rows of a step reach the actor in
+  dataset order (v1: :mod:`~ebpo.lab.verl_cpu.v1.replay`), the actor's model and AdamW state are
   restored bit for bit, the workers run single-threaded, and the estimator state round-trips
   through JSON losslessly (Python floats).
 
@@ -34,25 +34,14 @@ what ``ebpo replay`` reads to show what each estimator would have done with the 
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ebpo.integrations.verl.state import STATE_FILENAME
 from ebpo.lab.cpu_task.policy import cache_dir
-from ebpo.lab.verl_cpu import assets, checks
-from ebpo.lab.verl_cpu.results import (
-    ROLLOUT_DIR,
-    TRACE_ENV,
-    RunResult,
-    read_logged_metrics,
-    read_trace,
-)
+from ebpo.lab.verl_cpu import checks
 from ebpo.lab.verl_cpu.settings import (
     ESTIMATORS,
     WORK_DIR_MARKER,
@@ -61,17 +50,19 @@ from ebpo.lab.verl_cpu.settings import (
     SmokeSettings,
     check_work_dir,
 )
+from ebpo.lab.verl_cpu.shared import assets
+from ebpo.lab.verl_cpu.shared.results import ROLLOUT_DIR, TRACE_DIR, RunResult, console_to
+from ebpo.lab.verl_cpu.shared.run_spec import RunSpec
+from ebpo.lab.verl_cpu.v1.fit import fit_v1
 
 __all__ = [
     "SmokeReport",
     "SmokeRunFailed",
-    "fit_legacy",
-    "fit_v1",
-    "run_overrides",
+    "rollout_dump_overrides",
     "run_smoke",
+    "run_spec",
 ]
 
-TRACE_DIR = "trace"
 LEARNING_RATE = 1e-3
 MAX_PROMPT_LENGTH = 24
 
@@ -81,117 +72,40 @@ class SmokeRunFailed(RuntimeError):
 
 
 # ---------------------------------------------------------------------- runs
-def _sizes(settings: SmokeSettings) -> dict[str, Any]:
-    return {
-        "total_steps": settings.steps,
-        "save_freq": settings.save_step,
-        "batch_size": settings.batch_size,
-        "group_size": settings.group_size,
-        "lr": LEARNING_RATE,
-        "max_prompt_length": MAX_PROMPT_LENGTH,
-        "max_response_length": settings.max_response_length,
-        "seed": settings.seed,
-    }
-
-
-def run_overrides(run_dir: Path) -> tuple[str, ...]:
+def rollout_dump_overrides(run_dir: Path) -> tuple[str, ...]:
     """The overrides that depend on the run directory alone, for either trainer: verl dumps every
     step's rollouts (``{step}.jsonl``, verl's own writer) into the run's :data:`ROLLOUT_DIR`, for
     ``ebpo replay``."""
     return (f"trainer.rollout_data_dir={run_dir / ROLLOUT_DIR}",)
 
 
-def fit_v1(
+def run_spec(
     settings: SmokeSettings,
     run: EstimatorRun,
     files: dict[str, str],
     model_path: str,
     run_dir: Path,
-    resume_from: str | None,
+    resume_from: str | None = None,
     extra: Sequence[str] = (),
-) -> RunResult:
-    """One ``python -m verl.trainer.main_ppo`` of ``run`` in ``run_dir`` (emptied first); ``extra``
-    overrides come last. The result carries the :class:`~ebpo.lab.verl_cpu.launch.Launch` (exit
-    code, listeners, leftovers) whether or not the run succeeded."""
-    from ebpo.lab.verl_cpu.launch import run_main_ppo, v1_overrides
-
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    trace_dir = run_dir / TRACE_DIR
-    # Ray's sockets live under its temp dir: a short path (unix sockets are limited to 107 bytes)
-    ray_temp = tempfile.mkdtemp(prefix="ebpo-ray-", dir="/tmp")
-    overrides = v1_overrides(
+) -> RunSpec:
+    """The smoke's run of ``run`` in ``run_dir``: the settings' sizes, the training file of the
+    run's order, its rollout dump, then the estimator's overrides and ``extra`` (last, winning)."""
+    return RunSpec(
         model_path=model_path,
         train_file=assets.train_file(files, run.order),
         val_file=assets.val_file(files),
         run_dir=str(run_dir),
-        ray_temp_dir=ray_temp,
+        steps=settings.steps,
+        save_freq=settings.save_step,
+        batch_size=settings.batch_size,
+        group_size=settings.group_size,
+        lr=LEARNING_RATE,
+        max_prompt_length=MAX_PROMPT_LENGTH,
+        max_response_length=settings.max_response_length,
+        seed=settings.seed,
         resume_from=resume_from,
-        env={TRACE_ENV: str(trace_dir), "VERL_FILE_LOGGER_PATH": str(run_dir / checks.METRICS_LOG)},
-        extra=(*run_overrides(run_dir), *run.overrides, *extra),
-        **_sizes(settings),
+        extra=(*rollout_dump_overrides(run_dir), *run.overrides, *extra),
     )
-    console = run_dir / checks.CONSOLE_LOG
-    try:
-        launch = run_main_ppo(
-            overrides,
-            cwd=str(run_dir),
-            console=str(console),
-            timeout=settings.timeout,
-            echo=settings.verbose,
-        )
-    finally:
-        shutil.rmtree(ray_temp, ignore_errors=True)
-    checkpoints = sorted(
-        str(p) for p in (run_dir / "checkpoints").glob("global_step_*") if p.is_dir()
-    )
-    last = Path(checkpoints[-1]) / STATE_FILENAME if checkpoints else None
-    state = json.loads(last.read_text()) if last is not None and last.is_file() else {}
-    return RunResult(
-        run_dir=str(run_dir),
-        trace=read_trace(str(trace_dir)),
-        metrics=read_logged_metrics(str(run_dir / checks.METRICS_LOG)),
-        estimator_state=state,
-        seconds=launch.seconds,
-        checkpoints=checkpoints,
-        console=str(console),
-        launch=launch,
-    )
-
-
-def fit_legacy(
-    runner: Any,
-    settings: SmokeSettings,
-    run: EstimatorRun,
-    files: dict[str, str],
-    model_path: str,
-    run_dir: Path,
-    resume_from: str | None,
-    extra: Sequence[str] = (),
-) -> RunResult:
-    """One ``RayPPOTrainer.fit()`` of ``run`` in ``run_dir`` (emptied first) by ``runner`` (a
-    :class:`~ebpo.lab.verl_cpu.run.TaskRunner` actor, inside :func:`~ebpo.lab.verl_cpu.run.ray_session`);
-    ``extra`` Hydra overrides come last."""
-    import ray  # heavy optional import (verl extra)
-
-    from ebpo.lab.verl_cpu.run import compose_config
-
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    config = compose_config(
-        model_path=model_path,
-        train_file=assets.train_file(files, run.order),
-        val_file=assets.val_file(files),
-        run_dir=str(run_dir),
-        mini_batch_size=settings.batch_size,
-        resume_from=resume_from,
-        extra=(*run_overrides(run_dir), *run.overrides, *extra),
-        **_sizes(settings),
-    )
-    console = None if settings.verbose else str(run_dir / checks.CONSOLE_LOG)
-    result = ray.get(runner.run.remote(config, run.curriculum_sampler, console))
-    result.console = console or ""
-    return result
 
 
 def _failed(run: EstimatorRun, what: str, result: RunResult) -> SmokeRunFailed:
@@ -225,8 +139,6 @@ class SmokeReport:
 
 def prepare(settings: SmokeSettings, work: Path) -> tuple[dict[str, str], str]:
     """The parquet files (v1: with short groups) and the tiny model, under ``work``."""
-    from ebpo.lab.verl_cpu.run import console_to
-
     with console_to(None if settings.verbose else str(work / "prepare.log")):
         files = assets.prepare_data(
             work / "data",
@@ -290,6 +202,40 @@ def _pair_checks(
     return found
 
 
+#: one run of the smoke: the spec and its estimator configuration in, the result out
+Fit = Callable[[RunSpec, EstimatorRun], RunResult]
+
+
+def _run_pair(
+    settings: SmokeSettings,
+    run: EstimatorRun,
+    files: dict[str, str],
+    model_path: str,
+    work: Path,
+    bar: Any,
+    fit: Fit,
+) -> tuple[RunResult, RunResult]:
+    """``run`` uninterrupted (run A), then resumed from A's step-``save_step`` checkpoint (run B).
+
+    Raises:
+        SmokeRunFailed: a run did not complete.
+    """
+    bar.set_postfix_str(f"{run.name}: uninterrupted", refresh=True)
+    full = work / run.name / "full"
+    a = fit(run_spec(settings, run, files, model_path, full), run)
+    if not a.ok:
+        raise _failed(run, "uninterrupted run", a)
+    bar.update(1)
+    bar.set_postfix_str(f"{run.name}: resumed from step {settings.save_step}", refresh=True)
+    checkpoint = full / "checkpoints" / f"global_step_{settings.save_step}"
+    resumed = work / run.name / "resumed"
+    b = fit(run_spec(settings, run, files, model_path, resumed, str(checkpoint)), run)
+    if not b.ok:
+        raise _failed(run, f"resumed from step {settings.save_step}", b)
+    bar.update(1)
+    return a, b
+
+
 def _v1_runs(
     settings: SmokeSettings,
     runs: list[EstimatorRun],
@@ -301,20 +247,14 @@ def _v1_runs(
     found: list[Check] = []
     results: dict[str, tuple[RunResult, RunResult]] = {}
     launches = []
+
+    def fit(spec: RunSpec, run: EstimatorRun) -> RunResult:
+        result = fit_v1(spec, timeout=settings.timeout, verbose=settings.verbose)
+        launches.append(result.launch)
+        return result
+
     for run in runs:
-        bar.set_postfix_str(f"{run.name}: uninterrupted", refresh=True)
-        a = fit_v1(settings, run, files, model_path, work / run.name / "full", None)
-        launches.append(a.launch)
-        if not a.ok:
-            raise _failed(run, "uninterrupted run", a)
-        bar.update(1)
-        bar.set_postfix_str(f"{run.name}: resumed from step {settings.save_step}", refresh=True)
-        checkpoint = work / run.name / "full" / "checkpoints" / f"global_step_{settings.save_step}"
-        b = fit_v1(settings, run, files, model_path, work / run.name / "resumed", str(checkpoint))
-        launches.append(b.launch)
-        if not b.ok:
-            raise _failed(run, f"resumed from step {settings.save_step}", b)
-        bar.update(1)
+        a, b = _run_pair(settings, run, files, model_path, work, bar, fit)
         results[run.name] = (a, b)
         found += checks.v1_path_checks(run, a, str(Path(a.run_dir) / TRACE_DIR))
         found += _pair_checks(settings, run, files, a, b)
@@ -334,7 +274,9 @@ def _legacy_runs(
 ) -> tuple[list[Check], dict[str, tuple[RunResult, RunResult]]]:
     import ray  # heavy optional import (verl extra)
 
-    from ebpo.lab.verl_cpu.run import ray_session, start_task_runner
+    # imports verl: only when the legacy trainer runs
+    from ebpo.lab.verl_cpu.legacy.fit import fit_legacy
+    from ebpo.lab.verl_cpu.legacy.run import ray_session, start_task_runner
 
     results: dict[str, tuple[RunResult, RunResult]] = {}
     with ray_session(num_cpus=2):
@@ -349,24 +291,14 @@ def _legacy_runs(
                 ", ".join(f"{name} -> {module}" for name, module in registered.items()),
             )
         ]
+
+        def fit(spec: RunSpec, run: EstimatorRun) -> RunResult:
+            return fit_legacy(
+                runner, spec, curriculum_sampler=run.curriculum_sampler, verbose=settings.verbose
+            )
+
         for run in runs:
-            bar.set_postfix_str(f"{run.name}: uninterrupted", refresh=True)
-            a = fit_legacy(runner, settings, run, files, model_path, work / run.name / "full", None)
-            bar.update(1)
-            bar.set_postfix_str(f"{run.name}: resumed from step {settings.save_step}", refresh=True)
-            checkpoint = (
-                work / run.name / "full" / "checkpoints" / f"global_step_{settings.save_step}"
-            )
-            b = fit_legacy(
-                runner,
-                settings,
-                run,
-                files,
-                model_path,
-                work / run.name / "resumed",
-                str(checkpoint),
-            )
-            bar.update(1)
+            a, b = _run_pair(settings, run, files, model_path, work, bar, fit)
             results[run.name] = (a, b)
             found += _pair_checks(settings, run, files, a, b)
     return found, results

@@ -1,6 +1,6 @@
 """The CPU resource pool: verl's ``ResourcePoolManager`` with CPU-only bundles, passed to a trainer
 as its ``resource_pool_manager`` (the legacy path) or built by the v1 trainer's
-``_init_resource_pool_mgr`` (:mod:`~ebpo.lab.verl_cpu.trainer_v1`)."""
+``_init_resource_pool_mgr`` (:mod:`~ebpo.lab.verl_cpu.v1.trainer`)."""
 
 from __future__ import annotations
 

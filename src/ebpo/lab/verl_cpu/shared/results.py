@@ -3,17 +3,23 @@ step (:class:`StepTrace`), verl's logged metrics and the estimator state (:class
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CONSOLE_LOG",
     "MANIFEST_FILE",
+    "METRICS_LOG",
     "ROLLOUT_DIR",
     "TRACE_ENV",
     "RunResult",
+    "TRACE_DIR",
     "StepTrace",
+    "console_to",
     "read_logged_metrics",
     "read_manifest",
     "read_trace",
@@ -25,6 +31,12 @@ MANIFEST_FILE = "trainer_manifest.json"
 TRACE_ENV = "EBPO_CPU_TRACE_DIR"
 #: verl's rollout dump of a run (``trainer.rollout_data_dir``: ``{step}.jsonl``), in its run dir
 ROLLOUT_DIR = "rollouts"
+#: the trace and the manifest of a run (:data:`TRACE_ENV`), in its run dir
+TRACE_DIR = "trace"
+#: verl's console output of a run, in its run dir
+CONSOLE_LOG = "verl_console.log"
+#: verl's file logger writes here (``VERL_FILE_LOGGER_PATH``), in the run dir
+METRICS_LOG = "verl_metrics.jsonl"
 
 
 @dataclass
@@ -125,3 +137,13 @@ def read_manifest(directory: str) -> dict[str, Any]:
     """The v1 trainer's manifest (empty if it was not written)."""
     path = Path(directory) / MANIFEST_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@contextlib.contextmanager
+def console_to(path: str | None) -> Iterator[None]:
+    """verl prints its console logger and progress to stdout: into ``path`` (None: leave it)."""
+    if path is None:
+        yield
+        return
+    with open(path, "w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle):
+        yield

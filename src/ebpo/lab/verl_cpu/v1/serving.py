@@ -14,8 +14,8 @@ actor workers' ``update_weights`` after every update, which sends the actor's we
 actor trains. A request that reaches a sleeping server, or a server that was never given weights,
 is an error: that would be generation from stale weights.
 
-Sampling is seeded per request from the request id (:func:`~ebpo.lab.verl_cpu.sampling.request_seed`),
-which the lab's agent loop (:mod:`~ebpo.lab.verl_cpu.agent_loop`) makes a function of the step,
+Sampling is seeded per request from the request id (:func:`~ebpo.lab.verl_cpu.shared.sampling.request_seed`),
+which the lab's agent loop (:mod:`~ebpo.lab.verl_cpu.v1.agent_loop`) makes a function of the step,
 the prompt and the sample — so the order in which verl's async agent loop sends requests does not
 change what is sampled, and a resumed run samples what the uninterrupted one did.
 """
@@ -30,7 +30,7 @@ import torch
 # verl is this module's base (a verl rollout replica): it needs the verl extra
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
-from ebpo.lab.verl_cpu.sampling import request_seed, sample
+from ebpo.lab.verl_cpu.shared.sampling import request_seed, sample, server_actor_name
 
 __all__ = [
     "ROLLOUT_NAME",
@@ -41,11 +41,6 @@ __all__ = [
 
 #: ``actor_rollout_ref.rollout.name`` of the CPU rollout
 ROLLOUT_NAME = "ebpo_cpu"
-
-
-def server_actor_name(replica_rank: int) -> str:
-    """The Ray actor name of a replica's server (the actor workers find it by this name)."""
-    return f"ebpo_cpu_rollout_server_{replica_rank}"
 
 
 class CPUGenerationServer:

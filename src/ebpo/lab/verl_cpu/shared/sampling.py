@@ -1,9 +1,9 @@
 """Sampling from the CPU loop's causal LM with transformers ``generate``, seeded so that a resumed run
 draws what the uninterrupted one did.
 
-Shared by the legacy path's worker (:meth:`~ebpo.lab.verl_cpu.worker.CPUActorRolloutWorker.generate_sequences`,
+Shared by the legacy path's worker (:meth:`~ebpo.lab.verl_cpu.shared.worker.CPUActorRolloutWorker.generate_sequences`,
 a whole batch per call) and the v1 path's rollout server
-(:class:`~ebpo.lab.verl_cpu.serving.CPUGenerationServer`, one request per call). Pure sampling at
+(:class:`~ebpo.lab.verl_cpu.v1.serving.CPUGenerationServer`, one request per call). Pure sampling at
 the temperature (verl's ``rollout.top_k=-1``, ``top_p=1``); the response is every token up to and
 including the first EOS, as vLLM's output is.
 """
@@ -16,10 +16,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Samples", "generation_seed", "request_seed", "sample"]
+__all__ = ["Samples", "generation_seed", "request_seed", "sample", "server_actor_name"]
 
 #: keeps validation seeds apart from training seeds (validation runs at the same global step)
 _VALIDATION_SEED_OFFSET = 1_000_003
+
+
+def server_actor_name(replica_rank: int) -> str:
+    """The Ray actor name of a v1 rollout replica's server
+    (:class:`~ebpo.lab.verl_cpu.v1.serving.CPUGenerationServer`): the actor workers find it by this
+    name to send it their weights."""
+    return f"ebpo_cpu_rollout_server_{replica_rank}"
 
 
 def generation_seed(seed: int, global_step: int, validate: bool) -> int:

@@ -10,13 +10,13 @@ its ``RewardLoopWorker`` actors, ``RayWorkerGroup`` dispatch, ``RayResourcePool`
 
 What :class:`CPURayPPOTrainer` changes:
 
-* ``init_workers`` builds ONE worker group of :class:`~ebpo.lab.verl_cpu.worker.CPUActorRolloutWorker`
+* ``init_workers`` builds ONE worker group of :class:`~ebpo.lab.verl_cpu.shared.worker.CPUActorRolloutWorker`
   on a CPU resource pool (:class:`CPUResourcePoolManager`: verl's ``RayResourcePool`` with
   ``use_gpu=False``, instead of ``ResourcePoolManager.create_resource_pool``, which hard-codes
   GPU bundles and raises "Total available GPUs 0 is less than total desired GPUs"), verl's
   ``RewardLoopManager``, and the rollout / weight-sync managers named by verl's hooks
   ``rollout.agent.agent_loop_manager_class`` and ``rollout.checkpoint_manager_class`` (defaults:
-  :mod:`ebpo.lab.verl_cpu.rollout`). It skips ``LLMServerManager`` (vLLM / SGLang / TRT-LLM
+  :mod:`ebpo.lab.verl_cpu.legacy.rollout`). It skips ``LLMServerManager`` (vLLM / SGLang / TRT-LLM
   servers only) — generation happens in the worker;
 * ``trainer.checkpoint_callback_class`` is honoured as verl's v1 trainers do (built with the full
   config in ``__init__``, ``on_save`` after each save) — the legacy ``RayPPOTrainer`` ignores
@@ -38,12 +38,12 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 from verl.utils.import_utils import load_class_from_fqn
 
-from ebpo.lab.verl_cpu.results import StepTrace
-from ebpo.lab.verl_cpu.rollout import (
+from ebpo.lab.verl_cpu.legacy.rollout import (
     CPURolloutManager,
     SharedWeightsCheckpointManager,
     WorkerGroupClient,
 )
+from ebpo.lab.verl_cpu.shared.results import StepTrace
 
 __all__ = ["CPURayPPOTrainer"]
 

@@ -1,4 +1,4 @@
-"""What every process of a CPU verl run imports (``VERL_USE_EXTERNAL_MODULES=ebpo.lab.verl_cpu.plugin``,
+"""What every process of a CPU verl run imports (``VERL_USE_EXTERNAL_MODULES=ebpo.lab.verl_cpu.v1.plugin``,
 loaded by ``import verl``): the registrations of the CPU pieces in verl's own registries.
 
 * platform ``ebpo_cpu`` (``PlatformRegistry``; selected with ``VERL_PLATFORM=ebpo_cpu``);
@@ -16,7 +16,8 @@ from __future__ import annotations
 # Imported for their registrations, which run at the end of each module. Nothing of theirs is used
 # here: when a Ray worker process starts by importing one of them (to build its actor), that module
 # imports verl, whose import loads this one while the first is still half-initialised.
-from ebpo.lab.verl_cpu import agent_loop, platform, serving, trainer_v1  # noqa: F401
+from ebpo.lab.verl_cpu.shared import platform  # noqa: F401
+from ebpo.lab.verl_cpu.v1 import agent_loop, serving, trainer  # noqa: F401
 
 __all__ = ["MODULE"]
 

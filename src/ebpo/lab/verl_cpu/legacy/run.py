@@ -3,7 +3,7 @@ session, the trainer built as verl's ``main_ppo`` TaskRunner builds it, then ``f
 
 :func:`run_fit` runs the trainer in the calling process; :class:`TaskRunner` runs it in a Ray actor,
 as ``main_ppo`` does (what the smoke uses). The actor-rollout worker and verl's reward-loop worker
-are Ray actors. Every Ray process imports :mod:`ebpo.lab.verl_cpu.platform`
+are Ray actors. Every Ray process imports :mod:`ebpo.lab.verl_cpu.shared.platform`
 (``VERL_USE_EXTERNAL_MODULES``) and selects it (``VERL_PLATFORM``); the ebpo estimators arrive
 through the ``verl.plugins`` entry point on ``import verl``.
 """
@@ -17,82 +17,53 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.integrations.verl.state import STORE
-from ebpo.lab.verl_cpu.platform import PLATFORM_NAME, cpu_platform
-from ebpo.lab.verl_cpu.results import RunResult, StepTrace, read_logged_metrics
-from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES, run_overrides
-from ebpo.lab.verl_cpu.trainer import CPURayPPOTrainer
+from ebpo.lab.verl_cpu.legacy.trainer import CPURayPPOTrainer
+from ebpo.lab.verl_cpu.shared.platform import PLATFORM_NAME, cpu_platform
+from ebpo.lab.verl_cpu.shared.results import (
+    METRICS_LOG,
+    RunResult,
+    StepTrace,
+    console_to,
+    read_logged_metrics,
+)
+from ebpo.lab.verl_cpu.shared.run_spec import LOOP_OVERRIDES, RunSpec
 
 __all__ = [
     "CPU_OVERRIDES",
-    "RunResult",
     "TaskRunner",
     "compose_config",
-    "console_to",
     "ray_session",
-    "read_logged_metrics",
     "run_fit",
     "start_task_runner",
 ]
 
-PLATFORM_MODULE = "ebpo.lab.verl_cpu.platform"
-#: verl's file logger writes here (``VERL_FILE_LOGGER_PATH``), inside the run directory
-METRICS_LOG = "verl_metrics.jsonl"
+PLATFORM_MODULE = "ebpo.lab.verl_cpu.shared.platform"
 
 #: Hydra overrides that every CPU run adds to verl's ``ppo_trainer`` config (sizes come separately)
 CPU_OVERRIDES = (
     *LOOP_OVERRIDES,
     "trainer.n_gpus_per_node=1",
-    "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=ebpo.lab.verl_cpu.rollout.CPURolloutManager",
-    "+actor_rollout_ref.rollout.checkpoint_manager_class=ebpo.lab.verl_cpu.rollout.SharedWeightsCheckpointManager",
+    "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=ebpo.lab.verl_cpu.legacy.rollout.CPURolloutManager",
+    "+actor_rollout_ref.rollout.checkpoint_manager_class=ebpo.lab.verl_cpu.legacy.rollout.SharedWeightsCheckpointManager",
 )
 
 
-def compose_config(
-    *,
-    model_path: str,
-    train_file: str,
-    val_file: str,
-    run_dir: str,
-    total_steps: int,
-    save_freq: int,
-    batch_size: int,
-    group_size: int,
-    mini_batch_size: int,
-    lr: float,
-    max_prompt_length: int,
-    max_response_length: int,
-    resume_from: str | None = None,
-    seed: int = 0,
-    extra: Sequence[str] = (),
-) -> Any:
-    """verl's ``ppo_trainer`` config (Hydra compose) with :data:`CPU_OVERRIDES`, the sizes and
-    ``extra`` (e.g. the estimator's ``algorithm.*`` keys) applied, resolved."""
+def compose_config(spec: RunSpec) -> Any:
+    """verl's ``ppo_trainer`` config (Hydra compose) of the CPU run ``spec``: :data:`CPU_OVERRIDES`,
+    the spec's overrides, one PPO mini-batch a step and the spec's ``extra`` (e.g. the
+    estimator's ``algorithm.*`` keys) applied, resolved."""
     import verl  # heavy optional import (verl extra)
     from hydra import compose, initialize_config_dir  # heavy optional import (verl extra)
     from omegaconf import OmegaConf  # heavy optional import (verl extra)
 
     overrides = [
         *CPU_OVERRIDES,
-        *run_overrides(
-            model_path=model_path,
-            train_file=train_file,
-            val_file=val_file,
-            run_dir=run_dir,
-            total_steps=total_steps,
-            save_freq=save_freq,
-            batch_size=batch_size,
-            group_size=group_size,
-            lr=lr,
-            max_prompt_length=max_prompt_length,
-            max_response_length=max_response_length,
-            seed=seed,
-            resume_from=resume_from,
-        ),
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch_size}",
+        *spec.overrides(),
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={spec.batch_size}",
         # the CPU worker updates a mini-batch at once: one micro-batch per mini-batch
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini_batch_size * group_size}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch_size * group_size}",
-        *extra,
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={spec.rows}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={spec.rows}",
+        *spec.extra,
     ]
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -169,8 +140,8 @@ def run_fit(config: Any, *, sampler_factory: Any = None) -> RunResult:
     from verl.trainer.ppo.utils import Role, create_rl_dataset  # heavy optional import
     from verl.utils import hf_tokenizer  # heavy optional import
 
-    from ebpo.lab.verl_cpu.resources import CPUResourcePoolManager
-    from ebpo.lab.verl_cpu.worker import CPUActorRolloutWorker
+    from ebpo.lab.verl_cpu.shared.resources import CPUResourcePoolManager
+    from ebpo.lab.verl_cpu.shared.worker import CPUActorRolloutWorker
 
     run_dir = str(Path(config.trainer.default_local_dir).parent)
     os.makedirs(run_dir, exist_ok=True)
@@ -216,16 +187,6 @@ def run_fit(config: Any, *, sampler_factory: Any = None) -> RunResult:
         seconds=time.perf_counter() - start,
         checkpoints=checkpoints,
     )
-
-
-@contextlib.contextmanager
-def console_to(path: str | None) -> Iterator[None]:
-    """verl prints its console logger and progress to stdout: into ``path`` (None: leave it)."""
-    if path is None:
-        yield
-        return
-    with open(path, "w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle):
-        yield
 
 
 class TaskRunner:

@@ -6,11 +6,11 @@ methods the trainers call, in both of verl's data layouts:
 
 * the legacy trainer (``RayPPOTrainer``) sends left/right-padded tensors (``left_right_2_no_padding``)
   and also asks the worker to generate (``generate_sequences``, a whole batch, seeded from the
-  step: :func:`~ebpo.lab.verl_cpu.sampling.generation_seed`);
+  step: :func:`~ebpo.lab.verl_cpu.shared.sampling.generation_seed`);
 * the v1 trainer sends ``KVBatchMeta`` handles that verl's ``tqbridge`` (inside ``register``)
   turns into TensorDicts of jagged (nested) tensors fetched from TransferQueue, and writes the
   outputs back there; generation happens on the rollout server
-  (:mod:`~ebpo.lab.verl_cpu.serving`), to which :meth:`CPUActorRolloutWorker.update_weights`
+  (:mod:`~ebpo.lab.verl_cpu.v1.serving`), to which :meth:`CPUActorRolloutWorker.update_weights`
   sends the trained weights (verl's ``naive`` checkpoint engine).
 
 ``compute_log_prob`` returns ``log_probs`` / ``entropy`` as jagged tensors over each sequence's
@@ -53,8 +53,8 @@ from verl.trainer.ppo import core_algos
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 
-from ebpo.lab.verl_cpu.results import TRACE_ENV
-from ebpo.lab.verl_cpu.sampling import generation_seed, sample
+from ebpo.lab.verl_cpu.shared.results import TRACE_ENV
+from ebpo.lab.verl_cpu.shared.sampling import generation_seed, sample, server_actor_name
 
 __all__ = ["CHECKPOINT_FILE", "TRACE_ENV", "CPUActorRolloutWorker", "generation_seed"]
 
@@ -324,10 +324,8 @@ class CPUActorRolloutWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def update_weights(self, global_steps: int | None = None, mode: str = "auto") -> None:
         """verl's ``naive`` checkpoint engine: the first rank of each rollout replica sends the
-        weights to that replica's server (:mod:`~ebpo.lab.verl_cpu.serving`), which wakes it."""
+        weights to that replica's server (:mod:`~ebpo.lab.verl_cpu.v1.serving`), which wakes it."""
         import ray  # heavy optional import (verl extra)
-
-        from ebpo.lab.verl_cpu.serving import server_actor_name
 
         rollout = self.config.rollout
         replica_size = int(

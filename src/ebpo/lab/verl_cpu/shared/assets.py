@@ -25,7 +25,7 @@ from typing import Any
 from ebpo.integrations.verl.data_prep import prepare
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, corrupted_examples, load_policy, warm_start
 from ebpo.lab.cpu_task.task import Problem, fixed_problems, problem_stream
-from ebpo.lab.verl_cpu.settings import TIERS, training_problems
+from ebpo.lab.verl_cpu.shared.task import TIERS, training_problems
 
 __all__ = [
     "ANSWER_PREFIX",

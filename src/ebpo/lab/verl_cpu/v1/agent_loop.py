@@ -6,7 +6,7 @@ verl's v1 rollout is its own agent loop (``AgentLoopManagerTQ`` → ``AgentLoopW
 the TransferQueue path nothing sets ``priority``, so every request is ``det-0``. This subclass,
 registered with verl's ``register`` decorator, only supplies that id: the step, the dataset row and
 the sample within the group (``session_id``), which the CPU server turns into the sampling seed
-(:func:`~ebpo.lab.verl_cpu.sampling.request_seed`). Everything else is ``SingleTurnAgentLoop.run``.
+(:func:`~ebpo.lab.verl_cpu.shared.sampling.request_seed`). Everything else is ``SingleTurnAgentLoop.run``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 :func:`v1_overrides` is the command line: verl's own ``ppo_trainer.yaml`` defaults (so
 ``trainer.use_v1=True`` and the v1 ``sync`` loop) plus the keys that plug the CPU pieces into
-verl's hooks (:mod:`~ebpo.lab.verl_cpu.plugin`) and size a tiny run. :func:`run_main_ppo` runs it in
+verl's hooks (:mod:`~ebpo.lab.verl_cpu.v1.plugin`) and size a tiny run
+(:class:`~ebpo.lab.verl_cpu.shared.run_spec.RunSpec`). :func:`run_main_ppo` runs it in
 a subprocess of its own session — ``main_ppo.main`` composes the config with Hydra, runs verl's
 ``validate_config``, starts Ray (``ray_kwargs.ray_init``) and the ``TaskRunnerV1`` actor — and
 meanwhile records every TCP port that the process tree listens on (Ray's head, its agents, the
@@ -34,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ebpo.lab.verl_cpu.settings import LOOP_OVERRIDES, run_overrides
+from ebpo.lab.verl_cpu.shared.run_spec import LOOP_OVERRIDES, RunSpec
 
 __all__ = [
     "LOCAL_ADDRESSES",
@@ -49,8 +50,8 @@ __all__ = [
 RAY_CPUS = 8
 #: the addresses a listening socket of the run may have
 LOCAL_ADDRESSES = frozenset({"127.0.0.1", "::ffff:127.0.0.1", "::1"})
-PLUGIN_MODULE = "ebpo.lab.verl_cpu.plugin"
-REPLAY_MODULE = "ebpo.lab.verl_cpu.replay"
+PLUGIN_MODULE = "ebpo.lab.verl_cpu.v1.plugin"
+REPLAY_MODULE = "ebpo.lab.verl_cpu.v1.replay"
 #: the process environment of the run, forwarded to every Ray worker
 RUN_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -91,51 +92,24 @@ def _env_override(key: str, value: str) -> str:
 
 
 def v1_overrides(
+    spec: RunSpec,
     *,
-    model_path: str,
-    train_file: str,
-    val_file: str,
-    run_dir: str,
     ray_temp_dir: str,
-    total_steps: int,
-    save_freq: int,
-    batch_size: int,
-    group_size: int,
-    lr: float,
-    max_prompt_length: int,
-    max_response_length: int,
-    seed: int = 0,
-    resume_from: str | None = None,
-    env: Mapping[str, str] = (),  # type: ignore[assignment]
-    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The ``main_ppo`` overrides of one CPU run in ``run_dir`` (see module docstring); ``env`` is
-    added to every Ray worker's environment; ``extra`` comes last (and wins)."""
-    rows = batch_size * group_size
+    """The ``main_ppo`` overrides of the CPU run ``spec`` (see module docstring): one PPO
+    mini-batch a step, in one micro-batch; ``env`` is added to every Ray worker's environment;
+    the spec's ``extra`` comes last (and wins)."""
     return [
         *V1_OVERRIDES,
-        *run_overrides(
-            model_path=model_path,
-            train_file=train_file,
-            val_file=val_file,
-            run_dir=run_dir,
-            total_steps=total_steps,
-            save_freq=save_freq,
-            batch_size=batch_size,
-            group_size=group_size,
-            lr=lr,
-            max_prompt_length=max_prompt_length,
-            max_response_length=max_response_length,
-            seed=seed,
-            resume_from=resume_from,
-        ),
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_size}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows}",
+        *spec.overrides(),
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={spec.batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={spec.rows}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={spec.rows}",
         f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
-        f"hydra.run.dir={os.path.join(run_dir, 'hydra')}",
-        *(_env_override(key, value) for key, value in {**RUN_ENV, **dict(env)}.items()),
-        *extra,
+        f"hydra.run.dir={os.path.join(spec.run_dir, 'hydra')}",
+        *(_env_override(key, value) for key, value in {**RUN_ENV, **dict(env or {})}.items()),
+        *spec.extra,
     ]
 
 

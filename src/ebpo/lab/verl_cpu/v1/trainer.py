@@ -15,8 +15,8 @@ on a CPU:
 verl offers one hook for a trainer class: ``register_trainer(name)``, selected by
 ``trainer.v1.trainer_mode`` in ``TaskRunnerV1.run``. :class:`CPUPPOTrainerSync` is registered there
 as :data:`TRAINER_MODE`. It is ``PPOTrainerSync`` with ONE method replaced, ``_init_resource_pool_mgr``
-(which worker class, which resource pool: the CPU worker of :mod:`~ebpo.lab.verl_cpu.worker` on
-:class:`~ebpo.lab.verl_cpu.trainer.CPUResourcePoolManager`), and its constructor sets
+(which worker class, which resource pool: the CPU worker of :mod:`~ebpo.lab.verl_cpu.shared.worker` on
+:class:`~ebpo.lab.verl_cpu.legacy.trainer.CPUResourcePoolManager`), and its constructor sets
 ``trainer.v1.trainer_mode`` back to ``sync`` before verl's, so that every ``trainer_mode == "sync"``
 branch of verl's trainer (replay buffer, refill, TransferQueue checkpoints) behaves as in a
 ``sync`` run. ``init()``/``_setup()``, ``fit()``, ``step()``, ``_compute_advantage``,
@@ -38,8 +38,8 @@ from verl.trainer.ppo.utils import Role, need_critic, need_reference_policy
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from ebpo.lab.verl_cpu.resources import CPUResourcePoolManager
-from ebpo.lab.verl_cpu.results import MANIFEST_FILE, TRACE_ENV
+from ebpo.lab.verl_cpu.shared.resources import CPUResourcePoolManager
+from ebpo.lab.verl_cpu.shared.results import MANIFEST_FILE, TRACE_ENV
 from ebpo.utils.files import write_json
 
 __all__ = ["TRAINER_MODE", "VERL_METHODS", "CPUPPOTrainerSync"]
@@ -86,7 +86,7 @@ class CPUPPOTrainerSync(PPOTrainerSync):
                 raise ValueError(f"the CPU trainer runs the actor only; this config needs {what}")
         # imported here, not at the top: the worker's module imports verl, whose import loads
         # this module (VERL_USE_EXTERNAL_MODULES) - a cycle when a worker process starts
-        from ebpo.lab.verl_cpu.worker import CPUActorRolloutWorker
+        from ebpo.lab.verl_cpu.shared.worker import CPUActorRolloutWorker
 
         self.role_worker_mapping = {Role.ActorRollout: ray.remote(CPUActorRolloutWorker)}
         self.mapping = {Role.ActorRollout: "global_pool", Role.RewardModel: "global_pool"}
@@ -103,7 +103,7 @@ class CPUPPOTrainerSync(PPOTrainerSync):
 
 def write_manifest(trainer: Any) -> None:
     """With ``EBPO_CPU_TRACE_DIR`` set: record which classes run this job (the smoke checks that
-    they are verl's), as :data:`~ebpo.lab.verl_cpu.results.MANIFEST_FILE` in that directory."""
+    they are verl's), as :data:`~ebpo.lab.verl_cpu.shared.results.MANIFEST_FILE` in that directory."""
     directory = os.environ.get(TRACE_ENV)
     if not directory:
         return
