@@ -391,6 +391,17 @@ CASES = [
         r"^ebpo verl smoke: error: argument --steps: invalid int value: '4.5'",
     ),
     CliCase(
+        "smoke-unknown-recipe",
+        ["verl", "smoke", "--recipe", "ebpo_topci"],
+        r"^ebpo verl smoke: error: argument --recipe: invalid choice: 'ebpo_topci'",
+    ),
+    CliCase(
+        "smoke-recipe-on-the-legacy-trainer",
+        ["verl", "smoke", "--recipe", "grpo", "--trainer", "legacy"],
+        r"^ebpo verl smoke: error: --recipe runs on verl's default trainer \(--trainer v1\) only: "
+        r"the legacy CPU trainer has no reference policy, which the recipes' KL loss needs$",
+    ),
+    CliCase(
         "smoke-typo",
         ["verl", "smoek"],
         r"^ebpo verl: error: unknown subcommand 'smoek'; did you mean 'smoke'\?",
