@@ -81,6 +81,11 @@ class EstimatorRun:
         return (*own, "actor") if self.recipe else own
 
     @property
+    def shuffled(self) -> bool:
+        """Whether verl's dataloader reshuffles the prompts (``data.shuffle=True``, a recipe's)."""
+        return _last_value(self.overrides, "data.shuffle") == "True"
+
+    @property
     def kl_loss(self) -> bool:
         """Whether the run trains with verl's KL loss against the reference policy."""
         return _last_value(self.overrides, "actor_rollout_ref.actor.use_kl_loss") == "True"
