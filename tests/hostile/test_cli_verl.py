@@ -3,9 +3,11 @@ one line and exit code 2 — before anything is launched, downloaded or written.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,27 @@ def _file(name: str, text: str = "x"):
         (tmp / name).write_text(text)
 
     return setup
+
+
+def _train_ids() -> list[str]:
+    from ebpo.data import load_dataset  # the loader prepare-data reads the file with
+
+    return [str(row["id"]) for row in load_dataset("dapo-math-17k", data_files=TRAIN)]
+
+
+def _labels(records: Callable[[list[str]], list[dict]]) -> Callable[[Path], None]:
+    """A labels file built from the fixture's training ids when the case runs."""
+
+    def setup(tmp: Path) -> None:
+        lines = [json.dumps(r) for r in records(_train_ids())]
+        (tmp / "labels.jsonl").write_text("\n".join(lines) + "\n")
+
+    return setup
+
+
+#: prepare-data with a labels file, offline: the fixture as training set, no evaluation sets
+PREPARE_WITH_LABELS = ["verl", "prepare-data", f"--train-file={TRAIN}", "--labels", "labels.jsonl"]
+PREPARE_WITH_LABELS += ["--out-dir", "{tmp}/data", "--eval"]
 
 
 CASES = [
@@ -98,6 +121,31 @@ CASES = [
         "ebpo-per-cluster",
         ["verl", "+algorithm.ebpo.per_cluster=True"],
         r"per_cluster=True is not supported in verl",
+    ),
+    # -- algorithm.ebpo.* set for an estimator that never reads it (it passed the dry run silently)
+    CliCase(
+        "ebpo-key-typo-with-grpo-dry-run",
+        ["verl", "recipe", "grpo", "--dry-run", "+algorithm.ebpo.prir=ema"],
+        r"^ebpo verl recipe: error: algorithm\.ebpo\.prir is read only by ebpo's estimators "
+        r"\(ebpo, .*\), not by adv_estimator='grpo', which would ignore it: drop the algorithm\.ebpo "
+        r"override\(s\), or set algorithm\.adv_estimator to one of ebpo's estimators$",
+    ),
+    CliCase(
+        "ebpo-bad-value-with-grpo-dry-run",
+        ["verl", "recipe", "dapo", "--dry-run", "+algorithm.ebpo.prior=forever"],
+        r"^ebpo verl recipe: error: algorithm\.ebpo\.prior is read only by ebpo's estimators .*"
+        r"adv_estimator='grpo'",
+    ),
+    CliCase(
+        "ebpo-keys-with-gae-run",
+        [
+            "verl",
+            "algorithm.adv_estimator=gae",
+            "+algorithm.ebpo.prior=batch",
+            "+algorithm.ebpo.x=1",
+        ],
+        r"^ebpo verl run: error: algorithm\.ebpo\.prior, algorithm\.ebpo\.x are read only by ebpo's "
+        r"estimators .*adv_estimator='gae'",
     ),
     CliCase(
         "hydra-syntax",
@@ -252,6 +300,43 @@ CASES = [
         r"--labels labels\.jsonl: line 1 is not a JSON object with an 'id'",
         setup=_file("labels.jsonl", "[1, 2]\n"),
     ),
+    # -- --labels ids must label exactly the training rows: refused in one line with counts, before
+    #    anything is written (they fell back to TF-IDF topics silently, the last record of an id won)
+    CliCase(
+        "prepare-labels-match-no-row",
+        PREPARE_WITH_LABELS,
+        r"^ebpo verl prepare-data: error: --labels labels\.jsonl: none of its 2 id\(s\) matches one "
+        r"of the 3 training rows' ids \(e\.g\. 'p1' in the file, '9a9b6eb4-.*' in the data\); the "
+        r"ids must be the training set's 'id' column$",
+        setup=_labels(lambda ids: [{"id": "p1", "topic": "a"}, {"id": "p2", "topic": "b"}]),
+    ),
+    CliCase(
+        "prepare-labels-some-rows-unlabelled",
+        PREPARE_WITH_LABELS,
+        r"^ebpo verl prepare-data: error: --labels labels\.jsonl: 2 of the 3 training rows have no "
+        r"record \(first: 'b426d104-.*'\); give every training row a record$",
+        setup=_labels(lambda ids: [{"id": ids[0], "topic": "a"}]),
+    ),
+    CliCase(
+        "prepare-labels-ids-beyond-the-rows",
+        PREPARE_WITH_LABELS,
+        r"^ebpo verl prepare-data: error: --labels labels\.jsonl: 1 of its 4 id\(s\) match no "
+        r"training row \(first: 'typo-id'\); remove them, or check",
+        setup=_labels(lambda ids: [{"id": i, "topic": "a"} for i in [*ids, "typo-id"]]),
+    ),
+    CliCase(
+        "prepare-labels-id-repeated-with-other-labels",
+        PREPARE_WITH_LABELS,
+        r"^ebpo verl prepare-data: error: --labels labels\.jsonl: 1 id\(s\) appear more than once "
+        r"with different labels \(first: '9a9b6eb4-.*' on lines 1 and 4\); keep one record per id$",
+        setup=_labels(
+            lambda ids: [
+                *({"id": i, "pass_rate": 0.5} for i in ids),
+                {"id": ids[0], "pass_rate": 0.9},
+                {"id": ids[1], "pass_rate": 0.5},  # the same record again: harmless, kept once
+            ]
+        ),
+    ),
     CliCase(
         "prepare-num-topics-zero",
         ["verl", "prepare-data", "--num-topics", "0"],
@@ -304,6 +389,17 @@ CASES = [
         "smoke-steps-not-a-number",
         ["verl", "smoke", "--steps", "4.5"],
         r"^ebpo verl smoke: error: argument --steps: invalid int value: '4.5'",
+    ),
+    CliCase(
+        "smoke-unknown-recipe",
+        ["verl", "smoke", "--recipe", "ebpo_topci"],
+        r"^ebpo verl smoke: error: argument --recipe: invalid choice: 'ebpo_topci'",
+    ),
+    CliCase(
+        "smoke-recipe-on-the-legacy-trainer",
+        ["verl", "smoke", "--recipe", "grpo", "--trainer", "legacy"],
+        r"^ebpo verl smoke: error: --recipe runs on verl's default trainer \(--trainer v1\) only: "
+        r"the legacy CPU trainer has no reference policy, which the recipes' KL loss needs$",
     ),
     CliCase(
         "smoke-typo",
@@ -396,13 +492,13 @@ def test_a_verl_failure_on_a_config_nothing_refused_exits_1_in_one_line(
     """What stays exit code 1: verl itself failing (here: a RuntimeError inside its validation)
     on a configuration no check refused — not the user's error, reported in one line."""
     from ebpo.cli import main
-    from ebpo.commands.verl import launcher
+    from ebpo.commands.verl import validation
 
     def broken(config):
         raise RuntimeError("CUDA driver exploded\nsecond line")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(launcher, "validate", broken)
+    monkeypatch.setattr(validation, "validate", broken)
     assert main(["verl", "recipe", "ebpo", "--dry-run"]) == 1
     err = capsys.readouterr().err
     assert err == "dry run FAILED: RuntimeError: CUDA driver exploded second line\n"
@@ -411,7 +507,7 @@ def test_a_verl_failure_on_a_config_nothing_refused_exits_1_in_one_line(
 @pytest.mark.verl
 def test_a_plugin_missing_where_verl_runs_exits_1_in_one_line(monkeypatch, capsys):
     """Not the user's command line but an install: exit 1, one stderr line naming the node, and
-    nothing launched (the cluster version: tests/integrations/verl/test_verl_nodes.py)."""
+    nothing launched (the cluster version: tests/commands/verl/test_nodes.py)."""
     from ebpo.cli import main
     from ebpo.commands.verl import launcher
 

@@ -185,3 +185,46 @@ def test_verl_rows_are_in_the_dapo_hub_layout(tmp_path):
     path = write_rows(verl, tmp_path / "verl.parquet")
     back = load_dataset(str(path), schema="dapo-math-17k")
     assert [(r["prompt"], r["answer"]) for r in back] == [(r["prompt"], r["answer"]) for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("labels", "limited", "match"),
+    [
+        ({"a": {}, "b": {}, "c": {}}, False, None),
+        ({"a": {}, "b": {}, "c": {}, "z": {}}, True, None),  # --limit: the file covers more rows
+        ({"x": {}, "y": {}}, False, r"none of its 2 id\(s\) matches one of the 3 training rows"),
+        ({"x": {}}, True, r"none of its 1 id\(s\) matches"),
+        ({}, False, r"none of its 0 id\(s\) matches one of the 3 training rows' ids; the ids"),
+        ({"a": {}, "c": {}}, False, r"1 of the 3 training rows have no record \(first: 'b'\)"),
+        ({"a": {}, "b": {}, "c": {}, "z": {}}, False, r"1 of its 4 id\(s\) match no training row"),
+    ],
+)
+def test_label_ids_must_label_exactly_the_rows(labels, limited, match):
+    from ebpo.integrations.verl.data_prep import check_label_ids
+
+    if match is None:
+        check_label_ids(labels, ["a", "b", "c"], source="f.jsonl", limited=limited)
+    else:
+        with pytest.raises(ValueError, match=r"^--labels f\.jsonl: " + match):
+            check_label_ids(labels, ["a", "b", "c"], source="f.jsonl", limited=limited)
+
+
+def test_labels_without_difficulty_say_how_many_records_have_it(tmp_path, capsys):
+    """A labels file that labels every row with a topic but only some with a pass rate: the
+    difficulty file is skipped, and the note counts what the file gave (not "pass --labels")."""
+    from ebpo.cli import main
+    from ebpo.data import load_dataset
+
+    rows = load_dataset("dapo-math-17k", data_files=FIXTURES / "dapo-math-17k.parquet")
+    labels = [{"id": row["id"], "topic": f"t{i % 2}"} for i, row in enumerate(rows)]
+    labels[0]["pass_rate"] = 0.5
+    labels_file = tmp_path / "labels.jsonl"
+    labels_file.write_text("\n".join(json.dumps(r) for r in labels))
+    out = tmp_path / "out"
+    assert main([*_argv(out, f"--labels={labels_file}"), "--eval"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        f"skipped dapo_math_17k.difficulty.parquet: no difficulty (--labels {labels_file} has "
+        f"pass_rate or difficulty on 1 of {len(rows)} records; give every record one)"
+    ) in printed
+    assert (out / "dapo_math_17k.topic.parquet").exists()

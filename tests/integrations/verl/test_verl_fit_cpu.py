@@ -13,6 +13,10 @@ cores, most of it Ray and verl's actors starting):
 * ``ebpo`` resumed from a copy of that checkpoint without the state file and without the
   callback: it stops at its first advantage call with one line naming the callback key.
 
+The same ``run_smoke`` call also runs the ``ebpo`` and ``grpo`` recipes of ``ebpo verl recipe
+--list`` (``ebpo verl smoke --recipe``), uninterrupted and resumed: every algorithm and actor key
+of the recipe kept, the reference policy and verl's KL loss included (4 more ``main_ppo`` runs).
+
 ``jspo_plus_plus`` and ``ebpo_topic`` on this path: ``ebpo verl smoke --all`` (the same code; not
 run here for CI time). The legacy ``RayPPOTrainer`` path: test_verl_fit_cpu_legacy.py."""
 
@@ -32,6 +36,7 @@ pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
 SETTINGS = {"steps": 4, "save_step": 2, "batch_size": 4, "group_size": 4}
 NO_CALLBACK = ("trainer.checkpoint_callback_class=null",)
+RECIPE_RUNS = ("ebpo", "grpo")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,11 @@ def runs(tmp_path_factory, warm_start_cache):
 
     work = tmp_path_factory.mktemp("verl-v1")
     settings = SmokeSettings(
-        work_dir=str(work), estimators=("ebpo",), cache=str(warm_start_cache), **SETTINGS
+        work_dir=str(work),
+        estimators=("ebpo",),
+        recipes=RECIPE_RUNS,
+        cache=str(warm_start_cache),
+        **SETTINGS,
     )
     smoke = run_smoke(settings, report=lambda line: None)
     files, model, ebpo = smoke.files, smoke.model_path, ESTIMATORS["ebpo"]
@@ -89,6 +98,9 @@ def test_every_smoke_check_passes(runs):
         "same estimator state",
         "restored ebpo's state from the folder verl resumed from (trainer.resume_mode=auto",
         "padding rows",
+        "reference log-probs and verl's KL loss",
+        "the reference is the frozen initial policy",
+        "the resumed run computed the same KL",
         "2 data-parallel CPU ranks",
         "weight sync",
         "verl dumped its rollouts",
@@ -189,6 +201,53 @@ def test_verl_logged_our_metrics_next_to_its_own(runs):
         # One mini-batch per step: the update's log-probs are the old ones before the optimizer
         # moves (computed through verl's TransferQueue round trip), so a misaligned token shows.
         assert abs(logged["actor/ppo_kl"]) < 1e-6 and logged["actor/pg_clipfrac"] == 0.0
+
+
+@pytest.mark.parametrize("recipe", RECIPE_RUNS)
+def test_a_recipe_trained_with_its_estimator_reference_policy_and_kl_loss(runs, recipe):
+    """``ebpo verl smoke --recipe``: verl's trainer computed the reference log-probs
+    (``_compute_ref_log_prob``, the CPU worker's frozen initial model) and the actor's loss carried
+    verl's KL term with the recipe's coefficient; the advantages the actor trained on are the
+    recipe's estimator's, replayed here on the run's rewards (``grpo``: verl's own
+    ``compute_grpo_outcome_advantage``; ``ebpo`` with the recipe's batch prior: the core
+    estimator), so a recipe run that fell back to another estimator fails here."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from ebpo.lab.verl_cpu.settings import recipe_run
+
+    full, resumed = runs["smoke"].runs[f"recipe_{recipe}"]
+    run = recipe_run(recipe)
+    assert run.kl_loss and [t.step for t in full.trace] == [1, 2, 3, 4]
+    kl = [full.metrics[step]["actor/kl_loss"] for step in range(1, 5)]
+    assert abs(kl[0]) < 1e-7 and all(x > 1e-7 for x in kl[1:]), kl  # KL grows once the actor moves
+    assert {full.metrics[step]["actor/kl_coef"] for step in range(1, 5)} == {0.001}
+    assert [resumed.metrics[step]["actor/kl_loss"] for step in (3, 4)] == kl[2:]
+    for trace in full.trace:
+        real = ~trace.padding & (trace.response_mask.sum(dim=-1) > 0)
+        uids = np.array(trace.uids, dtype=object)
+        if recipe == "grpo":
+            scores = torch.zeros_like(trace.response_mask)
+            last = (trace.response_mask.sum(dim=-1).long() - 1).clamp(min=0)
+            scores[torch.arange(len(last)), last] = trace.rewards.to(scores.dtype)
+            expected, _ = compute_grpo_outcome_advantage(
+                scores[real],
+                trace.response_mask[real],
+                uids[real.numpy()],
+                norm_adv_by_std_in_grpo=True,
+            )
+        else:
+            (entry,) = full.estimator_state["estimators"]
+            assert (entry["options"]["prior"], entry["options"]["prior_mean"]) == (
+                "batch",
+                "group_means",
+            )
+            result = make_estimator(entry["name"], **entry["options"])(
+                trace.rewards, uids, mask=real
+            )
+            expected = (result.advantages.unsqueeze(-1) * trace.response_mask)[real]
+        torch.testing.assert_close(
+            trace.advantages[real], expected.to(trace.advantages.dtype), rtol=0, atol=1e-6
+        )
 
 
 def test_a_resume_without_the_callback_restores_the_state_and_stays_exact(runs):

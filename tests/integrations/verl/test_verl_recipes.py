@@ -20,8 +20,8 @@ pytestmark = pytest.mark.verl
 
 @pytest.fixture(autouse=True)
 def plugin_checked_elsewhere(monkeypatch):
-    """``launcher.run`` probes a fresh interpreter before launching (tests/integrations/verl/
-    test_verl_nodes.py tests that); here it would only cost time."""
+    """``launcher.run`` probes a fresh interpreter before launching (tests/commands/verl/
+    test_nodes.py tests that); here it would only cost time."""
     from ebpo.commands.verl import launcher
 
     monkeypatch.setattr(launcher, "check_plugin_where_it_runs", lambda args, env: None)
@@ -290,8 +290,14 @@ def test_bad_estimator_overrides_never_launch(monkeypatch):
     with pytest.raises(ValueError, match="'docter' is not a Hydra override"):
         launcher.run(["docter"])
     assert calls == []
-    # Not our estimator: algorithm.ebpo is verl's business (it ignores the section).
-    assert launcher.run(["algorithm.adv_estimator=grpo", "+algorithm.ebpo.prir=1"]) == 0
+    # Not our estimator: verl ignores algorithm.ebpo, so any key there (a typo too) is refused
+    # rather than silently dropped; without the section verl's own estimators launch.
+    with pytest.raises(
+        ValueError, match=r"algorithm\.ebpo\.prir is read only by ebpo's estimators"
+    ):
+        launcher.run(["algorithm.adv_estimator=grpo", "+algorithm.ebpo.prir=1"])
+    assert calls == []
+    assert launcher.run(["algorithm.adv_estimator=grpo"]) == 0
     # Interpolated values are left to the dry run; the keys are still checked.
     assert launcher.run(["+algorithm.ebpo.prior=${oc.env:PRIOR,batch}"]) == 0
     assert len(calls) == 2

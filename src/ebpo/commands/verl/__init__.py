@@ -154,6 +154,15 @@ def _smoke_parser() -> argparse.ArgumentParser:
         help="estimator configuration to run (repeatable; default: ebpo)",
     )
     p.add_argument(
+        "--recipe",
+        action="append",
+        choices=list(RECIPES),
+        help="a recipe of `ebpo verl recipe --list` run through the same CPU loop (repeatable): "
+        "its algorithm and actor keys kept (reference policy and KL loss included), only the "
+        "model, sizes, rollout engine and strategy replaced; alone, it runs instead of the "
+        "default estimator",
+    )
+    p.add_argument(
         "--all", action="store_true", help=f"run all of {', '.join(ESTIMATORS)} (3 × the time)"
     )
     p.add_argument(
@@ -340,12 +349,19 @@ def _recipe(args: argparse.Namespace, extra: list[str]) -> int:
 def _smoke(args: argparse.Namespace) -> int:
     if args.all and args.estimator:
         raise ValueError("pass either --all or --estimator, not both")
-    names = tuple(ESTIMATORS) if args.all else tuple(dict.fromkeys(args.estimator or ["ebpo"]))
+    recipes = tuple(dict.fromkeys(args.recipe or []))
+    default = [] if recipes else ["ebpo"]
+    names = tuple(ESTIMATORS) if args.all else tuple(dict.fromkeys(args.estimator or default))
     if args.work_dir is not None:
         check_output_path(args.work_dir, "--work-dir", kind="dir")
         check_work_dir(args.work_dir)
     # every argument is checked before anything is written or anything slow is imported
-    sizes = {"estimators": names, "trainer": args.trainer, "resume_mode": args.resume_mode}
+    sizes = {
+        "estimators": names,
+        "recipes": recipes,
+        "trainer": args.trainer,
+        "resume_mode": args.resume_mode,
+    }
     SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes).check()
     temporary = args.work_dir is None
     work = args.work_dir or tempfile.mkdtemp(prefix="ebpo-verl-smoke-")
@@ -360,7 +376,7 @@ def _smoke(args: argparse.Namespace) -> int:
         else "verl's legacy RayPPOTrainer.fit()"
     )
     print(
-        f"ebpo verl smoke: {path} on CPU with {', '.join(names)} "
+        f"ebpo verl smoke: {path} on CPU with {', '.join([*names, *(f'recipe {r}' for r in recipes)])} "
         "(each run starts Ray and verl's workers: most of its time)...",
         flush=True,
     )

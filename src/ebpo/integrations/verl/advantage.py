@@ -32,6 +32,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
+from types import FrameType
 from typing import Any
 
 import torch
@@ -226,7 +227,7 @@ MULTI_OUTPUT_FUNCTION = "compute_advantage_for_multi_trajectories"
 def _session_keys(rows: int, max_depth: int = 12) -> list[str] | None:
     """verl's TransferQueue keys of the ``rows`` rows, from the calling
     ``compute_advantage_for_multi_trajectories`` (its ``batch_keys``), or None outside it."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(max_depth):
         if frame is None:
             return None
@@ -274,7 +275,7 @@ def _trainer_frame_metrics(max_depth: int = 12) -> tuple[dict | None, Any]:
     where it is ``self.metrics``); updating that dict puts our statistics into every configured
     backend (wandb, tensorboard, console...). Outside such a frame nothing is found.
     """
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(max_depth):
         if frame is None:
             break

@@ -180,6 +180,10 @@ def _build_curriculum_rlhf_dataset() -> type:
         (``data.curriculum.order``; see :class:`CurriculumSampler` for the settings). Use it with
         ``data.shuffle=False`` so verl's ``SequentialSampler`` walks that order."""
 
+        #: the rows verl read (a ``datasets.Dataset``); declared for the type checker, which sees
+        #: verl's base class as untyped (an annotation only: nothing is assigned at class level)
+        dataframe: Any
+
         def _read_files_and_tokenize(self) -> None:
             # Sorting here (rather than in __init__) also covers verl re-reading the files on resume.
             super()._read_files_and_tokenize()

@@ -53,7 +53,7 @@ from ebpo.utils.files import check_output_path
 from ebpo.utils.runtime import quiet_logger
 from ebpo.utils.structured_input import parse_json
 
-__all__ = ["EVAL_STEMS", "label_rows", "prepare", "to_verl_rows"]
+__all__ = ["EVAL_STEMS", "check_label_ids", "label_rows", "prepare", "to_verl_rows"]
 
 TRAIN_NAME = "dapo-math-17k"
 #: registry name → file stem used by the recipes (see ebpo.integrations.verl.recipes.EVAL_SETS)
@@ -68,7 +68,11 @@ ORDER_FILES = ("file", "shuffle", "topic", "difficulty")
 
 
 def _read_labels(path: str) -> dict[str, dict[str, Any]]:
+    """The records of a labels file by id. An id given twice with the same record is kept once;
+    with different records it is refused (which one is right cannot be guessed)."""
     labels: dict[str, dict[str, Any]] = {}
+    first_line: dict[str, int] = {}
+    conflicts: list[tuple[str, int, int]] = []  # (id, first line, conflicting line)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -81,8 +85,60 @@ def _read_labels(path: str) -> dict[str, dict[str, Any]]:
                 raise ValueError(
                     f"--labels {path}: line {number} is not a JSON object with an 'id'"
                 )
-            labels[str(record["id"])] = record
+            key = str(record["id"])
+            if key in labels:
+                if labels[key] != record:
+                    conflicts.append((key, first_line[key], number))
+                continue
+            labels[key] = record
+            first_line[key] = number
+    if conflicts:
+        ids = len({key for key, _, _ in conflicts})
+        key, first, again = conflicts[0]
+        raise ValueError(
+            f"--labels {path}: {ids} id(s) appear more than once with different labels (first: "
+            f"{key!r} on lines {first} and {again}); keep one record per id"
+        )
     return labels
+
+
+def check_label_ids(
+    labels: Mapping[str, Any], row_ids: Sequence[str], *, source: str, limited: bool = False
+) -> None:
+    """Refuse a labels file that does not label exactly the training rows, with counts.
+
+    Every training row needs a record (a curriculum from labels on some rows only would be
+    ordered by a fallback without saying so); every record needs a row, except when the rows
+    were cut with ``--limit`` (``limited``), where a file for the whole set has more ids.
+
+    Raises:
+        ValueError: no id matches, some rows have no record, or (unless ``limited``) some
+            records match no row.
+    """
+    present = set(row_ids)
+    unlabelled = [key for key in row_ids if key not in labels]
+    unknown = [key for key in labels if key not in present]
+    if len(unlabelled) == len(row_ids):
+        example = (
+            f" (e.g. {next(iter(labels))!r} in the file, {row_ids[0]!r} in the data)"
+            if labels
+            else ""
+        )
+        raise ValueError(
+            f"--labels {source}: none of its {len(labels)} id(s) matches one of the {len(row_ids)} "
+            f"training rows' ids{example}; the ids must be the training set's 'id' column"
+        )
+    if unlabelled:
+        raise ValueError(
+            f"--labels {source}: {len(unlabelled)} of the {len(row_ids)} training rows have no "
+            f"record (first: {unlabelled[0]!r}); give every training row a record"
+        )
+    if unknown and not limited:
+        raise ValueError(
+            f"--labels {source}: {len(unknown)} of its {len(labels)} id(s) match no training row "
+            f"(first: {unknown[0]!r}); remove them, or check that the file belongs to this "
+            "training set"
+        )
 
 
 def _check_input_file(path: str | None, option: str) -> None:
@@ -161,7 +217,7 @@ def label_rows(
             notes.append(f"topics: unavailable ({error})")
             method, column = "none", None
         texts = [r["prompt"] for r in rows]
-        if method == "metadata":
+        if method == "metadata" and column is not None:
             topics = curriculum.topics_from_metadata([r[column] for r in rows], column=column)
         elif method == "tfidf":
             topics = [
@@ -245,6 +301,128 @@ def _verl_rows(
     return out
 
 
+def _check_arguments(
+    out_dir: str,
+    *,
+    train_file: str | None,
+    eval_sets: Sequence[str],
+    eval_files: Mapping[str, str],
+    labels_file: str | None,
+    num_topics: int,
+    limit: int | None,
+    template: str,
+) -> Path:
+    """Every argument checked, the output directory first; returns the output directory."""
+    out = check_output_path(out_dir, "--out-dir", kind="dir")
+    unknown = sorted(set(eval_sets) - set(EVAL_STEMS))
+    if unknown:
+        raise ValueError(
+            f"unknown evaluation set(s) {unknown}; expected some of {list(EVAL_STEMS)}"
+        )
+    if template not in TEMPLATES:
+        raise ValueError(f"--template must be one of {sorted(TEMPLATES)}, got {template!r}")
+    check_positive_int("--num-topics", num_topics)
+    if limit is not None:
+        check_positive_int("--limit", limit)
+    _check_input_file(train_file, "--train-file")
+    _check_input_file(labels_file, "--labels")
+    for name, path in eval_files.items():
+        _check_input_file(path, f"--eval-file {name}=")
+    return out
+
+
+def _training_files(
+    verl_rows: list[dict[str, Any]],
+    topics: list[str] | None,
+    difficulty: list[float] | None,
+    *,
+    seed: int,
+    missing: Mapping[str, str],
+    notes: list[str],
+) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """``{"train.<order>": (file name, rows in that order)}``; an order whose labels are missing
+    is skipped with a note in ``notes`` (``missing``: what to pass, per order)."""
+    outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for order in ORDER_FILES:
+        if order == "topic" and topics is None:
+            notes.append(
+                f"skipped {TRAIN_STEM}.topic.parquet: no topic labels ({missing['topic']})"
+            )
+            continue
+        if order == "difficulty" and difficulty is None:
+            notes.append(
+                f"skipped {TRAIN_STEM}.difficulty.parquet: no difficulty ({missing['difficulty']})"
+            )
+            continue
+        perm = (
+            range(len(verl_rows))
+            if order == "file"
+            else curriculum.order_indices(
+                len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed
+            )
+        )
+        outputs[f"train.{order}"] = (f"{TRAIN_STEM}.{order}.parquet", [verl_rows[i] for i in perm])
+    return outputs
+
+
+def _missing_labels(
+    labels: Mapping[str, Mapping[str, Any]] | None, source: str | None
+) -> dict[str, str]:
+    """What to pass for a skipped curriculum file, per order; with a labels file, how many of
+    its records carry the label (all of them must)."""
+    if labels is None:
+        return {
+            "topic": "pass --labels or --topic-method",
+            "difficulty": "pass --labels with pass_rate",
+        }
+    topic = sum(1 for m in labels.values() if m.get("topic") not in (None, ""))
+    level = sum(
+        1
+        for m in labels.values()
+        if m.get("pass_rate") is not None or m.get("difficulty") is not None
+    )
+    return {
+        "topic": f"--labels {source} has a topic on {topic} of {len(labels)} records; give every "
+        "record one, or pass --topic-method",
+        "difficulty": f"--labels {source} has pass_rate or difficulty on {level} of {len(labels)} "
+        "records; give every record one",
+    }
+
+
+def _eval_files(
+    eval_rows: Mapping[str, list[dict[str, Any]]], template: str
+) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """``{set name: (file name, verl rows)}``, difficulty from the set's own levels."""
+    outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for name, rows_of_set in eval_rows.items():
+        levels = curriculum.difficulty_from_levels(
+            [r.get("difficulty") or None for r in rows_of_set]
+        )
+        outputs[name] = (
+            f"{EVAL_STEMS[name]}.parquet",
+            _verl_rows(rows_of_set, template, "test", None, levels),
+        )
+    return outputs
+
+
+def _write_all(
+    out: Path, outputs: Mapping[str, tuple[str, list[dict[str, Any]]]]
+) -> dict[str, str]:
+    """Write every file into a staging directory, then move them into ``out``; ``{what: path}``."""
+    written: dict[str, str] = {}
+    with _staging_dir(out) as staging:
+        for file_name, file_rows in tqdm(
+            list(outputs.values()), desc="writing parquet files", unit="file"
+        ):
+            write_rows(file_rows, staging / file_name)
+        out.mkdir(parents=True, exist_ok=True)
+        for what, (file_name, _) in outputs.items():
+            # a rename: the staging directory is on the same file system
+            shutil.move(str(staging / file_name), str(out / file_name))
+            written[what] = str(out / file_name)
+    return written
+
+
 def prepare(
     out_dir: str,
     *,
@@ -260,35 +438,33 @@ def prepare(
 ) -> tuple[dict[str, str], list[str]]:
     """Write the files (see module docstring); returns ``({what: path}, notes)``.
 
-    Order of work: check every argument (output directory first), load every dataset, label and
-    order, write into a staging directory, move the finished files into ``out_dir``.
+    Order of work: check every argument (output directory first), load every dataset, check
+    that the labels file labels exactly the training rows, label and order, write into a
+    staging directory, move the finished files into ``out_dir``.
 
     Raises:
-        ValueError: a bad argument or a dataset that cannot be loaded — always before anything
-            is written.
+        ValueError: a bad argument, a dataset that cannot be loaded or a labels file whose ids
+            do not match the training rows — always before anything is written.
     """
-    out = check_output_path(out_dir, "--out-dir", kind="dir")
-    unknown = sorted(set(eval_sets) - set(EVAL_STEMS))
-    if unknown:
-        raise ValueError(
-            f"unknown evaluation set(s) {unknown}; expected some of {list(EVAL_STEMS)}"
-        )
     eval_files = dict(eval_files or {})
-    if template not in TEMPLATES:
-        raise ValueError(f"--template must be one of {sorted(TEMPLATES)}, got {template!r}")
-    check_positive_int("--num-topics", num_topics)
-    if limit is not None:
-        check_positive_int("--limit", limit)
-    _check_input_file(train_file, "--train-file")
-    _check_input_file(labels_file, "--labels")
-    for name, path in eval_files.items():
-        _check_input_file(path, f"--eval-file {name}=")
-
+    out = _check_arguments(
+        out_dir,
+        train_file=train_file,
+        eval_sets=eval_sets,
+        eval_files=eval_files,
+        labels_file=labels_file,
+        num_topics=num_topics,
+        limit=limit,
+        template=template,
+    )
     # Everything that can fail on the network or on a bad file, before any output exists.
     labels = _read_labels(labels_file) if labels_file else None
     rows = _load(TRAIN_NAME, train_file, "--train-file", limit)
     if not rows:
         raise ValueError(f"the training set is empty ({train_file or TRAIN_NAME})")
+    if labels is not None:
+        row_ids = [str(row["id"]) for row in rows]
+        check_label_ids(labels, row_ids, source=str(labels_file), limited=limit is not None)
     eval_rows = {
         name: _load(name, eval_files.get(name), f"--eval-file {name}=PATH") for name in eval_sets
     }
@@ -296,46 +472,13 @@ def prepare(
     topics, difficulty, notes = label_rows(
         rows, labels=labels, topic_method=topic_method, num_topics=num_topics, seed=seed
     )
-    verl_rows = _verl_rows(rows, template, "train", topics, difficulty)
-    outputs: dict[str, tuple[str, list[dict[str, Any]]]] = {}  # what -> (file name, rows)
-    for order in ORDER_FILES:
-        if order == "topic" and topics is None:
-            notes.append(
-                "skipped dapo_math_17k.topic.parquet: no topic labels (pass --labels or --topic-method)"
-            )
-            continue
-        if order == "difficulty" and difficulty is None:
-            notes.append(
-                "skipped dapo_math_17k.difficulty.parquet: no difficulty (pass --labels with pass_rate)"
-            )
-            continue
-        perm = (
-            range(len(verl_rows))
-            if order == "file"
-            else curriculum.order_indices(
-                len(verl_rows), order, topic=topics, difficulty=difficulty, seed=seed
-            )
-        )
-        outputs[f"train.{order}"] = (f"{TRAIN_STEM}.{order}.parquet", [verl_rows[i] for i in perm])
-    for name, rows_of_set in eval_rows.items():
-        levels = curriculum.difficulty_from_levels(
-            [r.get("difficulty") or None for r in rows_of_set]
-        )
-        outputs[name] = (
-            f"{EVAL_STEMS[name]}.parquet",
-            _verl_rows(rows_of_set, template, "test", None, levels),
-        )
-
-    written: dict[str, str] = {}
-    with _staging_dir(out) as staging:
-        for file_name, file_rows in tqdm(
-            list(outputs.values()), desc="writing parquet files", unit="file"
-        ):
-            write_rows(file_rows, staging / file_name)
-        out.mkdir(parents=True, exist_ok=True)
-        for what, (file_name, _) in outputs.items():
-            shutil.move(
-                str(staging / file_name), str(out / file_name)
-            )  # a rename: same file system
-            written[what] = str(out / file_name)
-    return written, notes
+    outputs = _training_files(
+        _verl_rows(rows, template, "train", topics, difficulty),
+        topics,
+        difficulty,
+        seed=seed,
+        missing=_missing_labels(labels, labels_file),
+        notes=notes,
+    )
+    outputs.update(_eval_files(eval_rows, template))
+    return _write_all(out, outputs), notes

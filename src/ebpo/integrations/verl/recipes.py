@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 __all__ = [
     "EVAL_SETS",
     "PAPER",
     "RECIPES",
+    "PaperSettings",
     "VAL_SETS",
     "Recipe",
     "recipe_overrides",
@@ -54,7 +56,28 @@ EVAL_SETS = ("math500", "aime24", "aime25", "amc23", "olympiadbench")
 VAL_SETS = ("aime24",)
 TRAIN_STEM = "dapo_math_17k"
 
-PAPER = {
+
+class PaperSettings(TypedDict):
+    """The paper's run settings (the authors' verl scripts), one typed entry per key."""
+
+    model: str
+    group_size: int
+    train_batch_size: int
+    ppo_mini_batch_size: int
+    lr: float
+    weight_decay: float
+    kl_loss_coef: float
+    max_prompt_length: int
+    max_response_length: int
+    nnodes: int
+    n_gpus_per_node: int
+    val_samples: int
+    test_freq: int
+    save_freq: int
+    total_epochs: int
+
+
+PAPER: PaperSettings = {
     "model": "Qwen/Qwen3-8B",
     "group_size": 4,
     "train_batch_size": 512,

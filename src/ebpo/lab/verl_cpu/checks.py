@@ -35,6 +35,7 @@ __all__ = [
     "curriculum_checks",
     "data_parallel_checks",
     "process_checks",
+    "reference_policy_checks",
     "resume_checks",
     "resume_source_check",
     "rollout_dump_check",
@@ -45,6 +46,8 @@ __all__ = [
 ADVANTAGE_MODULE = "ebpo.integrations.verl.advantage"
 #: largest |log π_rollout − log π_actor| that still means "the same weights" (float32 noise)
 WEIGHT_SYNC_TOLERANCE = 1e-4
+#: largest |KL| at step 1 that still means "the actor is the reference" (float32 noise)
+KL_AT_START = 1e-7
 
 
 def prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -52,7 +55,8 @@ def prefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> list[Check]:
-    prefix = run.registry_name
+    # verl's own estimators log nothing of theirs: there the actor's metrics stand for them
+    prefix = run.registry_name if run.ours else "actor"
     steps = list(range(1, settings.steps + 1))
     val = a.metrics.get(0, {})
     reward_keys = [k for k in val if k.startswith("val-") and k.split("/")[-2] == "unscorable"]
@@ -60,9 +64,10 @@ def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> li
     console = Path(a.console).read_text() if a.console and Path(a.console).is_file() else ""
     in_console = [s for s in steps if f"step:{s} - " in console and f" - {prefix}/" in console]
     folder = Path(a.run_dir) / "checkpoints" / f"global_step_{settings.save_step}"
-    files = [folder / "actor" / CHECKPOINT_FILE, folder / "data.pt", folder / STATE_FILENAME]
+    files = [folder / "actor" / CHECKPOINT_FILE, folder / "data.pt"]
+    files += [folder / STATE_FILENAME] if run.ours else []
     advantages = [float(t.advantages.abs().max()) for t in a.trace]
-    return [
+    found = [
         Check(
             f"{run.name}: fit() trained {settings.steps} steps",
             [t.step for t in a.trace] == steps,
@@ -82,12 +87,8 @@ def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> li
             f"{sorted(prefixed(a.metrics.get(steps[-1], {}), prefix))[:3]})",
         ),
         Check(
-            f"{run.name}: the trainer's `metrics` dict reached from the estimator (console too)",
-            not a.console or in_console == steps,
-            f"steps {in_console} in {a.console}" if a.console else "console shown (--verbose)",
-        ),
-        Check(
-            f"{run.name}: checkpoint at step {settings.save_step} (actor, dataloader, estimator state)",
+            f"{run.name}: checkpoint at step {settings.save_step} (actor, dataloader"
+            + (", estimator state)" if run.ours else ")"),
             all(f.is_file() for f in files),
             ", ".join(f"{f.relative_to(folder)}{'' if f.is_file() else ' MISSING'}" for f in files),
         ),
@@ -97,6 +98,52 @@ def run_a_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> li
             "some advantage is non-zero"
             if any(x > 0 for x in advantages)
             else "every advantage is 0 (no reward variance: nothing compared)",
+        ),
+    ]
+    if run.ours:
+        found.append(
+            Check(
+                f"{run.name}: the trainer's `metrics` dict reached from the estimator (console too)",
+                not a.console or in_console == steps,
+                f"steps {in_console} in {a.console}" if a.console else "console shown (--verbose)",
+            )
+        )
+    return found
+
+
+def reference_policy_checks(
+    settings: SmokeSettings, run: EstimatorRun, a: RunResult, b: RunResult
+) -> list[Check]:
+    """With verl's KL loss (``actor.use_kl_loss``): the CPU worker computed reference log-probs
+    and the KL term at every step, with the run's coefficient. The reference is the initial
+    policy, frozen: the KL is 0 at step 1 (one PPO mini-batch a step, so the first update starts
+    from the initial weights) and positive once the actor has moved (a reference that followed
+    the actor would stay at 0); the resumed run rebuilt the same reference (equal KL)."""
+    steps = list(range(1, settings.steps + 1))
+    kl = [a.metrics.get(s, {}).get("actor/kl_loss") for s in steps]
+    coef = {a.metrics.get(s, {}).get("actor/kl_coef") for s in steps}
+    want = float(next(o.split("=", 1)[1] for o in reversed(run.overrides) if "kl_loss_coef=" in o))
+    after = list(range(settings.save_step + 1, settings.steps + 1))
+    resumed = [b.metrics.get(s, {}).get("actor/kl_loss") for s in after]
+    logged = all(x is not None for x in kl)
+    moved = logged and abs(kl[0]) <= KL_AT_START and all(x > KL_AT_START for x in kl[1:])
+    return [
+        Check(
+            f"{run.name}: reference log-probs and verl's KL loss at every step (coefficient {want})",
+            logged and coef == {want},
+            "actor/kl_loss per step: "
+            + ", ".join("missing" if x is None else f"{x:.3e}" for x in kl)
+            + f"; actor/kl_coef {sorted(c for c in coef if c is not None)}",
+        ),
+        Check(
+            f"{run.name}: the reference is the frozen initial policy (KL 0 at step 1, > 0 after)",
+            moved,
+            f"step 1: {kl[0]}, later steps: {kl[1:]}",
+        ),
+        Check(
+            f"{run.name}: the resumed run computed the same KL (the same reference)",
+            logged and resumed == kl[settings.save_step :],
+            f"resumed {resumed}, uninterrupted {kl[settings.save_step :]}",
         ),
     ]
 
@@ -142,7 +189,7 @@ def resume_checks(
 ) -> list[Check]:
     import torch  # heavy optional import
 
-    prefix = run.registry_name
+    prefixes = run.metric_prefixes or (run.registry_name,)
     after = list(range(settings.save_step + 1, settings.steps + 1))
     by_step_a = {t.step: t for t in a.trace}
     by_step_b = {t.step: t for t in b.trace}
@@ -157,13 +204,13 @@ def resume_checks(
             same["rewards"].append(step)
         if torch.equal(ta.advantages, tb.advantages):
             same["advantages"].append(step)
-        ma = prefixed(a.metrics.get(step, {}), prefix)
-        mb = prefixed(b.metrics.get(step, {}), prefix)
+        ma = {k: v for p in prefixes for k, v in prefixed(a.metrics.get(step, {}), p).items()}
+        mb = {k: v for p in prefixes for k, v in prefixed(b.metrics.get(step, {}), p).items()}
         if ma and ma == mb:
             same["metrics"].append(step)
     saved = [_saved_state(r, settings.steps) for r in (a, b)]
     nonzero = [s for s in after if s in by_step_a and bool(by_step_a[s].advantages.abs().max() > 0)]
-    return [
+    found = [
         Check(
             f"{run.name}: resumed run trained steps {after} only",
             [t.step for t in b.trace] == after,
@@ -178,15 +225,19 @@ def resume_checks(
             )
             for what, steps in same.items()
         ),
-        Check(
-            f"{run.name}: same estimator state at the end (in memory and in global_step_{settings.steps})",
-            a.estimator_state == b.estimator_state
-            and saved[0] is not None
-            and saved[0] == saved[1],
-            f"{len(a.estimator_state.get('estimators', []))} estimator(s); "
-            f"saved states {'equal' if saved[0] is not None and saved[0] == saved[1] else 'DIFFER'}",
-        ),
     ]
+    if run.ours:
+        found.append(
+            Check(
+                f"{run.name}: same estimator state at the end (in memory and in global_step_{settings.steps})",
+                a.estimator_state == b.estimator_state
+                and saved[0] is not None
+                and saved[0] == saved[1],
+                f"{len(a.estimator_state.get('estimators', []))} estimator(s); "
+                f"saved states {'equal' if saved[0] is not None and saved[0] == saved[1] else 'DIFFER'}",
+            )
+        )
+    return found
 
 
 #: the line ebpo's checkpoint callback logs when it restores the state (integrations.verl.checkpoint)
@@ -347,9 +398,15 @@ def data_parallel_checks(run: EstimatorRun, a: RunResult) -> list[Check]:
         groups = len({u for u, r in zip(t.uids, real.tolist(), strict=True) if r})
         counted.append(
             zero
-            and metrics.get(f"{prefix}/num_responses") == float(real.sum())
-            and metrics.get(f"{prefix}/num_groups") == float(groups)
+            and (
+                not run.ours  # verl's own estimators log no counts
+                or metrics.get(f"{prefix}/num_responses") == float(real.sum())
+                and metrics.get(f"{prefix}/num_groups") == float(groups)
+            )
         )
+    # in file order every step holds a short group, so verl pads every step for the 2 ranks; a
+    # shuffling dataloader (a recipe's data.shuffle=True) may draw a step without one
+    padded = any(n > 0 for n in padding) if run.shuffled else all(n > 0 for n in padding)
     return [
         Check(
             f"{run.name}: the actor trained on 2 data-parallel CPU ranks (gloo)",
@@ -358,9 +415,14 @@ def data_parallel_checks(run: EstimatorRun, a: RunResult) -> list[Check]:
         ),
         Check(
             f"{run.name}: verl's padding rows reached the estimator's input and were left out of it",
-            bool(counted) and all(counted) and all(n > 0 for n in padding),
-            f"padding rows per step {padding}; {prefix}/num_responses = real rows and "
-            f"{prefix}/num_groups = real groups at {sum(counted)} of {len(counted)} steps",
+            bool(counted) and all(counted) and padded,
+            f"padding rows per step {padding}; "
+            + (
+                f"{prefix}/num_responses = real rows and {prefix}/num_groups = real groups"
+                if run.ours
+                else "zero advantages and masks on them"
+            )
+            + f" at {sum(counted)} of {len(counted)} steps",
         ),
     ]
 

@@ -1,6 +1,7 @@
 """The settings of ``ebpo verl smoke`` (checked before anything slow is imported): which estimator
-configurations it runs (:data:`ESTIMATORS`), its sizes (:class:`SmokeSettings`) and the shape of
-its results (:class:`Check`). Imports nothing from verl."""
+configurations it runs (:data:`ESTIMATORS`, and the paper's recipes: :func:`recipe_run`), its
+sizes (:class:`SmokeSettings`) and the shape of its results (:class:`Check`). Imports nothing from
+verl."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ebpo.integrations.verl.recipes import EBPO_OVERRIDES
+from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+from ebpo.integrations.verl.recipes import EBPO_OVERRIDES, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.shared.task import training_problems
 from ebpo.utils.checks import check_int, check_positive_int
 
@@ -22,6 +24,8 @@ __all__ = [
     "EstimatorRun",
     "SmokeSettings",
     "check_work_dir",
+    "recipe_run",
+    "recipe_smoke_overrides",
 ]
 
 
@@ -65,6 +69,31 @@ class EstimatorRun:
     curriculum_sampler: bool = False
     description: str = ""
     topic_order: bool = False  # the prompts must come in topic blocks
+    recipe: str | None = None  # the recipe of `ebpo verl recipe --list` it runs, if any
+    replaced: tuple[str, ...] = ()  # the recipe's overrides the CPU loop replaces
+
+    @property
+    def ours(self) -> bool:
+        """Whether the estimator is one of ebpo's (it logs ``<name>/*`` and carries a state)."""
+        return self.registry_name in REGISTERED_NAMES
+
+    @property
+    def metric_prefixes(self) -> tuple[str, ...]:
+        """The logged metrics a resumed run must repeat exactly: the estimator's own
+        (``<name>/*``, ebpo's estimators only) and, for a recipe, verl's ``actor/*`` (its losses,
+        the KL loss included)."""
+        own = (self.registry_name,) if self.ours else ()
+        return (*own, "actor") if self.recipe else own
+
+    @property
+    def shuffled(self) -> bool:
+        """Whether verl's dataloader reshuffles the prompts (``data.shuffle=True``, a recipe's)."""
+        return _last_value(self.overrides, "data.shuffle") == "True"
+
+    @property
+    def kl_loss(self) -> bool:
+        """Whether the run trains with verl's KL loss against the reference policy."""
+        return _last_value(self.overrides, "actor_rollout_ref.actor.use_kl_loss") == "True"
 
     def for_trainer(self, trainer: str) -> EstimatorRun:
         """This configuration as the given trainer runs it (see class docstring)."""
@@ -103,12 +132,85 @@ ESTIMATORS: dict[str, EstimatorRun] = {
 }
 
 
+#: the sections of a recipe the smoke keeps (every algorithm and actor key: the estimator, the
+#: policy loss, KL loss and entropy; the reward manager), less :data:`RECIPE_REPLACED`
+RECIPE_KEPT = (
+    "algorithm.",
+    "actor_rollout_ref.actor.",
+    "actor_rollout_ref.ref.",
+    "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.val_kwargs.",
+    "reward.",
+    "data.shuffle",
+)
+#: what a CPU cannot do as the recipe says: the engine (FSDP2 strategy, vLLM, token budgets per
+#: GPU, dynamic batches) and the sizes of an 8-GPU × 4-node run (mini-batch, validation samples,
+#: the 8B model's learning rate: the tiny model would not move in 4 steps)
+RECIPE_REPLACED = (
+    "actor_rollout_ref.actor.strategy",
+    "actor_rollout_ref.ref.strategy",
+    "actor_rollout_ref.actor.use_dynamic_bsz",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.rollout.val_kwargs.n",
+    "reward.reward_kwargs.max_resp_len",
+)
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _last_value(overrides: tuple[str, ...], key: str) -> str | None:
+    values = [o.split("=", 1)[1] for o in overrides if "=" in o and _key(o) == key]
+    return values[-1] if values else None
+
+
+def recipe_smoke_overrides(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(kept, replaced)``: the overrides of recipe ``name`` (``ebpo verl recipe NAME --print``)
+    that the CPU loop keeps — every ``algorithm.*`` and actor key, the reference policy's, the
+    sampling temperature, the reward manager, ``data.shuffle`` — and those it replaces (data
+    files and sizes, model, rollout engine, strategy, the trainer's nodes, logging and
+    checkpoint cadence: :data:`RECIPE_REPLACED` and everything outside :data:`RECIPE_KEPT`).
+
+    Raises:
+        ValueError: an unknown recipe name.
+    """
+    kept, replaced = [], []
+    for override in recipe_overrides(name):
+        key = _key(override)
+        keep = key.startswith(RECIPE_KEPT) and key not in RECIPE_REPLACED
+        (kept if keep else replaced).append(override)
+    return tuple(kept), tuple(replaced)
+
+
+def recipe_run(name: str) -> EstimatorRun:
+    """Recipe ``name`` as one of the smoke's runs (see :func:`recipe_smoke_overrides`): its
+    estimator, its data order, its kept overrides last (they win over the CPU loop's)."""
+    kept, replaced = recipe_smoke_overrides(name)
+    recipe = RECIPES[name]
+    estimator = _last_value(kept, "algorithm.adv_estimator") or "gae"
+    return EstimatorRun(
+        f"recipe_{name}",
+        estimator,
+        kept,
+        order=recipe.order,
+        description=f"the {name} recipe ({recipe.description}) with the CPU's model and sizes",
+        recipe=name,
+        replaced=replaced,
+    )
+
+
 @dataclass(frozen=True)
 class SmokeSettings:
     """Sizes of the smoke (defaults: ~10 s of training per run on one CPU core)."""
 
     work_dir: str
     estimators: tuple[str, ...] = ("ebpo",)
+    recipes: tuple[str, ...] = ()  # recipes of `ebpo verl recipe --list` (recipe_run)
     trainer: str = "v1"
     resume_mode: str = "auto"
     steps: int = 4
@@ -151,9 +253,17 @@ class SmokeSettings:
                 f"--resume-mode must be one of {', '.join(RESUME_MODES)}; got {self.resume_mode!r}"
             )
         unknown = [name for name in self.estimators if name not in ESTIMATORS]
-        if not self.estimators or unknown:
+        if not (self.estimators or self.recipes) or unknown:
             raise ValueError(
                 f"--estimator must be some of {', '.join(ESTIMATORS)}; got {list(self.estimators)}"
+            )
+        unknown = [name for name in self.recipes if name not in RECIPES]
+        if unknown:
+            raise ValueError(f"--recipe must be some of {', '.join(RECIPES)}; got {unknown}")
+        if self.recipes and self.trainer != "v1":
+            raise ValueError(
+                "--recipe runs on verl's default trainer (--trainer v1) only: the legacy CPU "
+                "trainer has no reference policy, which the recipes' KL loss needs"
             )
         for name in ("steps", "save_step", "batch_size", "train_size", "val_size", "warm_steps"):
             check_positive_int(f"--{name.replace('_', '-')}", getattr(self, name))
@@ -175,6 +285,11 @@ class SmokeSettings:
                 f"{self.steps} steps × {self.batch_size}); the arithmetic task has {available}: "
                 f"at most --steps {available // self.batch_size}"
             )
+
+    def runs(self) -> list[EstimatorRun]:
+        """The runs of the smoke: the estimator configurations, then the recipes."""
+        runs = [ESTIMATORS[name].for_trainer(self.trainer) for name in self.estimators]
+        return runs + [recipe_run(name) for name in self.recipes]
 
 
 @dataclass(frozen=True)

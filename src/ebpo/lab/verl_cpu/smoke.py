@@ -51,7 +51,6 @@ from ebpo.integrations.verl.resume import TRACKER_FILENAME
 from ebpo.lab.cpu_task.policy import cache_dir
 from ebpo.lab.verl_cpu import checks
 from ebpo.lab.verl_cpu.settings import (
-    ESTIMATORS,
     WORK_DIR_MARKER,
     Check,
     EstimatorRun,
@@ -217,7 +216,7 @@ def run_smoke(settings: SmokeSettings, *, report: Callable[[str], None] = print)
         f"preparing data (ebpo verl prepare-data on the arithmetic task) and the tiny model in {work}"
     )
     files, model_path = prepare(settings, work, report)
-    runs = [ESTIMATORS[name].for_trainer(settings.trainer) for name in settings.estimators]
+    runs = settings.runs()
     bar = tqdm(total=2 * len(runs), desc=f"verl fit() on CPU ({settings.trainer})", unit="run")
     if settings.trainer == "v1":
         found, results = _v1_runs(settings, runs, files, model_path, work, bar)
@@ -239,6 +238,8 @@ def _pair_checks(
     ]
     if run.topic_order:
         found += checks.curriculum_checks(settings, run, files, a, b)
+    if run.kl_loss:
+        found += checks.reference_policy_checks(settings, run, a, b)
     return found
 
 

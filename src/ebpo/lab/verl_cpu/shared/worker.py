@@ -27,8 +27,17 @@ With ``EBPO_CPU_TRACE_DIR`` set, every rank also writes what it was trained on a
 (``step_<N>_rank_<r>.pt``: advantages, response masks, rewards and row ids), so that a test can
 compare two runs row by row.
 
+With a reference policy (``role`` holding ``ref``: verl's hybrid ``actor_rollout_ref`` worker,
+needed by ``actor.use_kl_loss`` or ``algorithm.use_kl_in_reward``) the worker keeps a frozen copy
+of the initial model and answers verl's ``compute_ref_log_prob`` (its ``ref`` mesh) as
+``compute_log_prob`` does. ``update_actor`` then adds verl's own terms, as verl's ``ppo_loss``
+(``verl/workers/utils/losses.py``) does: ``- entropy_coeff · agg_loss(entropy)`` when
+``entropy_coeff != 0`` and ``+ kl_loss_coef · agg_loss(kl_penalty(log π, log π_ref,
+kl_loss_type))`` with ``use_kl_loss``, both aggregated with the global batch information, and
+logs ``entropy_loss`` / ``kl_loss`` / ``kl_coef`` as verl does.
+
 Not implemented (the smoke does not use them): a learning-rate schedule, mini-batch shuffling
-(``actor.shuffle=True`` is refused), KL and entropy terms, ``max_ckpt_to_keep``, HDFS paths.
+(``actor.shuffle=True`` is refused), ``max_ckpt_to_keep``, HDFS paths.
 """
 
 from __future__ import annotations
@@ -93,6 +102,7 @@ class CPUActorRolloutWorker(Worker):
         self.config = config
         self.role = role
         self.model: Any = None
+        self.ref_model: Any = None  # the frozen initial policy, with a reference role
         self.optimizer: torch.optim.Optimizer | None = None
 
     # ------------------------------------------------------------------ setup
@@ -118,6 +128,11 @@ class CPUActorRolloutWorker(Worker):
         self.loss_fn = core_algos.get_policy_loss_fn(self.actor_config.policy_loss.loss_mode)
         # verl's dispatch asks each worker for its data-parallel rank on the "actor" mesh
         self._register_dispatch_collect_info("actor", dp_rank=self.rank, is_collect=True)
+        if "ref" in self.role:
+            # the reference policy is the model as loaded (verl's ref worker loads model.path)
+            self.ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            self.ref_model.eval().requires_grad_(False)
+            self._register_dispatch_collect_info("ref", dp_rank=self.rank, is_collect=True)
 
     # ------------------------------------------------------------------ rollout (legacy trainer)
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -182,7 +197,11 @@ class CPUActorRolloutWorker(Worker):
 
     # ------------------------------------------------------------------ log-probs
     def _forward(
-        self, prompts: list[torch.Tensor], responses: list[torch.Tensor], temperature: float
+        self,
+        prompts: list[torch.Tensor],
+        responses: list[torch.Tensor],
+        temperature: float,
+        model: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """``(log π(x_{t+1} | x_{≤t}), entropy, lengths)`` of each ``prompt ⧺ response``, as
         right-padded ``[bs, L]`` tensors (entry ``length - 1`` of a row and after it: 0)."""
@@ -193,7 +212,8 @@ class CPUActorRolloutWorker(Worker):
         input_ids = torch.stack([F.pad(s, (0, width - len(s)), value=pad) for s in sequences])
         mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
         positions = torch.arange(width).expand(len(sequences), -1)
-        logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
+        model = self.model if model is None else model
+        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
         log_softmax = (logits[:, :-1].float() / temperature).log_softmax(dim=-1)
         token_lp = log_softmax.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1)
@@ -202,11 +222,21 @@ class CPUActorRolloutWorker(Worker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def compute_log_prob(self, data: Any) -> Any:
+        self.model.eval()
+        return self._log_probs(data, self.model)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="ref"))
+    def compute_ref_log_prob(self, data: Any) -> Any:
+        """verl's reference log-probs: :meth:`compute_log_prob` under the frozen initial model."""
+        if self.ref_model is None:
+            raise RuntimeError(f"worker role {self.role!r} has no reference policy")
+        return self._log_probs(data, self.ref_model)
+
+    def _log_probs(self, data: Any, model: Any) -> Any:
         temperature = float(tu.get(data, "temperature", default=self.config.rollout.temperature))
         prompts, responses = _rows(data)
-        self.model.eval()
         with torch.no_grad():
-            token_lp, entropy, lengths = self._forward(prompts, responses, temperature)
+            token_lp, entropy, lengths = self._forward(prompts, responses, temperature, model)
         offsets = torch.tensor([0, *lengths]).cumsum(0)
         valid = torch.tensor([[1] * n + [0] * (token_lp.shape[1] - n) for n in lengths]).bool()
         nested = {
@@ -233,69 +263,116 @@ class CPUActorRolloutWorker(Worker):
         width = max(max((len(r) for r in responses), default=1), 1)
         if not data["prompts"].is_nested:
             width = data["responses"].shape[1]
-        columns = {
-            name: _padded(data[name], width)
-            for name in ("response_mask", "old_log_probs", "advantages")
-        }
+        names = ["response_mask", "old_log_probs", "advantages"]
+        if self.actor_config.use_kl_loss:
+            names.append("ref_log_prob")  # written by verl's _compute_ref_log_prob
+        columns = {name: _padded(data[name], width) for name in names}
         self._trace(data, columns)
-        cfg = self.actor_config
         metrics: dict[str, list[float]] = {}
         self.model.train()
         for _ in range(epochs):
             for begin in range(0, rows, mini_batch):
                 part = slice(begin, begin + mini_batch)
-                mask = columns["response_mask"][part]
-                token_lp, _, _ = self._forward(prompts[part], responses[part], temperature)
-                # response token j of a row is predicted at position len(prompt) - 1 + j
-                shifted = F.pad(token_lp, (0, width))
-                log_prob = torch.stack(
-                    [
-                        shifted[i, len(p) - 1 : len(p) - 1 + width]
-                        for i, p in enumerate(prompts[part])
-                    ]
+                batch = {name: column[part] for name, column in columns.items()}
+                step_metrics = self._train_mini_batch(
+                    prompts[part], responses[part], batch, width, temperature, world
                 )
-                tokens = mask.sum()
-                rows_global = torch.tensor(float(mask.shape[0]))
-                if world > 1:
-                    torch.distributed.all_reduce(tokens)
-                    torch.distributed.all_reduce(rows_global)
-                cfg.global_batch_info.update(
-                    dp_size=world,
-                    batch_num_tokens=int(tokens.item()),
-                    global_batch_size=int(rows_global.item()),
-                    loss_scale_factor=cfg.loss_scale_factor,
-                )
-                loss, loss_metrics = self.loss_fn(
-                    old_log_prob=columns["old_log_probs"][part],
-                    log_prob=log_prob,
-                    advantages=columns["advantages"][part],
-                    response_mask=mask,
-                    loss_agg_mode=cfg.loss_agg_mode,
-                    config=cfg,
-                    rollout_is_weights=None,
-                )
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if (
-                    world > 1
-                ):  # verl's DP semantics: the loss carries dp_size, gradients are averaged
-                    for param in self.model.parameters():
-                        if param.grad is not None:
-                            torch.distributed.all_reduce(param.grad)
-                            param.grad /= world
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                self.optimizer.step()
-                step_metrics = {
-                    "pg_loss": float(loss.item()),
-                    "grad_norm": float(grad_norm.item()),
-                    **{k.removeprefix("actor/"): float(v) for k, v in loss_metrics.items()},
-                }
                 for key, value in step_metrics.items():
                     metrics.setdefault(key, []).append(value)
         summary: dict[str, Any] = {key: values for key, values in metrics.items()}
         summary["lr"] = float(self.optimizer.param_groups[0]["lr"])
         summary["mfu"] = 0.0
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": summary})
+
+    def _train_mini_batch(
+        self,
+        prompts: list[torch.Tensor],
+        responses: list[torch.Tensor],
+        batch: dict[str, torch.Tensor],
+        width: int,
+        temperature: float,
+        world: int,
+    ) -> dict[str, float]:
+        """One AdamW step on verl's actor loss over one mini-batch; returns its metrics."""
+        cfg = self.actor_config
+        mask = batch["response_mask"]
+        token_lp, token_entropy, _ = self._forward(prompts, responses, temperature)
+        # response token j of a row is predicted at position len(prompt) - 1 + j
+        log_prob, entropy = (
+            _response_part(values, prompts, width) for values in (token_lp, token_entropy)
+        )
+        tokens = mask.sum()
+        rows_global = torch.tensor(float(mask.shape[0]))
+        if world > 1:
+            torch.distributed.all_reduce(tokens)
+            torch.distributed.all_reduce(rows_global)
+        cfg.global_batch_info.update(
+            dp_size=world,
+            batch_num_tokens=int(tokens.item()),
+            global_batch_size=int(rows_global.item()),
+            loss_scale_factor=cfg.loss_scale_factor,
+        )
+        loss, loss_metrics = self.loss_fn(
+            old_log_prob=batch["old_log_probs"],
+            log_prob=log_prob,
+            advantages=batch["advantages"],
+            response_mask=mask,
+            loss_agg_mode=cfg.loss_agg_mode,
+            config=cfg,
+            rollout_is_weights=None,
+        )
+        step_metrics = {"pg_loss": float(loss.item())}
+        loss, extra = self._regularisers(loss, log_prob, entropy, batch)
+        step_metrics.update(extra)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if world > 1:  # verl's DP semantics: the loss carries dp_size, gradients are averaged
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    torch.distributed.all_reduce(param.grad)
+                    param.grad /= world
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        step_metrics["grad_norm"] = float(grad_norm.item())
+        step_metrics.update({k.removeprefix("actor/"): float(v) for k, v in loss_metrics.items()})
+        return step_metrics
+
+    def _regularisers(
+        self,
+        policy_loss: torch.Tensor,
+        log_prob: torch.Tensor,
+        entropy: torch.Tensor,
+        batch: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """verl's ``ppo_loss`` terms after the policy loss: ``- entropy_coeff · entropy_loss``
+        (when ``entropy_coeff != 0``, where verl's trainer asks for the entropy) and ``+
+        kl_loss_coef · kl_loss`` (``use_kl_loss``), aggregated as verl does, with its metrics."""
+        cfg = self.actor_config
+        mask = batch["response_mask"].to(bool)
+        metrics: dict[str, float] = {}
+        if cfg.entropy_coeff != 0:
+            entropy_loss = core_algos.agg_loss(
+                loss_mat=entropy,
+                loss_mask=mask,
+                loss_agg_mode=cfg.loss_agg_mode,
+                **cfg.global_batch_info,
+            )
+            policy_loss = policy_loss - cfg.entropy_coeff * entropy_loss
+            metrics["entropy_loss"] = float(entropy_loss.item())
+        if cfg.use_kl_loss:
+            kld = core_algos.kl_penalty(
+                logprob=log_prob, ref_logprob=batch["ref_log_prob"], kl_penalty=cfg.kl_loss_type
+            )
+            kl_loss = core_algos.agg_loss(
+                loss_mat=kld,
+                loss_mask=mask,
+                loss_agg_mode=cfg.loss_agg_mode,
+                **cfg.global_batch_info,
+            )
+            policy_loss = policy_loss + kl_loss * cfg.kl_loss_coef
+            metrics["kl_loss"] = float(kl_loss.item())
+            metrics["kl_coef"] = float(cfg.kl_loss_coef)
+        return policy_loss, metrics
 
     def _trace(self, data: Any, columns: dict[str, torch.Tensor]) -> None:
         """Write what this rank trains on at this step (see module docstring)."""
@@ -395,6 +472,13 @@ def _gloo_process_group(rank: int, world_size: int) -> Any:
     )
     torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     return listen, store
+
+
+def _response_part(values: torch.Tensor, prompts: list[torch.Tensor], width: int) -> torch.Tensor:
+    """``[bs, width]``: each row's entries over its response tokens (response token ``j`` of a
+    row is predicted at position ``len(prompt) - 1 + j`` of :meth:`CPUActorRolloutWorker._forward`)."""
+    shifted = F.pad(values, (0, width))
+    return torch.stack([shifted[i, len(p) - 1 : len(p) - 1 + width] for i, p in enumerate(prompts)])
 
 
 def _first(value: Any) -> Any:

@@ -98,14 +98,17 @@ def v1_overrides(
     env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The ``main_ppo`` overrides of the CPU run ``spec`` (see module docstring): one PPO
-    mini-batch a step, in one micro-batch; ``env`` is added to every Ray worker's environment;
-    the spec's ``extra`` comes last (and wins)."""
+    mini-batch a step, in one micro-batch (log-probs of the actor and of a reference policy
+    too); ``env`` is added to every Ray worker's environment; the spec's ``extra`` comes last
+    (and wins)."""
     return [
         *V1_OVERRIDES,
         *spec.overrides(),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={spec.batch_size}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={spec.rows}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={spec.rows}",
+        # the reference policy's log-probs (recipes with a KL loss), in one micro-batch too
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={spec.rows}",
         f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
         f"hydra.run.dir={os.path.join(spec.run_dir, 'hydra')}",
         *(_env_override(key, value) for key, value in {**RUN_ENV, **dict(env or {})}.items()),

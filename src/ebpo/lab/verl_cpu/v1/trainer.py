@@ -19,7 +19,7 @@ as :data:`TRAINER_MODE`. It is ``PPOTrainerSync`` with ONE method replaced, ``_i
 :class:`~ebpo.lab.verl_cpu.legacy.trainer.CPUResourcePoolManager`), and its constructor sets
 ``trainer.v1.trainer_mode`` back to ``sync`` before verl's, so that every ``trainer_mode == "sync"``
 branch of verl's trainer (replay buffer, refill, TransferQueue checkpoints) behaves as in a
-``sync`` run. ``init()``/``_setup()``, ``fit()``, ``step()``, ``_compute_advantage``,
+``sync`` run. ``init()``/``_setup()``, ``fit()``, ``step()``, ``_compute_ref_log_prob``, ``_compute_advantage``,
 ``_balance_batch``, ``_validate``, ``_save_checkpoint`` and ``_load_checkpoint`` are verl's
 (:data:`VERL_METHODS`, checked by the smoke).
 """
@@ -55,6 +55,7 @@ VERL_METHODS = (
     "_step_once",
     "_balance_batch",
     "_compute_old_log_prob",
+    "_compute_ref_log_prob",
     "_compute_advantage",
     "_update_actor",
     "_validate",
@@ -79,17 +80,21 @@ class CPUPPOTrainerSync(PPOTrainerSync):
         config = self.config
         for what, needed in (
             ("a critic (adv_estimator=gae)", need_critic(config)),
-            ("a reference policy (use_kl_loss / use_kl_in_reward)", need_reference_policy(config)),
             ("a reward model", bool(config.reward.reward_model.enable)),
         ):
             if needed:
-                raise ValueError(f"the CPU trainer runs the actor only; this config needs {what}")
+                raise ValueError(
+                    f"the CPU trainer runs the actor and its reference policy only; this config needs {what}"
+                )
         # imported here, not at the top: the worker's module imports verl, whose import loads
         # this module (VERL_USE_EXTERNAL_MODULES) - a cycle when a worker process starts
         from ebpo.lab.verl_cpu.shared.worker import CPUActorRolloutWorker
 
-        self.role_worker_mapping = {Role.ActorRollout: ray.remote(CPUActorRolloutWorker)}
-        self.mapping = {Role.ActorRollout: "global_pool", Role.RewardModel: "global_pool"}
+        # verl's own choice of role (PPOTrainer._init_resource_pool_mgr): with a reference policy
+        # the hybrid worker is ActorRolloutRef, and verl's _setup makes it the ref worker group too
+        role = Role.ActorRolloutRef if need_reference_policy(config) else Role.ActorRollout
+        self.role_worker_mapping = {role: ray.remote(CPUActorRolloutWorker)}
+        self.mapping = {role: "global_pool", Role.RewardModel: "global_pool"}
         config.reward.reward_model.nnodes = config.trainer.nnodes
         config.reward.reward_model.n_gpus_per_node = config.trainer.n_gpus_per_node
         self.resource_pool_manager = CPUResourcePoolManager(
