@@ -99,8 +99,13 @@ def results(tmp_path_factory):
     return out
 
 
+# The tiny job's model solves nothing in a short resumed run: the trainer says so at the end (the
+# no-signal notice), which is not about the checkpoint; every other line is.
+NO_SIGNAL = "EBPOTrainer: no learning signal in any of the run's"
+
+
 def lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.strip()]
+    return [line for line in stderr.splitlines() if line.strip() and NO_SIGNAL not in line]
 
 
 def test_every_file_of_a_checkpoint_is_seen_by_the_injector(results):
@@ -144,7 +149,7 @@ def test_an_interrupted_save_falls_back_to_the_previous_checkpoint_and_says_so(r
     # killed once the marker is in place: the checkpoint is complete and resumed without a word
     for save in (1, 2, 3):
         assert killed_at(save, "rename", f"checkpoint-{save}/{MARK}")["stderr"]  # not renamed yet
-        assert killed_at(save, "end of save")["stderr"] == ""
+        assert lines(killed_at(save, "end of save")["stderr"]) == []
 
 
 @pytest.mark.parametrize(
