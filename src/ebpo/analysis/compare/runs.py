@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,16 +180,7 @@ def _is_verl_log(path: Path) -> bool:
 
 def _verl_run(path: Path, where: str) -> Run:
     run = Run(path, "verl", None, None, files=[path])
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = parse_json(line, f"{where}: {str(path)!r} line {number}")
-        except ValueError:
-            if number == len(lines):  # no newline after it: the writer was stopped mid-line
-                break
-            raise
+    for number, record in _json_lines(path, f"{where}: {str(path)!r}"):
         if not (isinstance(record, dict) and is_real(record.get("step"))):
             raise ValueError(f"{where}: {str(path)!r} line {number} is not {{'step', 'data'}}")
         data = record.get("data")
@@ -234,16 +226,7 @@ def _train_run(folder: Path, where: str) -> Run:
     metrics = folder / "metrics.jsonl"
     if metrics.is_file():
         run.files.append(metrics)
-        lines = metrics.read_text(encoding="utf-8").split("\n")
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = parse_json(line, f"{where}: metrics.jsonl line {number}")
-            except ValueError:
-                if number == len(lines):
-                    break
-                raise
+        for _, record in _json_lines(metrics, f"{where}: metrics.jsonl"):
             if isinstance(record, dict) and is_real(record.get("step")):
                 _add_values(run.metrics, int(record["step"]), record)
     final = manifest.get("global_step")
@@ -257,6 +240,21 @@ def _train_run(folder: Path, where: str) -> Run:
 
 
 # ====================================================================== shared
+def _json_lines(path: Path, where: str) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON-lines file; a last line that does not
+    parse is dropped (no newline after it: the writer was stopped mid-line), any other raises."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, parse_json(line, f"{where} line {number}")
+        except ValueError:
+            if number == len(lines):
+                return
+            raise
+
+
 def _add_values(metrics: dict[str, dict[int, float]], step: int, values: dict[str, Any]) -> None:
     """Record the numeric entries of ``values`` at ``step``; null, NaN and text where a metric
     was logged as a number elsewhere become NaN (they are refused if that metric is compared)."""
