@@ -21,10 +21,13 @@ import hashlib
 import io
 import json
 import re
+import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 @dataclass(frozen=True)
@@ -147,3 +150,22 @@ def ids(cases: Iterable[ApiCase | CliCase]) -> list[str]:
     duplicates = {n for n in names if names.count(n) > 1}
     assert not duplicates, f"duplicate case ids: {duplicates}"
     return names
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(path: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``path``, or skip (mounting needs privileges)."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        path.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+        path.rmdir()

@@ -21,7 +21,7 @@ import pytest
 from ebpo.analysis.replay.plots import PLOTS
 from ebpo.commands import replay as command
 from ebpo.utils.run_lock import LOCK
-from tests.hostile.harness import CliResult, assert_user_error, run_cli, snapshot
+from tests.hostile.harness import CliResult, assert_user_error, run_cli, snapshot, tiny_tmpfs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "replay" / "v1"
 REPORT = ("replay.json", "replay.csv", *PLOTS)
@@ -166,25 +166,6 @@ def test_a_full_disk_at_any_file_keeps_the_previous_report(
         label=failing,
     )
     assert snapshot(tmp_path / "out") == old
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(path: Path, size: str):
-    """A tmpfs of ``size`` mounted at ``path``, or skip (mounting needs privileges)."""
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        path.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-        path.rmdir()
 
 
 def fill(disk: Path, leave: int) -> Path:

@@ -6,7 +6,6 @@ tmpfs where this machine lets the test mount one."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import json
@@ -27,7 +26,7 @@ from ebpo.lab.runs.directory import read_metrics  # noqa: E402
 from ebpo.lab.train import job  # noqa: E402
 from ebpo.lab.train import trainer as job_trainer  # noqa: E402
 from ebpo.utils.run_lock import LOCK  # noqa: E402
-from tests.hostile.harness import CliResult, assert_user_error, run_cli  # noqa: E402
+from tests.hostile.harness import CliResult, assert_user_error, run_cli, tiny_tmpfs  # noqa: E402
 
 #: a run of seconds (the built-in model, no warm start, two RL steps of 2 prompts × G = 2)
 TINY = [
@@ -260,23 +259,6 @@ def test_a_full_disk_during_train_is_one_line(tmp_path, monkeypatch, inject):
     text = (run / "metrics.jsonl").read_text() if (run / "metrics.jsonl").exists() else ""
     assert not text or text.endswith("\n")  # no half record
     read_metrics(run / "metrics.jsonl")
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(path: Path, size: str):
-    """A tmpfs of ``size`` mounted at ``path``, or skip (mounting needs privileges)."""
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @pytest.mark.skipif(
