@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import PARITY_REWARDS, write_model_and_prompts  # noqa: E402
 from tests.gpu.cuda import GPU, needs_bf16  # noqa: E402
 
 pytestmark = [*GPU, needs_bf16, pytest.mark.trl]
@@ -54,11 +54,6 @@ lora_dropout: 0.0
 beta: 0.04
 """
 
-REWARDS = """\
-def parity_reward(completions, **kwargs):
-    return [float((len(c) + sum(map(ord, c))) % 2) for c in completions]
-"""
-
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
@@ -66,7 +61,7 @@ def root(tmp_path_factory):
         tmp_path_factory.mktemp("grpo_cuda"), 32, num_layers=2, hidden_size=128, num_heads=4
     )
     (root / "lib").mkdir()
-    (root / "lib" / "side_rewards.py").write_text(REWARDS)
+    (root / "lib" / "side_rewards.py").write_text(PARITY_REWARDS)
     return root
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("trl")
 from ebpo.analysis.compare.runs import read_run  # noqa: E402
 from ebpo.cli import main  # noqa: E402
 from ebpo.utils.launch import cpu_launch_env  # noqa: E402
-from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
+from tests.commands.grpo.grpo_files import PARITY_REWARDS, write_model_and_prompts  # noqa: E402
 
 pytestmark = [pytest.mark.trl, pytest.mark.slow]
 
@@ -44,12 +44,6 @@ use_cpu: true
 bf16: false
 """
 T_975_DF1 = 12.706204736174707  # scipy.stats.t.ppf(0.975, 1)
-#: a reward the untrained tiny model earns about half the time (the math reward: never), so that
-#: rewards, advantages and losses differ between estimators and seeds
-REWARDS = """\
-def parity_reward(completions, **kwargs):
-    return [float((len(c) + sum(map(ord, c))) % 2) for c in completions]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +54,7 @@ def runs(tmp_path_factory):
     recipe = root / "recipe.yaml"
     recipe.write_text(RECIPE.format(model=root / "model", data=root / "data.jsonl", steps=STEPS))
     (root / "lib").mkdir()
-    (root / "lib" / "side_rewards.py").write_text(REWARDS)
+    (root / "lib" / "side_rewards.py").write_text(PARITY_REWARDS)
     paths = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(root / "lib"))

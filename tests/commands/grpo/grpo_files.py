@@ -8,6 +8,13 @@ from typing import Any
 
 from ebpo.evaluation.models import save_tiny_llama
 
+#: a reward module (``parity_reward``) the untrained tiny model earns about half the time (the
+#: math reward: never), so that rewards, advantages and losses differ between estimators and seeds
+PARITY_REWARDS = """\
+def parity_reward(completions, **kwargs):
+    return [float((len(c) + sum(map(ord, c))) % 2) for c in completions]
+"""
+
 
 def write_model_and_prompts(root: Path, prompts: int, **model_options: Any) -> Path:
     """``root/model`` (a tiny Llama and its char tokenizer; ``model_options`` go to
