@@ -417,6 +417,21 @@ CASES = [
         r"^ebpo verl smoke: error: argument --resume-mode: invalid choice: 'disable'",
     ),
     CliCase(
+        "smoke-sub-steps-not-dividing-the-batch",
+        ["verl", "smoke", "--parameter-sync-step", "3"],
+        r"^ebpo verl smoke: error: --parameter-sync-step must divide the batch of 4 prompts; got 3$",
+    ),
+    CliCase(
+        "smoke-sub-steps-on-the-legacy-trainer",
+        ["verl", "smoke", "--parameter-sync-step", "2", "--trainer", "legacy"],
+        r"^ebpo verl smoke: error: --parameter-sync-step runs verl's sub-steps, which only the v1 trainer has",
+    ),
+    CliCase(
+        "smoke-sub-steps-zero",
+        ["verl", "smoke", "--parameter-sync-step", "0"],
+        r"^ebpo verl smoke: error: --parameter-sync-step must be",
+    ),
+    CliCase(
         "doctor-address-without-value",
         ["verl", "doctor", "--address"],
         r"^ebpo verl doctor: error: argument --address: expected one argument",
@@ -432,6 +447,12 @@ CASES = [
         "half-life-with-sub-batches",
         ["verl", "+algorithm.ebpo.prior=ema", "+trainer.v1.sync.parameter_sync_step=2"],
         r"^ebpo verl run: error: ebpo \(prior=ema, half_life=50\.0\) forgets per estimator call",
+    ),
+    CliCase(
+        "async-trainer-mode",
+        ["verl", "trainer.v1.trainer_mode=separate_async"],
+        r"^ebpo verl run: error: adv_estimator=ebpo has not run under "
+        r"trainer\.v1\.trainer_mode=separate_async \(verl 0\.9\.1: PPOTrainerSeparateAsync asserts",
     ),
     CliCase(
         "on-missing-state-typo",

@@ -23,6 +23,7 @@ run here for CI time). The legacy ``RayPPOTrainer`` path: test_verl_fit_cpu_lega
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -75,8 +76,14 @@ def runs(tmp_path_factory, warm_start_cache):
     stop = fit_v1(
         run_spec(settings, ebpo, files, model, work / "ebpo" / "stop", str(stripped), NO_CALLBACK)
     )
+    # verl's sub-steps (the mechanism of its async modes) in the same loop: 2 more main_ppo runs
+    sub_steps = run_smoke(
+        replace(settings, work_dir=str(work / "sub-steps"), recipes=(), parameter_sync_step=2),
+        report=lambda line: None,
+    )
     launches = [full.launch, resumed.launch, no_callback.launch, stop.launch]
     return {
+        "sub_steps": sub_steps,
         "settings": settings,
         "smoke": smoke,
         "no_callback": no_callback,
@@ -130,26 +137,59 @@ def test_verls_own_classes_ran_and_no_loop_method_of_ours(runs):
     assert "verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync" in manifest["trainer_bases"]
 
 
-def test_the_loop_trained_on_the_core_estimators_advantages(runs):
+@pytest.mark.parametrize("which", ["smoke", "sub_steps"])
+def test_the_loop_trained_on_the_core_estimators_advantages(runs, which):
     """Reference: the core estimator replayed on the rewards and groups verl's loop produced (both
-    ranks' rows, padding rows excluded), step after step so that its state carries across steps;
+    ranks' rows, padding rows excluded), call after call so that its state carries across steps
+    (one call a step; with ``parameter_sync_step=2`` one per sub-step, in verl's order);
     broadcast over the response tokens. The plug-in inside verl must have handed the actor
     exactly that, and nothing to verl's padding rows."""
-    run = runs["smoke"].runs["ebpo"][0]
+    run = runs[which].runs["ebpo"][0]
     entry = run.estimator_state["estimators"][0]
     reference = make_estimator(entry["name"], **entry["options"])
     assert [t.step for t in run.trace] == [1, 2, 3, 4]
-    nonzero = 0
+    calls = nonzero = 0
     for trace in run.trace:
-        real = ~trace.padding & (trace.response_mask.sum(dim=-1) > 0)
-        assert real.sum() < len(real)  # verl added padding rows for the 2 ranks
-        result = reference(trace.rewards, np.array(trace.uids, dtype=object), mask=real)
-        expected = result.advantages.to(trace.advantages.dtype).unsqueeze(-1) * trace.response_mask
-        torch.testing.assert_close(trace.advantages, expected, rtol=0, atol=1e-6)
+        every = ~trace.padding & (trace.response_mask.sum(dim=-1) > 0)
+        assert every.sum() < len(every)  # verl added padding rows for the 2 ranks
+        for rows in trace.sub_step_rows():
+            real = every[rows]
+            uids = np.array(trace.uids, dtype=object)[rows.numpy()]
+            result = reference(trace.rewards[rows], uids, mask=real)
+            advantages = result.advantages.to(trace.advantages.dtype).unsqueeze(-1)
+            expected = advantages * trace.response_mask[rows]
+            torch.testing.assert_close(trace.advantages[rows], expected, rtol=0, atol=1e-6)
+            calls += 1
         assert torch.all(trace.advantages[trace.padding] == 0)
         nonzero += int(trace.advantages.abs().max() > 0)
+    assert calls == 4 * (2 if which == "sub_steps" else 1)
     assert nonzero >= 1  # the comparison saw real signal
     assert reference.state_dict() == entry["state"]
+
+
+def test_verls_sub_steps_ran_and_ebpo_logged_the_steps_counts(runs):
+    """``parameter_sync_step=2`` (``+trainer.v1.sync.parameter_sync_step=2``, verl's own
+    ``PPOTrainer.step`` running the sub-steps): every smoke check passes — the resumed run is
+    exact —, each step trained two disjoint halves of its prompts, and verl's file logger has
+    the step's counts (15 real rows, 4 groups), not a sub-step's mean."""
+    from ebpo.lab.verl_cpu.shared.results import read_manifest
+
+    smoke = runs["sub_steps"]
+    failed = [f"{check.name}: {check.detail}" for check in smoke.checks if not check.ok]
+    assert not failed, "\n".join(failed)
+    names = " | ".join(check.name for check in smoke.checks)
+    for what in ("2 sub-steps a step", "the step's counts", "same advantages (exact)"):
+        assert what in names, what
+    full, resumed = smoke.runs["ebpo"]
+    manifest = read_manifest(str(Path(full.run_dir) / "trace"))
+    assert manifest["parameter_sync_step"] == 2
+    assert manifest["methods"]["step"] == "verl.trainer.ppo.v1.trainer_base.PPOTrainer.step"
+    for step in range(1, 5):
+        assert full.metrics[step]["ebpo/num_responses"] == 15
+        assert full.metrics[step]["ebpo/num_groups"] == 4
+        assert full.metrics[step]["ebpo/prior_count"] == 15 * step
+        assert sorted(set(full.trace[step - 1].sub_steps)) == [0, 1]
+    assert resumed.metrics[4]["ebpo/prior_count"] == 60
 
 
 def test_ebpo_replay_of_the_runs_rollout_dump_gives_what_verl_trained_with(runs, tmp_path):

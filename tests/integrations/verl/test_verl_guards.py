@@ -219,6 +219,73 @@ def test_verls_own_trainer_constructor_refuses_a_half_life_with_sub_batches(tmp_
         PPOTrainerSync(config)
 
 
+# ---------------------------------------------------------------------- asynchronous trainer modes
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+def test_an_async_trainer_mode_is_refused_in_one_line_before_anything_starts(mode, tmp_path):
+    """verl's own ``PPOTrainer.__init__`` builds the callback, which refuses the mode naming the
+    verl piece that keeps it off the CPU loop and the two ways out; ``ebpo verl`` refuses it
+    before launching; the advantage function refuses it inside a trainer of that mode."""
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    from ebpo.commands.verl.launcher import check_overrides, compose
+    from ebpo.integrations.verl.guards import ASYNC_TRAINER_MODES
+
+    overrides = ["algorithm.adv_estimator=ebpo", f"trainer.v1.trainer_mode={mode}"]
+    match = rf"adv_estimator=ebpo has not run under trainer.v1.trainer_mode={mode} .*allow_async_trainer=true"
+    with pytest.raises(ValueError, match=match) as refused:
+        check_overrides(overrides)
+    assert "\n" not in str(refused.value)
+    assert ASYNC_TRAINER_MODES[mode] in str(refused.value)
+    config = compose(
+        [
+            *overrides,
+            f"trainer.checkpoint_callback_class={CALLBACK_FQN}",
+            f"trainer.default_local_dir={tmp_path}",
+        ]
+    )
+    with pytest.raises(ValueError, match=match):
+        PPOTrainerSync(config)  # the sync class, so that only the callback can refuse
+    data, *_ = verl_batch(GROUPS, seed=1)
+    trainer_config = _config(tmp_path)
+    trainer_config.trainer.v1 = {"trainer_mode": mode}
+    with pytest.raises(ValueError, match=match):
+        _trainer(trainer_config, global_steps=1)._compute_advantage(data)
+
+
+def test_an_async_trainer_mode_runs_when_the_user_allows_it(tmp_path):
+    from ebpo.commands.verl.launcher import check_overrides
+
+    allowed = "+algorithm.ebpo.allow_async_trainer=true"
+    check_overrides(
+        ["algorithm.adv_estimator=ebpo", "trainer.v1.trainer_mode=separate_async", allowed]
+    )
+    check_overrides(
+        ["algorithm.adv_estimator=ebpo", "trainer.v1.trainer_mode=colocate_async", allowed]
+    )
+    with pytest.raises(ValueError, match=r"allow_async_trainer must be true or false, got 'yes'"):
+        check_overrides(
+            [
+                "algorithm.adv_estimator=ebpo",
+                "trainer.v1.trainer_mode=colocate_async",
+                "+algorithm.ebpo.allow_async_trainer=yes",
+            ]
+        )
+    data, *_ = verl_batch(GROUPS, seed=1)
+    config = _config(tmp_path, allow_async_trainer=True)
+    config.trainer.v1 = {"trainer_mode": "colocate_async"}
+    advantages, _ = _trainer(config, global_steps=1)._compute_advantage(data)
+    assert advantages.abs().sum() > 0
+    # verl's own estimators and the legacy trainer are not ebpo's business
+    check_overrides(["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=separate_async"])
+    check_overrides(
+        [
+            "algorithm.adv_estimator=ebpo",
+            "trainer.use_v1=False",
+            "trainer.v1.trainer_mode=separate_async",
+        ]
+    )
+
+
 # ---------------------------------------------------------------------- multi-output agent loops
 def _multi_output_batch(seed=0):
     """Two prompts × 3 sessions; some sessions have 2-3 outputs (a multi-output agent loop), every

@@ -182,6 +182,14 @@ def _smoke_parser() -> argparse.ArgumentParser:
         "(trainer.resume_from_path names the checkpoint folder)",
     )
     p.add_argument(
+        "--parameter-sync-step",
+        type=int,
+        default=1,
+        help="v1: verl's sub-steps (+trainer.v1.sync.parameter_sync_step=N, the mechanism of its "
+        "async modes): N estimator calls and actor updates a step, each on 1/N of the batch; "
+        "ebpo's counts are still those of the step (default: %(default)s)",
+    )
+    p.add_argument(
         "--steps",
         type=int,
         default=4,
@@ -361,6 +369,7 @@ def _smoke(args: argparse.Namespace) -> int:
         "recipes": recipes,
         "trainer": args.trainer,
         "resume_mode": args.resume_mode,
+        "parameter_sync_step": args.parameter_sync_step,
     }
     SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes).check()
     temporary = args.work_dir is None

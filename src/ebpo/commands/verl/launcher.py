@@ -49,6 +49,7 @@ from ebpo.integrations.verl.guards import (
     CALLBACK_FQN,
     check_calls_per_step,
     check_rewards,
+    check_trainer_mode,
     parameter_sync_step,
 )
 
@@ -186,7 +187,8 @@ def check_overrides(overrides: Sequence[str]) -> None:
     check_options_read(estimator, algorithm)
     if estimator not in OUR_ESTIMATORS:
         return
-    options, _ = resolve_options(estimator, algorithm)  # unknown keys
+    options, plugin = resolve_options(estimator, algorithm)  # unknown keys
+    check_trainer_mode(estimator, parsed, plugin.get("allow_async_trainer", False))
     if any(isinstance(v, str) and "${" in v for v in options.values()):
         return
     try:

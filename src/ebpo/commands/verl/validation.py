@@ -26,6 +26,7 @@ from ebpo.integrations.verl.guards import (
     check_calls_per_step,
     check_resume_folder,
     check_rewards,
+    check_trainer_mode,
     parameter_sync_step,
 )
 from ebpo.integrations.verl.resume import resume_folder
@@ -124,6 +125,7 @@ def _check_estimator(config: Any, folder: str | None) -> list[str]:
     instance = make_estimator(estimator, **options)  # validates option values
     check_rewards(estimator, instance, config.algorithm)
     check_calls_per_step(estimator, instance, parameter_sync_step(config))
+    check_trainer_mode(estimator, config, plugin.get("allow_async_trainer", False))
     if folder and os.path.isdir(folder) and plugin.get("on_missing_state", "error") == "error":
         check_resume_folder(estimator, instance, folder)
     # every option, defaults included: what the run will use (the prior above all)

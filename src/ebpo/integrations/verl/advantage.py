@@ -43,9 +43,11 @@ from ebpo.integrations.verl.guards import (
     check_calls_per_step,
     check_resume,
     check_rewards,
+    check_trainer_mode,
     parameter_sync_step,
 )
 from ebpo.integrations.verl.state import METRICS_FILENAME, STORE
+from ebpo.integrations.verl.sub_steps import SubStepMetrics, sub_step_position
 from ebpo.utils.runtime import torch_threads
 
 __all__ = [
@@ -76,8 +78,8 @@ REGISTERED = {
 #: verl registry name → core estimator name (the variant's estimator)
 REGISTERED_NAMES = {name: variant_spec(name)[0] for name in REGISTERED}
 #: keys of ``algorithm.ebpo`` that configure the plug-in rather than the estimator
-#: (``on_missing_state``: see :mod:`ebpo.integrations.verl.guards`)
-PLUGIN_KEYS = ("metrics_file", "log_to_trainer", "on_missing_state")
+#: (``on_missing_state``, ``allow_async_trainer``: see :mod:`ebpo.integrations.verl.guards`)
+PLUGIN_KEYS = ("metrics_file", "log_to_trainer", "on_missing_state", "allow_async_trainer")
 OPTIONS_SECTION = "ebpo"
 #: estimator option ← the ``algorithm`` key that sets it when ``algorithm.ebpo.<option>`` does not:
 #: the JSPO authors' verl fork reads the smoothing of ``jspo_plus_plus`` from ``algorithm.js_smooth_coef``
@@ -203,6 +205,9 @@ def nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- side channel
+#: the batch counts of the current step's sub-steps (verl's ``parameter_sync_step`` > 1)
+SUB_STEPS = SubStepMetrics()
+
 #: modules whose frames (or whose classes, in a trainer's MRO) mark a verl trainer on the stack
 VERL_TRAINER_MODULES = ("verl.trainer.", "verl.experimental.")
 
@@ -308,7 +313,9 @@ def _report(
     prefixed = {f"{name}/{key}": float(value) for key, value in metrics.items()}
     if plugin.get("log_to_trainer", True):
         if trainer_metrics is not None:
-            trainer_metrics.update(prefixed)
+            # a step of sub-steps: counts summed over the step (ebpo.integrations.verl.sub_steps)
+            shown = SUB_STEPS.fold(name, metrics, *sub_step_position(trainer))
+            trainer_metrics.update({f"{name}/{key}": value for key, value in shown.items()})
         if STORE.run_dir is None and trainer is not None:
             # Trainers that never build the checkpoint callback (legacy use_v1=False, experimental
             # ones) still get the JSONL in their run directory.
@@ -361,6 +368,7 @@ def outcome_advantage(
     trainer_config = _trainer_config(trainer)
     if trainer_config is not None:
         check_calls_per_step(name, estimator, parameter_sync_step(trainer_config))
+        check_trainer_mode(name, trainer_config, plugin.get("allow_async_trainer", False))
         steps = getattr(trainer, "global_steps", None)
         policy = plugin.get("on_missing_state", "error")
         if check_resume(STORE, name, core, options, trainer_config.get("trainer"), steps, policy):

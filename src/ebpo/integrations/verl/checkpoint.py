@@ -41,7 +41,12 @@ from typing import Any
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
 from ebpo.integrations.verl.advantage import REGISTERED_NAMES, resolve_options
-from ebpo.integrations.verl.guards import check_calls_per_step, check_rewards, parameter_sync_step
+from ebpo.integrations.verl.guards import (
+    check_calls_per_step,
+    check_rewards,
+    check_trainer_mode,
+    parameter_sync_step,
+)
 from ebpo.integrations.verl.resume import absolute_path, resume_folder
 from ebpo.integrations.verl.state import STATE_FILENAME, STORE, EstimatorStore
 
@@ -98,7 +103,8 @@ def check_config(config: Any) -> None:
     name = config.algorithm.get("adv_estimator") if config.get("algorithm") is not None else None
     if name not in REGISTERED_NAMES:
         return
-    options, _ = resolve_options(name, config.algorithm)
+    options, plugin = resolve_options(name, config.algorithm)
+    check_trainer_mode(name, config, plugin.get("allow_async_trainer", False))
     estimator = make_estimator(REGISTERED_NAMES[name], **options)
     check_rewards(name, estimator, config.algorithm)
     check_calls_per_step(name, estimator, parameter_sync_step(config))

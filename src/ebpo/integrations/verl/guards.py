@@ -17,7 +17,15 @@ user asked for — refused in one line, or repaired where the repair is exact.
 * **Several estimator calls per step** (:func:`check_calls_per_step`): with the v1 trainers'
   ``trainer.v1.<mode>.parameter_sync_step`` > 1 verl computes advantages once per sub-batch, so a
   state that forgets per call (EBPO's ``half_life``, JSPO++'s smoothing) would forget
-  ``parameter_sync_step`` times faster than the option says in global steps. Refused.
+  ``parameter_sync_step`` times faster than the option says in global steps. Refused. (With
+  ``parameter_sync_step`` > 1 the logged counts stay counts of the step:
+  :mod:`ebpo.integrations.verl.sub_steps`.)
+* **An asynchronous trainer mode** (:func:`check_trainer_mode`): ``trainer.v1.trainer_mode`` =
+  ``colocate_async`` or ``separate_async`` has never run with ebpo's estimators, and the CPU loop
+  that proves the other modes cannot run them (:data:`ASYNC_TRAINER_MODES` names the verl 0.9.1
+  piece in the way). Refused before any worker starts; ``+algorithm.ebpo.allow_async_trainer=true``
+  runs it anyway, unproven. ``sync`` with ``parameter_sync_step`` > 1 (the same sub-steps, verl's
+  ``PPOTrainer.step``) is proven on the CPU and allowed.
 
 The checks read verl's full config where they run: in the advantage function (from the trainer on
 the call stack) and in ``EBPOCheckpointCallback`` (built with the config before any worker starts,
@@ -37,10 +45,12 @@ from ebpo.integrations.verl.state import STATE_FILENAME, EstimatorStore
 __all__ = [
     "CALLBACK_FQN",
     "MISSING_STATE_POLICIES",
+    "ASYNC_TRAINER_MODES",
     "check_calls_per_step",
     "check_resume",
     "check_resume_folder",
     "check_rewards",
+    "check_trainer_mode",
     "parameter_sync_step",
 ]
 
@@ -88,6 +98,49 @@ def parameter_sync_step(config: Any) -> int:
         return 1
     mode = _select(trainer, "v1.trainer_mode", "sync")
     return int(_select(trainer, f"v1.{mode}.parameter_sync_step", 1) or 1)
+
+
+#: verl's asynchronous v1 trainer modes, refused by :func:`check_trainer_mode`, and what keeps each
+#: off the CPU loop (verl 0.9.1, ``verl/trainer/ppo/v1/``)
+ASYNC_TRAINER_MODES = {
+    "separate_async": (
+        "PPOTrainerSeparateAsync asserts rollout.checkpoint_engine.backend != 'naive', and every "
+        "other weight-sync backend (nccl, hccl, nixl, mooncake, kimi, delta_sharded) sends the "
+        "weights to the standalone rollout over a GPU transport"
+    ),
+    "colocate_async": (
+        "PPOTrainerColocateAsync aborts rollouts mid-response and resumes them on the next "
+        "weights (FullyAsyncLLMServerClient), and a resumed run re-issues the checkpoint's "
+        "in-flight prompts from scratch (_reissue_inflight_prompts), so no resumed run repeats "
+        "the uninterrupted one"
+    ),
+}
+
+
+def trainer_mode(config: Any) -> str:
+    """verl's v1 ``trainer.v1.trainer_mode`` (``sync`` when unset; ``legacy`` when
+    ``trainer.use_v1=False``)."""
+    trainer = _select(config, "trainer")
+    if trainer is not None and not bool(_select(trainer, "use_v1", True)):
+        return "legacy"
+    return str(_select(trainer, "v1.trainer_mode", "sync")) if trainer is not None else "sync"
+
+
+def check_trainer_mode(name: str, config: Any, allow_async: Any = False) -> None:
+    """Refuse an asynchronous v1 trainer mode (:data:`ASYNC_TRAINER_MODES`) unless
+    ``allow_async`` (``algorithm.ebpo.allow_async_trainer``) is true."""
+    if not isinstance(allow_async, bool):
+        raise ValueError(
+            f"algorithm.ebpo.allow_async_trainer must be true or false, got {allow_async!r}"
+        )
+    mode = trainer_mode(config)
+    if mode in ASYNC_TRAINER_MODES and not allow_async:
+        raise ValueError(
+            f"adv_estimator={name} has not run under trainer.v1.trainer_mode={mode} (verl 0.9.1: "
+            f"{ASYNC_TRAINER_MODES[mode]}): use trainer.v1.trainer_mode=sync (sub-steps run there "
+            "too: +trainer.v1.sync.parameter_sync_step=N), or +algorithm.ebpo.allow_async_trainer=true "
+            "to run it unproven"
+        )
 
 
 def check_calls_per_step(name: str, estimator: AdvantageEstimator, calls: int) -> None:

@@ -231,6 +231,9 @@ class SmokeSettings:
     #: the 2 data-parallel ranks (0: every prompt gets ``group_size``)
     short_group_every: int = 4
     timeout: float = 900.0  # seconds for one v1 run (main_ppo) before it is killed
+    #: v1: verl's sub-steps (``trainer.v1.sync.parameter_sync_step``): that many estimator calls
+    #: and actor updates a step, each on ``batch_size / parameter_sync_step`` prompts
+    parameter_sync_step: int = 1
 
     @classmethod
     def of_length(cls, steps: int, **settings: Any) -> SmokeSettings:
@@ -268,6 +271,17 @@ class SmokeSettings:
         for name in ("steps", "save_step", "batch_size", "train_size", "val_size", "warm_steps"):
             check_positive_int(f"--{name.replace('_', '-')}", getattr(self, name))
         check_int("--group-size", self.group_size, low=2)
+        check_positive_int("--parameter-sync-step", self.parameter_sync_step)
+        if self.parameter_sync_step > 1 and self.trainer != "v1":
+            raise ValueError(
+                "--parameter-sync-step runs verl's sub-steps, which only the v1 trainer has "
+                "(--trainer v1)"
+            )
+        if self.batch_size % self.parameter_sync_step:
+            raise ValueError(
+                f"--parameter-sync-step must divide the batch of {self.batch_size} prompts; "
+                f"got {self.parameter_sync_step}"
+            )
         if not self.save_step < self.steps:
             raise ValueError(
                 f"--save-step must be below --steps (a resume needs steps after the checkpoint); "

@@ -60,6 +60,7 @@ from ebpo.lab.verl_cpu.settings import (
 from ebpo.lab.verl_cpu.shared import assets
 from ebpo.lab.verl_cpu.shared.results import ROLLOUT_DIR, TRACE_DIR, RunResult, console_to
 from ebpo.lab.verl_cpu.shared.run_spec import RunSpec
+from ebpo.lab.verl_cpu.sub_step_checks import sub_step_checks
 from ebpo.lab.verl_cpu.v1.fit import fit_v1
 
 __all__ = [
@@ -127,6 +128,7 @@ def run_spec(
         resume_mode=resume_mode,
         resume_from=resume_from,
         checkpoint_dir=CHECKPOINT_DIR if relative else None,
+        parameter_sync_step=settings.parameter_sync_step,
         extra=(*rollout_dump_overrides(run_dir), *run.overrides, *extra),
     )
 
@@ -327,6 +329,7 @@ def _v1_runs(
         found += _pair_checks(settings, run, files, a, b)
         found.append(checks.resume_source_check(settings, run, a, b))
         found += checks.data_parallel_checks(run, a)
+        found += sub_step_checks(settings, run, a)
         found.append(checks.weight_sync_check(run, a, range(1, settings.steps + 1)))
     found += checks.process_checks(f"{len(launches)} main_ppo runs", launches)
     return found, results

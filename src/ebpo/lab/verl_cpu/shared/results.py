@@ -42,8 +42,10 @@ METRICS_LOG = "verl_metrics.jsonl"
 @dataclass
 class StepTrace:
     """What the actor was updated with at one step, rows in the order verl sent them (for the v1
-    path: rank 0's rows, then rank 1's): ``[bs, T]`` advantages and response masks, ``[bs]``
-    outcome rewards, the dataset row id, verl's group id and the sample index of each row."""
+    path: rank 0's rows, then rank 1's; with verl's sub-steps, ``parameter_sync_step`` > 1, the
+    first sub-step's ranks, then the next one's): ``[bs, T]`` advantages and response masks,
+    ``[bs]`` outcome rewards, the dataset row id, verl's group id, the sample index and the
+    sub-step of each row."""
 
     step: int
     advantages: Any
@@ -53,6 +55,16 @@ class StepTrace:
     uids: list[str]
     session_ids: list[int] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)  # the data-parallel rank of each row
+    sub_steps: list[int] = field(default_factory=list)  # verl's sub-step of each row (0 without)
+    #: per sub-step: max |log π_rollout − log π_old| over the rows (None: no rollout log-probs)
+    rollout_gaps: list[float | None] = field(default_factory=list)
+
+    def sub_step_rows(self) -> list[Any]:
+        """``[bs]`` bool masks of the rows of each sub-step, in order: one estimator call each."""
+        import torch  # heavy optional import
+
+        index = torch.tensor(self.sub_steps or [0] * len(self.uids))
+        return [index == k for k in sorted(set(index.tolist()))]
 
     @property
     def padding(self) -> Any:
@@ -101,8 +113,8 @@ def read_logged_metrics(path: str) -> dict[int, dict[str, float]]:
 
 
 def read_trace(directory: str) -> list[StepTrace]:
-    """The per-step, per-rank records the CPU worker wrote (``step_<N>_rank_<r>.pt``), ranks
-    concatenated in rank order, steps in order."""
+    """The per-step, per-rank records the CPU worker wrote (``step_<N>_sub_<k>_rank_<r>.pt``),
+    concatenated in sub-step then rank order, steps in order."""
     import torch  # heavy optional import
     import torch.nn.functional as F  # heavy optional import
 
@@ -112,7 +124,7 @@ def read_trace(directory: str) -> list[StepTrace]:
         by_step.setdefault(int(record["step"]), []).append(record)
     traces = []
     for step, records in sorted(by_step.items()):
-        records.sort(key=lambda r: r["rank"])
+        records.sort(key=lambda r: (r.get("sub_step", 0), r["rank"]))
         width = max(r["advantages"].shape[1] for r in records)
 
         def cat(name: str, records: list[dict[str, Any]] = records, width: int = width) -> Any:
@@ -128,9 +140,20 @@ def read_trace(directory: str) -> list[StepTrace]:
                 uids=[u for r in records for u in r["uids"]],
                 session_ids=[s for r in records for s in r["session_ids"]],
                 ranks=[r["rank"] for r in records for _ in r["uids"]],
+                sub_steps=[r.get("sub_step", 0) for r in records for _ in r["uids"]],
+                rollout_gaps=_gaps_per_sub_step(records),
             )
         )
     return traces
+
+
+def _gaps_per_sub_step(records: list[dict[str, Any]]) -> list[float | None]:
+    gaps: dict[int, float | None] = {}
+    for record in records:
+        k, gap = record.get("sub_step", 0), record.get("rollout_gap")
+        seen = gaps.get(k)
+        gaps[k] = gap if seen is None else (seen if gap is None else max(seen, gap))
+    return [gaps[k] for k in sorted(gaps)]
 
 
 def read_manifest(directory: str) -> dict[str, Any]:

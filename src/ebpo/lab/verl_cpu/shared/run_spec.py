@@ -58,7 +58,9 @@ class RunSpec:
     directory of the run's processes). ``resume_mode`` is verl's: ``disable`` (a fresh run),
     ``auto`` (verl's default, so the key is left unset: verl resumes from the folder its tracker
     file in ``checkpoint_dir`` names, or starts fresh without one) or ``resume_path`` (from the
-    ``global_step_<N>`` folder ``resume_from``). ``extra``: overrides applied after all others (the
+    ``global_step_<N>`` folder ``resume_from``). ``parameter_sync_step`` > 1 (v1 only): verl's
+    sub-steps, that many actor updates a step, each on ``batch_size / parameter_sync_step``
+    prompts (one PPO mini-batch each). ``extra``: overrides applied after all others (the
     estimator's ``algorithm.*`` keys, a test's changes)."""
 
     model_path: str
@@ -76,6 +78,7 @@ class RunSpec:
     resume_mode: str = "disable"
     resume_from: str | None = None
     checkpoint_dir: str | None = None
+    parameter_sync_step: int = 1
     extra: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -85,6 +88,11 @@ class RunSpec:
             )
         if (self.resume_mode == "resume_path") != (self.resume_from is not None):
             raise ValueError("resume_from is given exactly when resume_mode is resume_path")
+        if self.parameter_sync_step < 1 or self.batch_size % self.parameter_sync_step:
+            raise ValueError(
+                f"parameter_sync_step must divide batch_size ({self.batch_size}); "
+                f"got {self.parameter_sync_step}"
+            )
 
     @property
     def rows(self) -> int:

@@ -24,7 +24,7 @@ over the ranks (gloo all-reduce) and clipped at ``actor.grad_clip``. ``save_chec
 ranks hold the same weights) under verl's ``global_step_N/actor`` folder.
 
 With ``EBPO_CPU_TRACE_DIR`` set, every rank also writes what it was trained on at each step
-(``step_<N>_rank_<r>.pt``: advantages, response masks, rewards and row ids), so that a test can
+(``step_<N>_sub_<k>_rank_<r>.pt``: advantages, response masks, rewards and row ids), so that a test can
 compare two runs row by row.
 
 With a reference policy (``role`` holding ``ref``: verl's hybrid ``actor_rollout_ref`` worker,
@@ -382,8 +382,13 @@ class CPUActorRolloutWorker(Worker):
         keys = set(data.keys())  # a TensorDict: membership through its keys
         scores = data["rm_scores"] if "rm_scores" in keys else data["token_level_rewards"]
         infos = tu.get(data, "extra_info", default=None)
+        step = int(_first(tu.get(data, "global_steps", default=-1)))
+        # verl's sub-steps (parameter_sync_step > 1) update the actor several times a step
+        calls = self.__dict__.setdefault("_trace_calls", {})
+        sub_step = calls[step] = calls.get(step, -1) + 1
         record = {
-            "step": int(_first(tu.get(data, "global_steps", default=-1))),
+            "step": step,
+            "sub_step": sub_step,
             "rank": self.rank,
             "advantages": columns["advantages"],
             "response_mask": columns["response_mask"],
@@ -392,8 +397,12 @@ class CPUActorRolloutWorker(Worker):
             "prompt_ids": [str((info or {}).get("id", "")) for info in (infos or [])],
             "session_ids": [int(s) for s in (tu.get(data, "session_id", default=None) or [])],
         }
+        if "rollout_log_probs" in keys:  # the server's log-probs: which weights sampled the rows
+            width = columns["advantages"].shape[1]
+            gap = (_padded(data["rollout_log_probs"], width) - columns["old_log_probs"]).abs()
+            record["rollout_gap"] = float((gap * columns["response_mask"]).max())
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"step_{record['step']}_rank_{self.rank}.pt")
+        path = os.path.join(directory, f"step_{step}_sub_{sub_step}_rank_{self.rank}.pt")
         torch.save(record, path + ".tmp")
         os.replace(path + ".tmp", path)
 

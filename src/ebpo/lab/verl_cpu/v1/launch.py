@@ -98,13 +98,16 @@ def v1_overrides(
     env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The ``main_ppo`` overrides of the CPU run ``spec`` (see module docstring): one PPO
-    mini-batch a step, in one micro-batch (log-probs of the actor and of a reference policy
-    too); ``env`` is added to every Ray worker's environment; the spec's ``extra`` comes last
-    (and wins)."""
+    mini-batch a sub-step (a step without ``parameter_sync_step``), in one micro-batch (log-probs
+    of the actor and of a reference policy too); ``env`` is added to every Ray worker's
+    environment; the spec's ``extra`` comes last (and wins). The CPU trainer runs verl's ``sync``
+    mode, so its sub-steps are ``trainer.v1.sync.parameter_sync_step``."""
+    sub_steps = spec.parameter_sync_step
     return [
         *V1_OVERRIDES,
         *spec.overrides(),
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={spec.batch_size}",
+        *([f"+trainer.v1.sync.parameter_sync_step={sub_steps}"] if sub_steps > 1 else []),
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={spec.batch_size // sub_steps}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={spec.rows}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={spec.rows}",
         # the reference policy's log-probs (recipes with a KL loss), in one micro-batch too

@@ -127,6 +127,7 @@ def write_manifest(trainer: Any) -> None:
         "trainer_class": f"{cls.__module__}.{cls.__qualname__}",
         "trainer_bases": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__[1:-1]],
         "trainer_mode": str(trainer.config.trainer.v1.trainer_mode),
+        "parameter_sync_step": int(trainer.parameter_sync_step),
         "methods": methods,
         "replay_buffer": f"{type(trainer.replay_buffer).__module__}.{type(trainer.replay_buffer).__qualname__}",
         "transfer_queue_controller": transfer_queue,
