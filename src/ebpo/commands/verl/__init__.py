@@ -29,6 +29,7 @@ from ebpo.commands.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.commands.verl.prepare_data import add_arguments, run_prepare
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.settings import (
+    AGENT_LOOPS,
     ESTIMATORS,
     MIN_STEPS,
     RESUME_MODES,
@@ -180,6 +181,15 @@ def _smoke_parser() -> argparse.ArgumentParser:
         "trainer.resume_mode=auto, the relative trainer.default_local_dir, the run started again "
         "where the first one had saved it; legacy: the directory stays absolute) or resume_path "
         "(trainer.resume_from_path names the checkpoint folder)",
+    )
+    p.add_argument(
+        "--agent-loop",
+        choices=list(AGENT_LOOPS),
+        default="single_turn",
+        help="verl's agent loop of the v1 runs: single_turn (one answer a session) or two_output "
+        "(each session answers twice, the second answer scores; an empty and a failing session "
+        "are injected before and after the checkpoint, and checks show that the estimator saw "
+        "one row per session and counted the dropped ones in <estimator>/dropped_sessions)",
     )
     p.add_argument(
         "--steps",
@@ -361,6 +371,7 @@ def _smoke(args: argparse.Namespace) -> int:
         "recipes": recipes,
         "trainer": args.trainer,
         "resume_mode": args.resume_mode,
+        "agent_loop": args.agent_loop,
     }
     SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes).check()
     temporary = args.work_dir is None
