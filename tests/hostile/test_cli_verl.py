@@ -432,6 +432,22 @@ CASES = [
         r"^ebpo verl smoke: error: --parameter-sync-step must be",
     ),
     CliCase(
+        "smoke-unknown-agent-loop",
+        ["verl", "smoke", "--agent-loop", "three_output"],
+        r"^ebpo verl smoke: error: argument --agent-loop: invalid choice: 'three_output'",
+    ),
+    CliCase(
+        "smoke-two-output-on-the-legacy-trainer",
+        ["verl", "smoke", "--agent-loop", "two_output", "--trainer", "legacy"],
+        r"^ebpo verl smoke: error: --agent-loop two_output runs on verl's default trainer "
+        r"\(--trainer v1\) only: the legacy trainer has no agent loop$",
+    ),
+    CliCase(
+        "smoke-two-output-with-a-recipe",
+        ["verl", "smoke", "--agent-loop", "two_output", "--recipe", "ebpo"],
+        r"^ebpo verl smoke: error: --agent-loop two_output runs the estimators, not --recipe",
+    ),
+    CliCase(
         "doctor-address-without-value",
         ["verl", "doctor", "--address"],
         r"^ebpo verl doctor: error: argument --address: expected one argument",

@@ -100,12 +100,20 @@ def group_pairs(labels, rewards, advantages) -> dict[str, list[tuple[float, floa
     return {label: sorted(pairs) for label, pairs in out.items()}
 
 
-def trained_pairs(trace) -> dict[str, list[tuple[float, float]]]:
+def trained_pairs(trace, per_session: bool = False) -> dict[str, list[tuple[float, float]]]:
     """:func:`group_pairs` of the rows the actor was updated with at one step (a ``StepTrace``),
     by verl's uid; verl's padding rows and empty responses (masked out of the estimator) left
-    out. verl broadcasts one advantage over a response's tokens: the mean over its mask is it."""
+    out. verl broadcasts one advantage over a response's tokens: the mean over its mask is it.
+    ``per_session``: one row per (uid, session) — the first; a multi-output session's outputs
+    share its reward and advantage (checked by the smoke)."""
     tokens = trace.response_mask.sum(dim=-1)
     real = ~trace.padding & (tokens > 0)
+    if per_session:
+        seen = set()
+        for row, session in enumerate(zip(trace.uids, trace.session_ids, strict=True)):
+            if real[row] and session in seen:
+                real[row] = False
+            seen.add(session)
     advantages = trace.advantages.sum(dim=-1) / tokens.clamp(min=1)
     uids = [uid for uid, keep in zip(trace.uids, real.tolist(), strict=True) if keep]
     return group_pairs(uids, trace.rewards[real], advantages[real])
@@ -131,14 +139,17 @@ def same_state(got, want, rel: float = 1e-12) -> bool:
     return type(got) is type(want) and got == want
 
 
-def replay_the_runs_dump(run, variant: str, out_dir, *, by_uid: bool) -> dict:
+def replay_the_runs_dump(
+    run, variant: str, out_dir, *, by_uid: bool, per_session: bool = False
+) -> dict:
     """``ebpo replay`` (the command, as the smoke's summary prints it) on the rollout dump verl's
     own writer made during ``run`` (``trainer.rollout_data_dir``), with ``--estimators variant`` —
     the variant the run trained with. Checks, step by step, that the replay's groups hold the
     rewards and the ``variant`` advantages the actor was updated with (each group as a multiset;
     ``by_uid``: the v1 dump's groups carry verl's uid, matched one to one; otherwise groups by
     prompt text, matched by their rewards), to 1e-6 (verl keeps float32), and that the replay's
-    final state is the run's estimator state. Returns ``replay.json``."""
+    final state is the run's estimator state (``per_session``: the run's sessions had several
+    outputs; one row of each is compared, :func:`trained_pairs`). Returns ``replay.json``."""
     from ebpo.analysis.replay.engine import Replay
     from ebpo.analysis.replay.sources import Source
     from ebpo.cli import main
@@ -162,7 +173,7 @@ def replay_the_runs_dump(run, variant: str, out_dir, *, by_uid: bool) -> dict:
             batch.rewards,
             replay.last_results[variant].advantages,
         )
-        trained = trained_pairs(traces[batch.step])
+        trained = trained_pairs(traces[batch.step], per_session)
         if by_uid:
             assert replayed.keys() == trained.keys(), batch.step
             pairs = [(replayed[uid], trained[uid]) for uid in trained]

@@ -1,7 +1,7 @@
 """verl's default path with ebpo inside, run for real on a CPU (issue #27): ``python -m
 verl.trainer.main_ppo`` → ``TaskRunnerV1`` → TransferQueue → ``PPOTrainerSync.fit()``, the actor on
-2 data-parallel ranks (gloo). Four ``main_ppo`` runs, shared by the module's tests (4-8 min on 2
-cores, most of it Ray and verl's actors starting):
+2 data-parallel ranks (gloo). ``main_ppo`` runs shared by the module's tests (most of their time
+is Ray and verl's actors starting):
 
 * ``ebpo`` uninterrupted and resumed from its step-2 checkpoint (``ebpo verl smoke``'s runs and
   checks) with verl's default resume (``trainer.resume_mode=auto``, the relative
@@ -17,11 +17,22 @@ The same ``run_smoke`` call also runs the ``ebpo`` and ``grpo`` recipes of ``ebp
 --list`` (``ebpo verl smoke --recipe``), uninterrupted and resumed: every algorithm and actor key
 of the recipe kept, the reference policy and verl's KL loss included (4 more ``main_ppo`` runs).
 
+A second ``run_smoke`` call runs ``ebpo`` with verl's sub-steps (``ebpo verl smoke
+--parameter-sync-step 2``, 2 more ``main_ppo`` runs): verl's own ``PPOTrainer.step`` calls the
+estimator twice a step, each on half the prompts, and folds the metrics with its
+``MetricsAggregator`` — the mechanism of its async modes, which ebpo refuses.
+
+A third ``run_smoke`` call runs ``ebpo`` with the two-output agent loop (``ebpo verl smoke
+--agent-loop two_output``, 2 more ``main_ppo`` runs): every session of verl's ``AgentLoopWorkerTQ``
+answers twice and the second answer scores; one empty and one failing session are injected in
+step 1 and in step 3 (after the checkpoint, so the resumed run repeats them).
+
 ``jspo_plus_plus`` and ``ebpo_topic`` on this path: ``ebpo verl smoke --all`` (the same code; not
 run here for CI time). The legacy ``RayPPOTrainer`` path: test_verl_fit_cpu_legacy.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -81,9 +92,21 @@ def runs(tmp_path_factory, warm_start_cache):
         replace(settings, work_dir=str(work / "sub-steps"), recipes=(), parameter_sync_step=2),
         report=lambda line: None,
     )
+    two_output = run_smoke(
+        SmokeSettings(
+            work_dir=str(tmp_path_factory.mktemp("verl-v1-two-output")),
+            estimators=("ebpo",),
+            agent_loop="two_output",
+            cache=str(warm_start_cache),
+            **SETTINGS,
+        ),
+        report=lambda line: None,
+    )
     launches = [full.launch, resumed.launch, no_callback.launch, stop.launch]
+    launches += [run.launch for extra in (sub_steps, two_output) for run in extra.runs["ebpo"]]
     return {
         "sub_steps": sub_steps,
+        "two_output": two_output,
         "settings": settings,
         "smoke": smoke,
         "no_callback": no_callback,
@@ -215,12 +238,15 @@ def test_ebpo_replay_of_the_runs_rollout_dump_gives_what_verl_trained_with(runs,
 def test_uneven_groups_and_every_real_row_counted_once(runs):
     """Every 4th prompt has 3 samples (verl's ``__rollout_n__``): 15 real rows a step, padded to
     16 for the 2 ranks. The history prior counts the real rows of every step once — resumed
-    run included: restored at step 2, then steps 3 and 4."""
+    run included: restored at step 2, then steps 3 and 4. ``ebpo/dropped_sessions`` counts
+    against ``rollout.n``: the short group's missing sample, 1 a step."""
     full, resumed = runs["smoke"].runs["ebpo"]
     per_step = 3 * 4 + 3
     for step in range(1, 5):
         assert full.metrics[step]["ebpo/num_responses"] == per_step
         assert full.metrics[step]["ebpo/prior_count"] == step * per_step
+        # counted against rollout.n: the short group's missing sample counts (documented)
+        assert full.metrics[step]["ebpo/dropped_sessions"] == 1
     assert resumed.metrics[3]["ebpo/prior_count"] == 3 * per_step
     sizes = {}
     for uid, pad in zip(full.trace[0].uids, full.trace[0].padding.tolist(), strict=True):
@@ -326,9 +352,120 @@ def test_a_resume_without_any_state_stops_in_one_line(runs):
 
 
 def test_every_run_listened_on_loopback_only_and_left_nothing_running(runs):
-    """All four runs — the failing one included: Ray's head and agents, the workers, TransferQueue's
-    ZMQ servers, the gloo store."""
+    """All six runs — the failing one and the two-output ones included: Ray's head and agents,
+    the workers, TransferQueue's ZMQ servers, the gloo store."""
     failed = [f"{c.name}: {c.detail}" for c in runs["process_checks"] if not c.ok]
     assert not failed, "\n".join(failed)
     kinds = {x.process.split(".")[0].split(":")[0] for x in runs["stop"].launch.listeners}
     assert {"gcs_server", "raylet"} <= kinds
+
+
+# ---------------------------------------------------------------------- two outputs a session
+#: the two-output runs' injected sessions: (step, kind) — one empty and one failing session in
+#: step 1 and in step 3, the first step after the checkpoint
+INJECTED = {1: 2, 2: 0, 3: 2, 4: 0}
+
+
+def _sessions(trace):
+    """``{(uid, session): [rows]}`` of the real rows of a step."""
+    real = (~trace.padding & (trace.response_mask.sum(dim=-1) > 0)).tolist()
+    out = {}
+    for row, keep in enumerate(real):
+        if keep:
+            out.setdefault((trace.uids[row], trace.session_ids[row]), []).append(row)
+    return out
+
+
+def test_two_outputs_every_smoke_check_passes(runs):
+    """The smoke's checks on the two-output runs: the existing ones (verl's path, exact resume,
+    padding rows, the estimator's counts, rollout dumps, weight sync) and the new ones."""
+    smoke = runs["two_output"]
+    failed = [f"{check.name}: {check.detail}" for check in smoke.checks if not check.ok]
+    assert not failed, "\n".join(failed)
+    names = " | ".join(check.name for check in smoke.checks)
+    for what in (
+        "verl's default path ran",
+        "same advantages",
+        "same estimator state",
+        "padding rows",
+        "verl dumped its rollouts",
+        "every session is one estimator row",
+        "the empty and the failing sessions are absent",
+        "ebpo/dropped_sessions = the sessions injected",
+    ):
+        assert what in names, what
+
+
+def test_two_outputs_ran_through_verls_agent_loop_manager(runs):
+    """verl's own ``AgentLoopWorkerTQ`` stored the outputs (``_agent_loop_postprocess``: keys
+    ``{uid}_{session}_{0,1}`` in verl's rollout dump, the final reward copied onto the first
+    output), warned about the empty session and marked the failing one's prompt (``_run_prompt``):
+    a loop of ours in verl's place would not write these."""
+    full, resumed = runs["two_output"].runs["ebpo"]
+    for run, steps in ((full, (1, 3)), (resumed, (3,))):
+        console = Path(run.console).read_text(errors="replace")
+        assert console.count("Empty output for prompt") == len(steps)
+        assert console.count("Error in _run_prompt for uid=") == len(steps)
+        assert "InjectedSessionError: session 3 of prompt" in console
+    outputs = set()
+    for line in (full.rollout_dir / "1.jsonl").read_text().splitlines():
+        key = json.loads(line)["uid"]
+        if not key.startswith("pad"):
+            outputs.add(int(key.rsplit("_", 1)[1]))
+    assert outputs == {0, 1}
+    for trace in full.trace:
+        for rows in _sessions(trace).values():
+            assert len(rows) == 2 and len({float(trace.rewards[r]) for r in rows}) == 1
+
+
+def test_two_outputs_the_estimator_saw_one_row_per_session(runs):
+    """Reference: the core estimator replayed on ONE row per session (uid, session) of every step
+    in order, its advantage broadcast to both outputs of the session; the actor was updated with
+    exactly that, and the counts verl logged are sessions, not rows."""
+    full, resumed = runs["two_output"].runs["ebpo"]
+    entry = full.estimator_state["estimators"][0]
+    reference = make_estimator(entry["name"], **entry["options"])
+    for trace in full.trace:
+        sessions = _sessions(trace)
+        first = [rows[0] for rows in sessions.values()]
+        uids = np.array([trace.uids[r] for r in first], dtype=object)
+        result = reference(
+            trace.rewards[first], uids, mask=torch.ones(len(first), dtype=torch.bool)
+        )
+        expected = torch.zeros(len(trace.uids))
+        for advantage, rows in zip(result.advantages.tolist(), sessions.values(), strict=True):
+            expected[rows] = advantage
+        expected = expected.to(trace.advantages.dtype).unsqueeze(-1) * trace.response_mask
+        torch.testing.assert_close(trace.advantages, expected, rtol=0, atol=1e-6)
+        logged = full.metrics[trace.step]
+        assert logged["ebpo/num_responses"] == len(sessions) == 16 - INJECTED[trace.step]
+        assert sum(len(rows) for rows in sessions.values()) == 2 * len(sessions)
+    assert reference.state_dict() == entry["state"]
+    assert full.metrics[4]["ebpo/prior_count"] == 2 * 14 + 2 * 16
+    assert resumed.metrics[3]["ebpo/prior_count"] == 16 + 14 + 14
+
+
+def test_two_outputs_dropped_sessions_are_counted_where_injected(runs):
+    """``ebpo/dropped_sessions`` in verl's file log: 2 in steps 1 and 3 (an empty and a failing
+    session each), 0 in steps 2 and 4 — the resumed run repeats step 3's. The groups of the
+    injected sessions trained on their 3 other sessions."""
+    full, resumed = runs["two_output"].runs["ebpo"]
+    assert {s: full.metrics[s]["ebpo/dropped_sessions"] for s in range(1, 5)} == INJECTED
+    assert {s: resumed.metrics[s]["ebpo/dropped_sessions"] for s in (3, 4)} == {3: 2, 4: 0}
+    for trace in full.trace:
+        per_group = {}
+        for uid, _ in _sessions(trace):
+            per_group[uid] = per_group.get(uid, 0) + 1
+        assert sorted(per_group.values()) == ([3, 3, 4, 4] if INJECTED[trace.step] else [4] * 4)
+
+
+def test_two_outputs_ebpo_replay_of_the_dump_gives_what_verl_trained_with(runs, tmp_path):
+    """``ebpo replay`` on the two-output run's dump: one row per session (the last output), the
+    same advantages as the actor's, the same final prior."""
+    from tests.integrations.verl.conftest import replay_the_runs_dump
+
+    full, _ = runs["two_output"].runs["ebpo"]
+    report = replay_the_runs_dump(full, "ebpo", tmp_path, by_uid=True, per_session=True)
+    summary = report["summary"]
+    assert (summary["responses"], summary["groups"]) == (60, 16)
+    assert summary["merged_outputs"] == 60 and summary["padding_rows"] == 8

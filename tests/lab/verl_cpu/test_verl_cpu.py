@@ -27,6 +27,10 @@ pytestmark = pytest.mark.verl
         ({"group_size": 1}, r"--group-size"),
         ({"save_step": 4}, r"--save-step must be below --steps"),
         ({"train_size": 8}, r"--train-size must hold --steps × --batch-size = 16"),
+        ({"agent_loop": "multi"}, r"--agent-loop must be one of single_turn, two_output"),
+        ({"agent_loop": "two_output", "trainer": "legacy"}, r"--trainer v1\) only"),
+        ({"agent_loop": "two_output", "recipes": ("ebpo",)}, r"not --recipe"),
+        ({"agent_loop": "two_output", "batch_size": 1, "train_size": 4}, r"--batch-size >= 2"),
     ],
 )
 def test_smoke_settings_refuse_bad_values(changes, match):
@@ -192,6 +196,32 @@ def test_request_keys_and_seeds_name_the_sample():
     assert request_seed(1, "det-7") != request_seed(0, "det-7")
     with pytest.raises(ValueError, match="session_id"):
         request_key(1, 1, 10_000)
+
+
+def test_the_two_output_loops_requests_name_the_output_and_its_faults_round_trip():
+    from ebpo.lab.verl_cpu.shared.sessions import SessionFault, format_faults, parse_faults
+    from ebpo.lab.verl_cpu.v1.agent_loop import request_key
+    from ebpo.lab.verl_cpu.v1.two_output import output_request_key
+
+    keys = {
+        output_request_key(step, index, session, output)
+        for step in range(3)
+        for index in range(20)
+        for session in range(5)
+        for output in range(2)
+    }
+    assert len(keys) == 3 * 20 * 5 * 2
+    assert output_request_key(2, 3, 1, 1) == request_key(2, 3, 1) * 10 + 1
+    with pytest.raises(ValueError, match="output"):
+        output_request_key(1, 1, 1, 10)
+    faults = [SessionFault("empty", "add-1d-3-4", 1), SessionFault("fail", "mul-1d-2-2", 3)]
+    text = format_faults(faults)
+    assert parse_faults(text) == {("add-1d-3-4", 1): "empty", ("mul-1d-2-2", 3): "fail"}
+    assert parse_faults("") == {}
+    with pytest.raises(ValueError, match="kind@prompt_id#session"):
+        parse_faults("empty@add-1d-3-4")
+    with pytest.raises(ValueError, match="kind must be one of empty, fail"):
+        parse_faults("hang@add-1d-3-4#1")
 
 
 def test_the_replay_buffer_orders_rows_by_dataset_row_then_sample():

@@ -29,6 +29,7 @@ from ebpo.commands.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
 from ebpo.commands.verl.prepare_data import add_arguments, run_prepare
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.settings import (
+    AGENT_LOOPS,
     ESTIMATORS,
     MIN_STEPS,
     RESUME_MODES,
@@ -188,6 +189,15 @@ def _smoke_parser() -> argparse.ArgumentParser:
         help="v1: verl's sub-steps (+trainer.v1.sync.parameter_sync_step=N, the mechanism of its "
         "async modes): N estimator calls and actor updates a step, each on 1/N of the batch; "
         "ebpo's counts are still those of the step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--agent-loop",
+        choices=list(AGENT_LOOPS),
+        default="single_turn",
+        help="verl's agent loop of the v1 runs: single_turn (one answer a session) or two_output "
+        "(each session answers twice, the second answer scores; an empty and a failing session "
+        "are injected before and after the checkpoint, and checks show that the estimator saw "
+        "one row per session and counted the dropped ones in <estimator>/dropped_sessions)",
     )
     p.add_argument(
         "--steps",
@@ -370,6 +380,7 @@ def _smoke(args: argparse.Namespace) -> int:
         "trainer": args.trainer,
         "resume_mode": args.resume_mode,
         "parameter_sync_step": args.parameter_sync_step,
+        "agent_loop": args.agent_loop,
     }
     SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes).check()
     temporary = args.work_dir is None

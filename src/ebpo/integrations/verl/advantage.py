@@ -23,6 +23,16 @@ name in :data:`ebpo.estimators.VARIANTS`, and one function per name is made by
 :func:`advantage_function` (:data:`FUNCTIONS`). Options come from the ``algorithm`` config,
 ``algorithm.ebpo.<option>`` (``+algorithm.ebpo.prior=ema`` on the Hydra command line), for every
 registered name. See :func:`resolve_options`.
+
+Multi-output agent sessions (verl's v1 trainer, ``compute_advantage_for_multi_trajectories``):
+the rows' TransferQueue keys ``{uid}_{session}_{output}`` are read from that function's frame
+(:func:`session_final_rows`), the estimator sees ONE row per session (its final output) and every
+output of a session gets its final output's advantage, as verl's GRPO does. A session that
+returned no output or raised never reaches the estimator (verl keeps the rest of its group);
+``<name>/dropped_sessions`` counts them: for each group present, ``actor_rollout_ref.rollout.n``
+less the sessions seen, summed (:func:`dropped_sessions`). It is logged only where the keys and
+the trainer's config are at hand, and it counts against ``rollout.n``: a prompt given fewer
+samples on purpose (verl's per-row ``__rollout_n__``) counts its missing ones too.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ __all__ = [
     "REGISTERED",
     "REGISTERED_NAMES",
     "advantage_function",
+    "dropped_sessions",
     "outcome_advantage",
     "resolve_options",
 ]
@@ -271,6 +282,25 @@ def session_final_rows(keys: list[str]) -> tuple[list[bool], list[int]] | None:
     return [owner[row] == row for row in range(len(keys))], owner
 
 
+def dropped_sessions(keys: list[str], seen: list[bool], index: Any, rollout_n: int) -> int:
+    """Sessions that never reached the estimator: for each group (verl's uid, ``index``) with a
+    row the estimator ``seen``, ``rollout_n`` less the distinct sessions of its seen rows (``keys``
+    are verl's ``{uid}_{session}_{output}``), clamped at 0, summed. A group with no row seen
+    (verl's padding rows) is not counted."""
+    sessions: dict[str, set[str]] = {}
+    for key, group, row_seen in zip(keys, index, seen, strict=True):
+        if row_seen:
+            sessions.setdefault(str(group), set()).add(key.rsplit("_", 2)[1])
+    return sum(max(0, int(rollout_n) - len(found)) for found in sessions.values())
+
+
+def _rollout_n(trainer_config: Any) -> int | None:
+    """``actor_rollout_ref.rollout.n`` of the trainer's config, or None."""
+    rollout = _get(_get(trainer_config, "actor_rollout_ref"), "rollout")
+    n = _get(rollout, "n")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 def _trainer_frame_metrics(max_depth: int = 12) -> tuple[dict | None, Any]:
     """The calling verl trainer's ``metrics`` dict and the trainer object, if we are inside one.
 
@@ -387,9 +417,15 @@ def outcome_advantage(
         if sessions is not None:  # every output of a session gets its final output's advantage
             per_row = per_row[torch.tensor(sessions[1])]
         advantages = per_row.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
+    metrics = dict(result.metrics)
+    rollout_n = _rollout_n(trainer_config)
+    if sessions is not None and keys is not None and rollout_n is not None:
+        metrics["dropped_sessions"] = float(
+            dropped_sessions(keys, valid.tolist(), index, rollout_n)
+        )
     _report(
         name,
-        result.metrics,
+        metrics,
         getattr(estimator, "steps", 0),
         plugin,
         trainer_metrics if plugin.get("log_to_trainer", True) else None,

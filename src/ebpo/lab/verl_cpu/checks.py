@@ -379,12 +379,15 @@ def v1_path_checks(run: EstimatorRun, a: RunResult, trace_dir: str) -> list[Chec
     ]
 
 
-def data_parallel_checks(run: EstimatorRun, a: RunResult) -> list[Check]:
-    """Both ranks trained; verl's padding rows were in the batch and got no advantage; the
-    estimator counted exactly the real rows and groups of each step."""
+def data_parallel_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> list[Check]:
+    """Both ranks trained; verl's padding rows were in the batch (as many as ``_balance_batch``
+    adds: up to a multiple of the PPO mini-batch, ``batch_size × group_size`` rows) and got no
+    advantage; the estimator counted exactly the sessions and groups of each step (a session is
+    one row with the single-turn loop, its final output with two outputs a session)."""
     import torch  # heavy optional import
 
     prefix = run.registry_name
+    multiple = settings.batch_size * settings.group_size
     ranks_ok, padding, counted = [], [], []
     for t in a.trace:
         ranks_ok.append(set(t.ranks) == {0, 1})
@@ -395,18 +398,16 @@ def data_parallel_checks(run: EstimatorRun, a: RunResult) -> list[Check]:
             torch.all(t.response_mask[pad] == 0)
         )
         metrics = a.metrics.get(t.step, {})
-        groups = len({u for u, r in zip(t.uids, real.tolist(), strict=True) if r})
+        rows = [(u, s) for u, s, r in zip(t.uids, t.session_ids, real.tolist(), strict=True) if r]
         counted.append(
             zero
+            and padding[-1] == -len(rows) % multiple
             and (
                 not run.ours  # verl's own estimators log no counts
-                or metrics.get(f"{prefix}/num_responses") == float(real.sum())
-                and metrics.get(f"{prefix}/num_groups") == float(groups)
+                or metrics.get(f"{prefix}/num_responses") == float(len(set(rows)))
+                and metrics.get(f"{prefix}/num_groups") == float(len({u for u, _ in rows}))
             )
         )
-    # in file order every step holds a short group, so verl pads every step for the 2 ranks; a
-    # shuffling dataloader (a recipe's data.shuffle=True) may draw a step without one
-    padded = any(n > 0 for n in padding) if run.shuffled else all(n > 0 for n in padding)
     return [
         Check(
             f"{run.name}: the actor trained on 2 data-parallel CPU ranks (gloo)",
@@ -415,10 +416,10 @@ def data_parallel_checks(run: EstimatorRun, a: RunResult) -> list[Check]:
         ),
         Check(
             f"{run.name}: verl's padding rows reached the estimator's input and were left out of it",
-            bool(counted) and all(counted) and padded,
-            f"padding rows per step {padding}; "
+            bool(counted) and all(counted) and any(n > 0 for n in padding),
+            f"padding rows per step {padding} (up to a multiple of {multiple} rows); "
             + (
-                f"{prefix}/num_responses = real rows and {prefix}/num_groups = real groups"
+                f"{prefix}/num_responses = real sessions and {prefix}/num_groups = real groups"
                 if run.ours
                 else "zero advantages and masks on them"
             )

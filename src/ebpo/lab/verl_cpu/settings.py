@@ -15,6 +15,7 @@ from ebpo.lab.verl_cpu.shared.task import training_problems
 from ebpo.utils.checks import check_int, check_positive_int
 
 __all__ = [
+    "AGENT_LOOPS",
     "ESTIMATORS",
     "MIN_STEPS",
     "RESUME_MODES",
@@ -32,6 +33,10 @@ __all__ = [
 #: the trainers the smoke can run: verl's default (v1 ``PPOTrainerSync`` through ``main_ppo``) and
 #: the deprecated ``RayPPOTrainer``
 TRAINERS = ("v1", "legacy")
+#: the agent loops the v1 runs can use: ``single_turn`` (one answer a session) and ``two_output``
+#: (each session answers twice, the second answer scores; one empty and one failing session
+#: injected in the first step and the first step after the checkpoint)
+AGENT_LOOPS = ("single_turn", "two_output")
 #: how the smoke's second run resumes: ``auto`` is verl's default (``trainer.resume_mode=auto``, a
 #: relative ``trainer.default_local_dir``, the run started again where its checkpoints are);
 #: ``resume_path`` names run A's checkpoint folder (``trainer.resume_from_path``)
@@ -234,6 +239,13 @@ class SmokeSettings:
     #: v1: verl's sub-steps (``trainer.v1.sync.parameter_sync_step``): that many estimator calls
     #: and actor updates a step, each on ``batch_size / parameter_sync_step`` prompts
     parameter_sync_step: int = 1
+    agent_loop: str = "single_turn"  # AGENT_LOOPS (v1 only)
+
+    @property
+    def short_groups(self) -> int:
+        """``short_group_every`` of the data: 0 with ``two_output``, whose groups are shortened by
+        its failing sessions alone (a short group would count as dropped sessions)."""
+        return self.short_group_every if self.agent_loop == "single_turn" else 0
 
     @classmethod
     def of_length(cls, steps: int, **settings: Any) -> SmokeSettings:
@@ -263,6 +275,7 @@ class SmokeSettings:
         unknown = [name for name in self.recipes if name not in RECIPES]
         if unknown:
             raise ValueError(f"--recipe must be some of {', '.join(RECIPES)}; got {unknown}")
+        self._check_agent_loop()
         if self.recipes and self.trainer != "v1":
             raise ValueError(
                 "--recipe runs on verl's default trainer (--trainer v1) only: the legacy CPU "
@@ -298,6 +311,29 @@ class SmokeSettings:
                 f"--steps {self.steps} needs {self.train_size} distinct prompts (one epoch of "
                 f"{self.steps} steps × {self.batch_size}); the arithmetic task has {available}: "
                 f"at most --steps {available // self.batch_size}"
+            )
+
+    def _check_agent_loop(self) -> None:
+        if self.agent_loop not in AGENT_LOOPS:
+            raise ValueError(
+                f"--agent-loop must be one of {', '.join(AGENT_LOOPS)}; got {self.agent_loop!r}"
+            )
+        if self.agent_loop == "single_turn":
+            return
+        if self.trainer != "v1":
+            raise ValueError(
+                f"--agent-loop {self.agent_loop} runs on verl's default trainer (--trainer v1) "
+                "only: the legacy trainer has no agent loop"
+            )
+        if self.recipes:
+            raise ValueError(
+                f"--agent-loop {self.agent_loop} runs the estimators, not --recipe: a recipe's KL "
+                "checks need one PPO mini-batch a step, and two outputs a session make two"
+            )
+        if self.batch_size < 2:
+            raise ValueError(
+                f"--agent-loop {self.agent_loop} needs --batch-size >= 2 (an empty and a failing "
+                f"session on two prompts of a step); got {self.batch_size}"
             )
 
     def runs(self) -> list[EstimatorRun]:

@@ -36,6 +36,12 @@ Per estimator (:data:`~ebpo.lab.verl_cpu.settings.ESTIMATORS`):
 Both runs dump their rollouts with verl's own writer (``trainer.rollout_data_dir=<run
 dir>/rollouts``: ``{step}.jsonl``, steps 1..``steps`` for A, the steps after the checkpoint for B):
 what ``ebpo replay`` reads to show what each estimator would have done with the run's rewards.
+
+With ``agent_loop="two_output"`` (v1) the runs use the two-output agent loop
+(:mod:`~ebpo.lab.verl_cpu.v1.two_output`: each session answers twice, the second answer scores)
+with an empty and a failing session injected in step 1 and in the first step after the checkpoint
+(:func:`~ebpo.lab.verl_cpu.session_checks.fault_plan`), and the checks of
+:mod:`~ebpo.lab.verl_cpu.session_checks` are added.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from typing import Any
 
 from ebpo.integrations.verl.resume import TRACKER_FILENAME
 from ebpo.lab.cpu_task.policy import cache_dir
-from ebpo.lab.verl_cpu import checks
+from ebpo.lab.verl_cpu import checks, session_checks
 from ebpo.lab.verl_cpu.settings import (
     WORK_DIR_MARKER,
     Check,
@@ -60,6 +66,7 @@ from ebpo.lab.verl_cpu.settings import (
 from ebpo.lab.verl_cpu.shared import assets
 from ebpo.lab.verl_cpu.shared.results import ROLLOUT_DIR, TRACE_DIR, RunResult, console_to
 from ebpo.lab.verl_cpu.shared.run_spec import RunSpec
+from ebpo.lab.verl_cpu.shared.sessions import FAULTS_ENV, TWO_OUTPUT_LOOP, format_faults
 from ebpo.lab.verl_cpu.sub_step_checks import sub_step_checks
 from ebpo.lab.verl_cpu.v1.fit import fit_v1
 
@@ -101,7 +108,8 @@ def run_spec(
     extra: Sequence[str] = (),
 ) -> RunSpec:
     """The smoke's run of ``run`` in ``run_dir``: the settings' sizes, the training file of the
-    run's order, its rollout dump, then the estimator's overrides and ``extra`` (last, winning).
+    run's order, its rollout dump, the agent loop (``two_output``: the two-output loop), then the
+    estimator's overrides and ``extra`` (last, winning).
 
     With ``resume_from`` (a ``global_step_<N>`` folder) it resumes from there
     (``resume_mode=resume_path``). Otherwise, with ``settings.resume_mode`` ``auto``, it runs with
@@ -129,8 +137,16 @@ def run_spec(
         resume_from=resume_from,
         checkpoint_dir=CHECKPOINT_DIR if relative else None,
         parameter_sync_step=settings.parameter_sync_step,
-        extra=(*rollout_dump_overrides(run_dir), *run.overrides, *extra),
+        extra=(*rollout_dump_overrides(run_dir), *_agent_loop(settings), *run.overrides, *extra),
     )
+
+
+def _agent_loop(settings: SmokeSettings) -> tuple[str, ...]:
+    """The override that selects the two-output agent loop (``single_turn``: none, the CPU
+    loop's default)."""
+    if settings.agent_loop != "two_output":
+        return ()
+    return (f"actor_rollout_ref.rollout.agent.default_agent_loop={TWO_OUTPUT_LOOP}",)
 
 
 def _failed(run: EstimatorRun, what: str, result: RunResult) -> SmokeRunFailed:
@@ -193,9 +209,9 @@ def prepare(
             seed=settings.seed,
             progress=not cached,
         )
-    if settings.trainer == "v1" and settings.short_group_every:
+    if settings.trainer == "v1" and settings.short_groups:
         files = assets.with_short_groups(
-            files, group_size=settings.group_size, every=settings.short_group_every
+            files, group_size=settings.group_size, every=settings.short_groups
         )
     return files, model_path
 
@@ -316,9 +332,15 @@ def _v1_runs(
     found: list[Check] = []
     results: dict[str, tuple[RunResult, RunResult]] = {}
     launches = []
+    two_output = settings.agent_loop == "two_output"
+    plans = {
+        run.name: session_checks.fault_plan(settings, run, files) for run in runs if two_output
+    }
 
     def fit(spec: RunSpec, run: EstimatorRun) -> RunResult:
-        result = fit_v1(spec, timeout=settings.timeout, verbose=settings.verbose)
+        faults = [fault for _, fault in plans.get(run.name, [])]
+        env = {FAULTS_ENV: format_faults(faults)} if faults else None
+        result = fit_v1(spec, timeout=settings.timeout, verbose=settings.verbose, env=env)
         launches.append(result.launch)
         return result
 
@@ -328,8 +350,10 @@ def _v1_runs(
         found += checks.v1_path_checks(run, a, str(Path(a.run_dir) / TRACE_DIR))
         found += _pair_checks(settings, run, files, a, b)
         found.append(checks.resume_source_check(settings, run, a, b))
-        found += checks.data_parallel_checks(run, a)
+        found += checks.data_parallel_checks(settings, run, a)
         found += sub_step_checks(settings, run, a)
+        if two_output:
+            found += session_checks.two_output_checks(settings, run, plans[run.name], a, b)
         found.append(checks.weight_sync_check(run, a, range(1, settings.steps + 1)))
     found += checks.process_checks(f"{len(launches)} main_ppo runs", launches)
     return found, results

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from ebpo.integrations.verl.state import STATE_FILENAME
@@ -25,11 +26,18 @@ from ebpo.lab.verl_cpu.v1.launch import run_main_ppo, v1_overrides
 __all__ = ["fit_v1"]
 
 
-def fit_v1(spec: RunSpec, *, timeout: float = 900.0, verbose: bool = False) -> RunResult:
+def fit_v1(
+    spec: RunSpec,
+    *,
+    timeout: float = 900.0,
+    verbose: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
     """One ``main_ppo`` of ``spec`` started in its run directory (its working directory, as a user
     starts it where the run's files are), killed after ``timeout`` seconds; ``verbose`` echoes
-    verl's console. The result carries the :class:`~ebpo.lab.verl_cpu.v1.launch.Launch` (exit
-    code, listeners, leftovers) whether or not the run succeeded."""
+    verl's console; ``env`` is added to the environment of the run and of every Ray worker. The
+    result carries the :class:`~ebpo.lab.verl_cpu.v1.launch.Launch` (exit code, listeners,
+    leftovers) whether or not the run succeeded."""
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_dir = run_dir / TRACE_DIR
@@ -38,12 +46,21 @@ def fit_v1(spec: RunSpec, *, timeout: float = 900.0, verbose: bool = False) -> R
     overrides = v1_overrides(
         spec,
         ray_temp_dir=ray_temp,
-        env={TRACE_ENV: str(trace_dir), "VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_LOG)},
+        env={
+            **dict(env or {}),
+            TRACE_ENV: str(trace_dir),
+            "VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_LOG),
+        },
     )
     console = run_dir / CONSOLE_LOG
     try:
         launch = run_main_ppo(
-            overrides, cwd=str(run_dir), console=str(console), timeout=timeout, echo=verbose
+            overrides,
+            cwd=str(run_dir),
+            console=str(console),
+            timeout=timeout,
+            env=env,
+            echo=verbose,
         )
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)

@@ -3,8 +3,8 @@ loaded by ``import verl``): the registrations of the CPU pieces in verl's own re
 
 * platform ``ebpo_cpu`` (``PlatformRegistry``; selected with ``VERL_PLATFORM=ebpo_cpu``);
 * rollout ``ebpo_cpu`` (``RolloutReplicaRegistry``; ``actor_rollout_ref.rollout.name=ebpo_cpu``);
-* agent loop ``ebpo_cpu_single_turn`` (verl's agent-loop ``register``;
-  ``actor_rollout_ref.rollout.agent.default_agent_loop``);
+* agent loops ``ebpo_cpu_single_turn`` and ``ebpo_cpu_two_output`` (verl's agent-loop
+  ``register``; ``actor_rollout_ref.rollout.agent.default_agent_loop``);
 * trainer ``ebpo_cpu_sync`` (``register_trainer``; ``trainer.v1.trainer_mode``).
 
 ebpo's estimators are not here: they arrive through the ``verl.plugins`` entry point, as in any
@@ -17,7 +17,7 @@ from __future__ import annotations
 # here: when a Ray worker process starts by importing one of them (to build its actor), that module
 # imports verl, whose import loads this one while the first is still half-initialised.
 from ebpo.lab.verl_cpu.shared import platform  # noqa: F401
-from ebpo.lab.verl_cpu.v1 import agent_loop, serving, trainer  # noqa: F401
+from ebpo.lab.verl_cpu.v1 import agent_loop, serving, trainer, two_output  # noqa: F401
 
 __all__ = ["MODULE"]
 
