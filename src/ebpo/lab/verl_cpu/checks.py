@@ -381,13 +381,14 @@ def v1_path_checks(run: EstimatorRun, a: RunResult, trace_dir: str) -> list[Chec
 
 def data_parallel_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResult) -> list[Check]:
     """Both ranks trained; verl's padding rows were in the batch (as many as ``_balance_batch``
-    adds: up to a multiple of the PPO mini-batch, ``batch_size × group_size`` rows) and got no
-    advantage; the estimator counted exactly the sessions and groups of each step (a session is
-    one row with the single-turn loop, its final output with two outputs a session)."""
+    adds: up to a multiple of the PPO mini-batch, ``batch_size × group_size`` rows, in each
+    sub-step with ``parameter_sync_step`` > 1) and got no advantage; the estimator counted exactly
+    the sessions and groups of each step (a session is one row with the single-turn loop, its
+    final output with two outputs a session)."""
     import torch  # heavy optional import
 
     prefix = run.registry_name
-    multiple = settings.batch_size * settings.group_size
+    multiple = settings.batch_size * settings.group_size // settings.parameter_sync_step
     ranks_ok, padding, counted = [], [], []
     for t in a.trace:
         ranks_ok.append(set(t.ranks) == {0, 1})
@@ -401,7 +402,10 @@ def data_parallel_checks(settings: SmokeSettings, run: EstimatorRun, a: RunResul
         rows = [(u, s) for u, s, r in zip(t.uids, t.session_ids, real.tolist(), strict=True) if r]
         counted.append(
             zero
-            and padding[-1] == -len(rows) % multiple
+            and all(
+                int(pad[part].sum()) == -int(real[part].sum()) % multiple
+                for part in t.sub_step_rows()
+            )
             and (
                 not run.ours  # verl's own estimators log no counts
                 or metrics.get(f"{prefix}/num_responses") == float(len(set(rows)))
