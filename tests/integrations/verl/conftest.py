@@ -189,3 +189,13 @@ def replay_the_runs_dump(
     assert same_state(replay.estimators[variant].state_dict(), entry["state"])
     assert same_state(report["estimators"][variant]["final_state"], entry["state"])
     return report
+
+
+def assert_smoke_passed(smoke, *expected: str) -> None:
+    """Every check of a smoke report passed (the failures listed if not), and the checks named
+    ``expected`` (substrings of their names) were among them."""
+    failed = [f"{check.name}: {check.detail}" for check in smoke.checks if not check.ok]
+    assert not failed, "\n".join(failed)
+    names = " | ".join(check.name for check in smoke.checks)
+    missing = [what for what in expected if what not in names]
+    assert not missing, missing
