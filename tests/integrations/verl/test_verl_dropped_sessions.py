@@ -1,4 +1,4 @@
-"""``<name>/dropped_sessions`` (issue #36): the agent sessions that never reached the estimator
+"""``<name>/missing_sessions`` (issue #36): the agent sessions that never reached the estimator
 (one that returned no output or raised: verl keeps the rest of its group), counted against
 ``actor_rollout_ref.rollout.n`` — through verl's own ``compute_advantage_for_multi_trajectories``
 called by a stand-in trainer method, as the v1 trainer calls it. Outside a session-keyed call
@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ebpo.integrations.verl.advantage import dropped_sessions
+from ebpo.integrations.verl.advantage import missing_sessions
 
 pytestmark = pytest.mark.verl
 
@@ -83,7 +83,7 @@ def test_sessions_missing_in_the_middle_and_at_the_end_are_counted(tmp_path):
     verl's padding rows (a uid of their own, no tokens) count nothing."""
     data, keys = _batch({"a": [0, 2, 3], "bb": [0, 1, 2], "ccc": [0, 1, 2, 3]})
     metrics = _trainer(_config(tmp_path))._compute_advantage(data, keys)
-    assert metrics["ebpo/dropped_sessions"] == 2.0
+    assert metrics["ebpo/missing_sessions"] == 2.0
     assert metrics["ebpo/num_responses"] == 10.0  # one row per session present
     assert metrics["ebpo/num_groups"] == 3.0
 
@@ -91,7 +91,7 @@ def test_sessions_missing_in_the_middle_and_at_the_end_are_counted(tmp_path):
 def test_a_complete_step_drops_nothing(tmp_path):
     data, keys = _batch({"a": [0, 1, 2, 3], "bb": [0, 1, 2, 3]}, outputs=1, padding=0)
     metrics = _trainer(_config(tmp_path))._compute_advantage(data, keys)
-    assert metrics["ebpo/dropped_sessions"] == 0.0
+    assert metrics["ebpo/missing_sessions"] == 0.0
 
 
 def test_no_count_outside_a_session_keyed_call(tmp_path):
@@ -115,13 +115,13 @@ def test_no_count_outside_a_session_keyed_call(tmp_path):
     )
     metrics = namespace["Trainer"](_config(tmp_path))._compute_advantage(data)
     assert "ebpo/num_responses" in metrics
-    assert "ebpo/dropped_sessions" not in metrics
+    assert "ebpo/missing_sessions" not in metrics
 
 
-def test_dropped_sessions_counts_rows_seen_only():
+def test_missing_sessions_counts_rows_seen_only():
     keys = ["u_0_0", "u_0_1", "u_2_1", "v_1_0", "pad_0_0"]
     index = ["u", "u", "u", "v", "pad"]
-    assert dropped_sessions(keys, [False, True, True, True, False], index, 4) == 2 + 3
-    assert dropped_sessions(keys, [False] * 5, index, 4) == 0
+    assert missing_sessions(keys, [False, True, True, True, False], index, 4) == 2 + 3
+    assert missing_sessions(keys, [False] * 5, index, 4) == 0
     # more sessions than rollout.n (a larger __rollout_n__): clamped at 0
-    assert dropped_sessions(keys, [True] * 5, index, 1) == 0
+    assert missing_sessions(keys, [True] * 5, index, 1) == 0

@@ -206,7 +206,7 @@ def test_verls_sub_steps_ran_and_ebpo_logged_the_steps_counts(runs):
         assert full.metrics[step]["ebpo/num_groups"] == 4
         assert full.metrics[step]["ebpo/prior_count"] == 15 * step
         # the short group (3 of 4 samples) falls in one sub-step; the count is the step's
-        assert full.metrics[step]["ebpo/dropped_sessions"] == 1
+        assert full.metrics[step]["ebpo/missing_sessions"] == 1
         assert sorted(set(full.trace[step - 1].sub_steps)) == [0, 1]
     assert resumed.metrics[4]["ebpo/prior_count"] == 60
 
@@ -234,7 +234,7 @@ def test_ebpo_replay_of_the_runs_rollout_dump_gives_what_verl_trained_with(runs,
 def test_uneven_groups_and_every_real_row_counted_once(runs):
     """Every 4th prompt has 3 samples (verl's ``__rollout_n__``): 15 real rows a step, padded to
     16 for the 2 ranks. The history prior counts the real rows of every step once — resumed
-    run included: restored at step 2, then steps 3 and 4. ``ebpo/dropped_sessions`` counts
+    run included: restored at step 2, then steps 3 and 4. ``ebpo/missing_sessions`` counts
     against ``rollout.n``: the short group's missing sample, 1 a step."""
     full, resumed = runs["smoke"].runs["ebpo"]
     per_step = 3 * 4 + 3
@@ -242,7 +242,7 @@ def test_uneven_groups_and_every_real_row_counted_once(runs):
         assert full.metrics[step]["ebpo/num_responses"] == per_step
         assert full.metrics[step]["ebpo/prior_count"] == step * per_step
         # counted against rollout.n: the short group's missing sample counts (documented)
-        assert full.metrics[step]["ebpo/dropped_sessions"] == 1
+        assert full.metrics[step]["ebpo/missing_sessions"] == 1
     assert resumed.metrics[3]["ebpo/prior_count"] == 3 * per_step
     sizes = {}
     for uid, pad in zip(full.trace[0].uids, full.trace[0].padding.tolist(), strict=True):
@@ -385,7 +385,7 @@ def test_two_outputs_every_smoke_check_passes(runs):
         "verl dumped its rollouts",
         "every session is one estimator row",
         "the empty and the failing sessions are absent",
-        "ebpo/dropped_sessions = the sessions injected",
+        "ebpo/missing_sessions = the sessions injected",
     )
 
 
@@ -438,13 +438,13 @@ def test_two_outputs_the_estimator_saw_one_row_per_session(runs):
     assert resumed.metrics[3]["ebpo/prior_count"] == 16 + 14 + 14
 
 
-def test_two_outputs_dropped_sessions_are_counted_where_injected(runs):
-    """``ebpo/dropped_sessions`` in verl's file log: 2 in steps 1 and 3 (an empty and a failing
+def test_two_outputs_missing_sessions_are_counted_where_injected(runs):
+    """``ebpo/missing_sessions`` in verl's file log: 2 in steps 1 and 3 (an empty and a failing
     session each), 0 in steps 2 and 4 — the resumed run repeats step 3's. The groups of the
     injected sessions trained on their 3 other sessions."""
     full, resumed = runs["two_output"].runs["ebpo"]
-    assert {s: full.metrics[s]["ebpo/dropped_sessions"] for s in range(1, 5)} == INJECTED
-    assert {s: resumed.metrics[s]["ebpo/dropped_sessions"] for s in (3, 4)} == {3: 2, 4: 0}
+    assert {s: full.metrics[s]["ebpo/missing_sessions"] for s in range(1, 5)} == INJECTED
+    assert {s: resumed.metrics[s]["ebpo/missing_sessions"] for s in (3, 4)} == {3: 2, 4: 0}
     for trace in full.trace:
         per_group = {}
         for uid, _ in _sessions(trace):

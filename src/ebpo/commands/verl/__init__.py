@@ -197,7 +197,7 @@ def _smoke_parser() -> argparse.ArgumentParser:
         help="verl's agent loop of the v1 runs: single_turn (one answer a session) or two_output "
         "(each session answers twice, the second answer scores; an empty and a failing session "
         "are injected before and after the checkpoint, and checks show that the estimator saw "
-        "one row per session and counted the dropped ones in <estimator>/dropped_sessions)",
+        "one row per session and counted the dropped ones in <estimator>/missing_sessions)",
     )
     p.add_argument(
         "--steps",

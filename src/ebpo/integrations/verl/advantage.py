@@ -29,8 +29,8 @@ the rows' TransferQueue keys ``{uid}_{session}_{output}`` are read from that fun
 (:func:`session_final_rows`), the estimator sees ONE row per session (its final output) and every
 output of a session gets its final output's advantage, as verl's GRPO does. A session that
 returned no output or raised never reaches the estimator (verl keeps the rest of its group);
-``<name>/dropped_sessions`` counts them: for each group present, ``actor_rollout_ref.rollout.n``
-less the sessions seen, summed (:func:`dropped_sessions`). It is logged only where the keys and
+``<name>/missing_sessions`` counts them: for each group present, ``actor_rollout_ref.rollout.n``
+less the sessions seen, summed (:func:`missing_sessions`). It is logged only where the keys and
 the trainer's config are at hand, and it counts against ``rollout.n``: a prompt given fewer
 samples on purpose (verl's per-row ``__rollout_n__``) counts its missing ones too.
 """
@@ -67,7 +67,7 @@ __all__ = [
     "REGISTERED",
     "REGISTERED_NAMES",
     "advantage_function",
-    "dropped_sessions",
+    "missing_sessions",
     "outcome_advantage",
     "resolve_options",
 ]
@@ -282,7 +282,7 @@ def session_final_rows(keys: list[str]) -> tuple[list[bool], list[int]] | None:
     return [owner[row] == row for row in range(len(keys))], owner
 
 
-def dropped_sessions(keys: list[str], seen: list[bool], index: Any, rollout_n: int) -> int:
+def missing_sessions(keys: list[str], seen: list[bool], index: Any, rollout_n: int) -> int:
     """Sessions that never reached the estimator: for each group (verl's uid, ``index``) with a
     row the estimator ``seen``, ``rollout_n`` less the distinct sessions of its seen rows (``keys``
     are verl's ``{uid}_{session}_{output}``), clamped at 0, summed. A group with no row seen
@@ -420,8 +420,8 @@ def outcome_advantage(
     metrics = dict(result.metrics)
     rollout_n = _rollout_n(trainer_config)
     if sessions is not None and keys is not None and rollout_n is not None:
-        metrics["dropped_sessions"] = float(
-            dropped_sessions(keys, valid.tolist(), index, rollout_n)
+        metrics["missing_sessions"] = float(
+            missing_sessions(keys, valid.tolist(), index, rollout_n)
         )
     _report(
         name,

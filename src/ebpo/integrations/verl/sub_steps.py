@@ -10,7 +10,7 @@ that rule, ``ebpo/num_responses`` would be the mean number of responses of a sub
 sub-step: neither means what it says. So the plug-in hands verl, for the sub-steps of one step:
 
 * **batch counts** (:data:`BATCH_COUNTS`: ``num_responses``, ``num_groups``,
-  ``dropped_sessions``): nothing until the step's last sub-step, then their sum over the step —
+  ``missing_sessions``): nothing until the step's last sub-step, then their sum over the step —
   the count of the whole step, as in a step without sub-steps;
 * **running counts** (:data:`RUNNING_COUNTS`: ``prior_count``, ``jspo_steps``,
   ``num_cluster_priors``): only at the last sub-step — the value after the step;
@@ -32,7 +32,7 @@ from typing import Any
 __all__ = ["BATCH_COUNTS", "RUNNING_COUNTS", "SubStepMetrics", "sub_step_position"]
 
 #: counts over one batch: summed over a step's sub-steps
-BATCH_COUNTS = frozenset({"num_responses", "num_groups", "dropped_sessions"})
+BATCH_COUNTS = frozenset({"num_responses", "num_groups", "missing_sessions"})
 #: counts kept across steps: the value after a step's last sub-step
 RUNNING_COUNTS = frozenset({"prior_count", "jspo_steps", "num_cluster_priors"})
 

@@ -7,7 +7,7 @@ two rows a session reach the actor. The checks show that the estimator saw ONE r
 (``<name>/num_responses`` = the sessions present, not the rows), that both outputs of a session
 were trained with one advantage and one reward (the final output's), that the sessions made to
 return nothing or to raise are absent while the rest of their group trained, and that
-``<name>/dropped_sessions`` counted them — in the steps they were injected in, 0 in the others,
+``<name>/missing_sessions`` counted them — in the steps they were injected in, 0 in the others,
 in the resumed run too.
 """
 
@@ -132,7 +132,7 @@ def _absent_check(
 
 
 def _dropped_check(run: EstimatorRun, plan: list[Planned], result: RunResult, what: str) -> Check:
-    key = f"{run.registry_name}/dropped_sessions"
+    key = f"{run.registry_name}/missing_sessions"
     logged: dict[int, Any] = {t.step: result.metrics.get(t.step, {}).get(key) for t in result.trace}
     want = {step: float(sum(s == step for s, _ in plan)) for step in logged}
     return Check(

@@ -244,7 +244,7 @@ class SmokeSettings:
     @property
     def short_groups(self) -> int:
         """``short_group_every`` of the data: 0 with ``two_output``, whose groups are shortened by
-        its failing sessions alone (a short group would count as dropped sessions)."""
+        its failing sessions alone (a short group would count as missing sessions)."""
         return self.short_group_every if self.agent_loop == "single_turn" else 0
 
     @classmethod
