@@ -427,6 +427,12 @@ CASES = [
         r"^ebpo verl smoke: error: --parameter-sync-step runs verl's sub-steps, which only the v1 trainer has",
     ),
     CliCase(
+        "smoke-sub-steps-with-a-per-call-decay",
+        ["verl", "smoke", "--parameter-sync-step", "2", "--all"],
+        r"^ebpo verl smoke: error: --parameter-sync-step 2 with jspo_plus_plus: jspo_plus_plus "
+        r"forgets per estimator call",
+    ),
+    CliCase(
         "smoke-sub-steps-zero",
         ["verl", "smoke", "--parameter-sync-step", "0"],
         r"^ebpo verl smoke: error: --parameter-sync-step must be",

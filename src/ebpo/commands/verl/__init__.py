@@ -364,6 +364,22 @@ def _recipe(args: argparse.Namespace, extra: list[str]) -> int:
     return launcher.run(overrides)
 
 
+def _check_sub_steps(settings: SmokeSettings) -> None:
+    """With ``--parameter-sync-step`` > 1, refuse (before any run starts) a configuration the
+    plug-in's guards refuse under sub-steps (a per-call decay: ``jspo_plus_plus``'s smoothing),
+    in the guard's own words."""
+    if settings.parameter_sync_step <= 1:
+        return
+    sub_steps = f"+trainer.v1.sync.parameter_sync_step={settings.parameter_sync_step}"
+    for run in settings.runs():
+        try:
+            launcher.check_overrides([*run.overrides, sub_steps])
+        except ValueError as error:
+            raise ValueError(
+                f"--parameter-sync-step {settings.parameter_sync_step} with {run.name}: {error}"
+            ) from error
+
+
 def _smoke(args: argparse.Namespace) -> int:
     if args.all and args.estimator:
         raise ValueError("pass either --all or --estimator, not both")
@@ -382,7 +398,9 @@ def _smoke(args: argparse.Namespace) -> int:
         "parameter_sync_step": args.parameter_sync_step,
         "agent_loop": args.agent_loop,
     }
-    SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes).check()
+    checked = SmokeSettings.of_length(args.steps, work_dir=args.work_dir or ".", **sizes)
+    checked.check()
+    _check_sub_steps(checked)
     temporary = args.work_dir is None
     work = args.work_dir or tempfile.mkdtemp(prefix="ebpo-verl-smoke-")
     settings = SmokeSettings.of_length(args.steps, work_dir=work, verbose=args.verbose, **sizes)
