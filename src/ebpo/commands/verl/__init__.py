@@ -136,6 +136,28 @@ def _prepare_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_shape_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that change the shape of the smoke's v1 steps: verl's sub-steps and the agent
+    loop."""
+    p.add_argument(
+        "--parameter-sync-step",
+        type=int,
+        default=1,
+        help="v1: verl's sub-steps (+trainer.v1.sync.parameter_sync_step=N, the mechanism of its "
+        "async modes): N estimator calls and actor updates a step, each on 1/N of the batch; "
+        "ebpo's counts are still those of the step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--agent-loop",
+        choices=list(AGENT_LOOPS),
+        default="single_turn",
+        help="verl's agent loop of the v1 runs: single_turn (one answer a session) or two_output "
+        "(each session answers twice, the second answer scores; an empty and a failing session "
+        "are injected before and after the checkpoint, and checks show that the estimator saw "
+        "one row per session and counted the missing ones in <estimator>/missing_sessions)",
+    )
+
+
 def _smoke_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="ebpo verl smoke",
@@ -182,23 +204,7 @@ def _smoke_parser() -> argparse.ArgumentParser:
         "where the first one had saved it; legacy: the directory stays absolute) or resume_path "
         "(trainer.resume_from_path names the checkpoint folder)",
     )
-    p.add_argument(
-        "--parameter-sync-step",
-        type=int,
-        default=1,
-        help="v1: verl's sub-steps (+trainer.v1.sync.parameter_sync_step=N, the mechanism of its "
-        "async modes): N estimator calls and actor updates a step, each on 1/N of the batch; "
-        "ebpo's counts are still those of the step (default: %(default)s)",
-    )
-    p.add_argument(
-        "--agent-loop",
-        choices=list(AGENT_LOOPS),
-        default="single_turn",
-        help="verl's agent loop of the v1 runs: single_turn (one answer a session) or two_output "
-        "(each session answers twice, the second answer scores; an empty and a failing session "
-        "are injected before and after the checkpoint, and checks show that the estimator saw "
-        "one row per session and counted the dropped ones in <estimator>/missing_sessions)",
-    )
+    _add_shape_arguments(p)
     p.add_argument(
         "--steps",
         type=int,
