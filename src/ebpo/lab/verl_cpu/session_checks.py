@@ -131,7 +131,7 @@ def _absent_check(
     )
 
 
-def _dropped_check(run: EstimatorRun, plan: list[Planned], result: RunResult, what: str) -> Check:
+def _missing_check(run: EstimatorRun, plan: list[Planned], result: RunResult, what: str) -> Check:
     key = f"{run.registry_name}/missing_sessions"
     logged: dict[int, Any] = {t.step: result.metrics.get(t.step, {}).get(key) for t in result.trace}
     want = {step: float(sum(s == step for s, _ in plan)) for step in logged}
@@ -152,6 +152,6 @@ def two_output_checks(
         found += [
             _one_row_check(run, result, what),
             _absent_check(settings, run, plan, result, what, first),
-            _dropped_check(run, plan, result, what),
+            _missing_check(run, plan, result, what),
         ]
     return found
