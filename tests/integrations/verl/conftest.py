@@ -199,3 +199,33 @@ def assert_smoke_passed(smoke, *expected: str) -> None:
     names = " | ".join(check.name for check in smoke.checks)
     missing = [what for what in expected if what not in names]
     assert not missing, missing
+
+
+def assert_trained_on_core_advantages(run, calls: int) -> None:
+    """Reference: the core estimator of ``run``'s saved state replayed on the rewards and groups
+    verl's loop produced (both ranks' rows, padding rows excluded), call after call so that its
+    state carries across steps (one call a step; with verl's sub-steps one per sub-step, in
+    verl's order), broadcast over the response tokens: the plug-in inside verl must have handed
+    the actor exactly that (``calls`` calls in all), nothing to verl's padding rows, and the
+    replay ends in the state the run saved."""
+    from ebpo.estimators import make_estimator
+
+    entry = run.estimator_state["estimators"][0]
+    reference = make_estimator(entry["name"], **entry["options"])
+    assert [t.step for t in run.trace] == [1, 2, 3, 4]
+    made = nonzero = 0
+    for trace in run.trace:
+        every = ~trace.padding & (trace.response_mask.sum(dim=-1) > 0)
+        assert every.sum() < len(every)  # verl added padding rows for the 2 ranks
+        for rows in trace.sub_step_rows():
+            uids = np.array(trace.uids, dtype=object)[rows.numpy()]
+            result = reference(trace.rewards[rows], uids, mask=every[rows])
+            advantages = result.advantages.to(trace.advantages.dtype).unsqueeze(-1)
+            expected = advantages * trace.response_mask[rows]
+            torch.testing.assert_close(trace.advantages[rows], expected, rtol=0, atol=1e-6)
+            made += 1
+        assert torch.all(trace.advantages[trace.padding] == 0)
+        nonzero += int(trace.advantages.abs().max() > 0)
+    assert made == calls
+    assert nonzero >= 1  # the comparison saw real signal
+    assert reference.state_dict() == entry["state"]
