@@ -6,8 +6,8 @@ in one line (ValueError): no runs, runs of different kinds (a verl run against a
 estimator only, two runs of one estimator with the same seed, an estimator whose seeds the
 baseline lacks, settings that differ between runs in a key other than the estimator's and the
 seed's (the differing keys named; ``--ignore KEY`` accepts a difference on purpose), no metric
-logged by every run, no step common to a compared metric, a NaN or missing value of a compared
-metric at a common step.
+logged by every run, no step common to a compared metric, a compared metric that is not a finite
+number at a common step or that a run logged twice at a step with two values.
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> list[str]:
 
 
 def common_steps(runs: Sequence[Run], metric: str) -> list[int]:
-    """The steps at which every run logged ``metric``; ValueError when there are none or when a
-    run's value there is NaN or missing."""
+    """The steps at which every run logged ``metric``; ValueError when there are none, when a
+    run logged it twice at a step with two values, or when a run's value at a common step is not
+    a finite number."""
     steps = sorted(set.intersection(*(set(run.metrics[metric]) for run in runs)))
     if not steps:
         raise ValueError(
@@ -160,18 +161,35 @@ def common_steps(runs: Sequence[Run], metric: str) -> list[int]:
             f"(steps: {'; '.join(_span(run, metric) for run in runs[:4])})"
         )
     for run in runs:
+        conflicts = run.conflicts.get(metric, {})
+        if conflicts:
+            step, (first, then) = min(conflicts.items())
+            raise ValueError(
+                f"RUN: {str(run.path)!r} ({run.name}) logged {metric!r} twice at step {step} "
+                f"with different values ({first!r}, then {then!r}){_more(conflicts)}: which one "
+                "is the run's? Keep one log per run"
+            )
         bad = [s for s in steps if not math.isfinite(run.metrics[metric][s])]
         if bad:
             raise ValueError(
                 f"RUN: {str(run.path)!r} logged {metric!r} as NaN or nothing at step(s) "
-                f"{', '.join(map(str, bad[:5]))}: a compared value must be a number"
+                f"{', '.join(map(str, bad[:5]))} (null, NaN, infinity or text): a compared value "
+                "must be a finite number"
             )
     return steps
 
 
+def _more(conflicts: dict[int, tuple[float, float]]) -> str:
+    return f" (and at {len(conflicts) - 1} more step(s))" if len(conflicts) > 1 else ""
+
+
 def _comparable(runs: Sequence[Run], metric: str) -> bool:
     steps = set.intersection(*(set(run.metrics[metric]) for run in runs))
-    return bool(steps) and all(math.isfinite(run.metrics[metric][s]) for run in runs for s in steps)
+    return (
+        bool(steps)
+        and not any(run.conflicts.get(metric) for run in runs)
+        and all(math.isfinite(run.metrics[metric][s]) for run in runs for s in steps)
+    )
 
 
 def _span(run: Run, metric: str) -> str:
