@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ebpo.cli import main
+from ebpo.utils.file_sets import MARK
 from ebpo.utils.run_lock import lock_run_dir
 from tests.analysis.compare.verl_runs import write_trl_state
 from tests.hostile.harness import snapshot
@@ -81,8 +82,9 @@ def test_leftovers_of_a_killed_run_are_cleared_before_the_new_report(train_runs,
     out = tmp_path / "report"
     assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 0
     backup = out / ".compare.0123456789abcdef.old"
-    (out / ".compare.0123456789abcdef.new").mkdir()
+    (out / ".compare.0123456789abcdef.new").mkdir()  # empty: a kill before its mark
     backup.mkdir()
+    (backup / MARK).write_text("{}")  # what makes the folder ours
     for name in ("compare.csv", "difference_reward.png"):
         (out / name).rename(backup / name)
     (backup / ".manifest.json").write_text(json.dumps(["compare.csv", "difference_reward.png"]))

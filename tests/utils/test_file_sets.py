@@ -201,14 +201,14 @@ def test_is_leftover_knows_the_folders_a_kill_leaves_and_nothing_else(folder, mo
         with pytest.raises(Killed):
             write_file_set(folder, writers("new"), tag="rep", replaces=NAMES)
     left = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    ours = [n for n in left if file_sets.is_leftover(n, "rep")]
+    ours = [n for n in left if file_sets.is_leftover(folder / n, "rep")]
     assert len(ours) == 2 and {n[-4:] for n in ours} == {".new", ".old"}
-    assert not any(file_sets.is_leftover(n, "other") for n in ours)
+    assert not any(file_sets.is_leftover(folder / n, "other") for n in ours)
     names = {p.name for p in folder.iterdir()} - set(ours)
-    assert not any(file_sets.is_leftover(n, "rep") for n in names)  # .rep.0123.old, .rep.xyz.new
+    assert not any(file_sets.is_leftover(folder / n, "rep") for n in names)  # .rep.0123.old ...
     assert ".rep.0123.old" in names and ".rep.xyz.new" in names
     with pytest.raises(ValueError, match="tag must be"):
-        file_sets.is_leftover(ours[0], "Rep")
+        file_sets.is_leftover(folder / ours[0], "Rep")
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", ".manifest.json"])

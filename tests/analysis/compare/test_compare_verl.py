@@ -101,7 +101,9 @@ def test_the_default_metric_is_the_evaluation_and_smoothing_is_a_trailing_mean(v
     assert row["mean_diff"] == pytest.approx(sum(d) / 3, abs=1e-12)
 
 
-def test_identical_runs_are_not_separated(tmp_path, capsys):
+def test_identical_runs_get_no_verdict_and_say_why(tmp_path, capsys):
+    """Pairs with the same curves (the same run twice) give differences of 0 with intervals of
+    width 0: not an estimator that equals the baseline but a comparison that says nothing."""
     for estimator in ("grpo", "ebpo"):
         for seed in (0, 1, 2):
             write_verl_run(tmp_path / f"{estimator}{seed}", estimator, seed,
@@ -110,11 +112,13 @@ def test_identical_runs_are_not_separated(tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["compare", *runs, "--output-dir", str(out), "--metric", "all", "--no-plots"]) == 0
     content = json.loads((out / "compare.json").read_text())
-    assert all("not separated" in line for line in content["verdict"])
+    assert all("no verdict (every seed pair is identical" in line for line in content["verdict"])
+    assert all(c["flags"] == {"identical_pairs": ["0", "1", "2"], "never_moved": False}
+               for c in content["comparisons"])  # fmt: skip
     assert content["multiplicity"]["excluding_zero"] == 0
     assert content["multiplicity"]["holm_excluding_zero"] == 0
     printed = capsys.readouterr().out
-    assert printed.count("verdict: ") == 3 and "not separated (the interval covers 0)" in printed
+    assert printed.count("verdict: ") == 3 and "the same run twice?" in printed
 
 
 def test_a_difference_accepted_on_purpose_is_reported(verl_runs, tmp_path):

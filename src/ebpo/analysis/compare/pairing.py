@@ -22,6 +22,7 @@ from ebpo.analysis.compare.runs import Run
 __all__ = [
     "ALWAYS_IGNORED",
     "EVAL_PATTERNS",
+    "METRIC_SOURCES",
     "REWARD_METRICS",
     "Pairs",
     "check_settings",
@@ -44,6 +45,9 @@ ALWAYS_IGNORED = (
 #: metrics read as evaluations, by kind: TRL's evaluation rewards, verl's ``val-core/*``
 #: (accuracy per data source), the lab's held-out Pass@1
 EVAL_PATTERNS = ("eval_reward", "eval_rewards/*/mean", "val-core/*", "heldout/pass@1")
+#: how the metrics were chosen: named with --metric, ``--metric all``, the evaluation metrics every
+#: run logged, or — none — the training reward (not a held-out result)
+METRIC_SOURCES = ("asked", "all", "evaluation", "training reward")
 #: the training reward, by kind
 REWARD_METRICS = ("reward", "critic/score/mean", "critic/rewards/mean")
 #: the most setting keys a refusal names before "and N more"
@@ -122,27 +126,28 @@ def check_settings(runs: Sequence[Run], ignore: Sequence[str] = ()) -> list[str]
     return differing
 
 
-def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> list[str]:
-    """``asked`` (``all``: every metric every run logged as a number at steps they all share),
-    else the evaluation metrics every run logged, else the training reward. ValueError when an
-    asked metric is missing from a run."""
+def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> tuple[list[str], str]:
+    """The metrics to compare and where they come from (:data:`METRIC_SOURCES`): ``asked``
+    (``all``: every metric every run logged as a number at steps they all share), else the
+    evaluation metrics every run logged, else the training reward. ValueError when an asked
+    metric is missing from a run."""
     runs = [run for seeds in pairs.runs.values() for run in seeds.values()]
     shared = set.intersection(*(set(run.metrics) for run in runs))
     if list(asked) == ["all"]:  # those every run logged as numbers at some step they share
-        return sorted(m for m in shared if _comparable(runs, m))
+        return sorted(m for m in shared if _comparable(runs, m)), "all"
     for name in asked:
         lacking = [str(run.path) for run in runs if name not in run.metrics]
         if lacking:
             raise ValueError(f"--metric {name!r}: not logged by {', '.join(lacking[:3])}"
                              + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""))  # fmt: skip
     if asked:
-        return list(dict.fromkeys(asked))
+        return list(dict.fromkeys(asked)), "asked"
     evals = sorted(m for m in shared if any(fnmatch.fnmatchcase(m, p) for p in EVAL_PATTERNS))
     if evals:
-        return evals
+        return evals, "evaluation"
     reward = [m for m in REWARD_METRICS if m in shared]
     if reward:
-        return reward[:1]
+        return reward[:1], "training reward"
     raise ValueError(
         "RUN: the runs share no evaluation metric and no training reward "
         f"({', '.join(REWARD_METRICS)}); name one with --metric (shared: "
