@@ -71,7 +71,7 @@ def value_scale(values: Iterable[float]) -> float:
     computed on the values divided by it, so that no sum or square overflows or underflows
     whatever their size, and multiplied back (dividing by a power of 2 is exact)."""
     largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
-    return math.ldexp(1.0, math.frexp(largest)[1]) if largest > 0 else 1.0
+    return math.ldexp(1.0, math.frexp(largest)[1] - 1) if largest > 0 else 1.0  # from 1 to 2
 
 
 def paired_p_value(stats: dict[str, float]) -> float:

@@ -171,6 +171,10 @@ def _walk(data: bytes) -> Any:
             stack.append(items)
         elif name in ("APPEND", "APPENDS", "SETITEM", "SETITEMS"):
             _fill(name, stack)
+        elif name == "POP":
+            stack.pop()
+        elif name == "POP_MARK":
+            _pop_to_mark(stack)
         elif name in _MEMO_PUT:
             memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
         elif name in _MEMO_GET:

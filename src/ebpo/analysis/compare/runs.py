@@ -2,8 +2,10 @@
 logged (metric -> step -> value), read from its own files without its trainer.
 
 * **TRL** (``ebpo grpo`` / ``EBPOTrainer``, ``trl grpo`` / ``GRPOTrainer``): ``trainer_state.json``'s
-  ``log_history`` in the folder or, when the folder has none (TRL's script saves the final model,
-  not the state), in its last ``checkpoint-N``. Settings, seed and estimator from
+  ``log_history`` in the folder (``ebpo grpo`` / ``EBPOTrainer`` leave it there at the end of
+  training) or, when the folder has none, in its last ``checkpoint-N`` (plain TRL writes it only
+  into checkpoints: a ``trl grpo`` run with ``save_strategy: "no"`` has no log, and is refused
+  saying so). Settings, seed and estimator from
   ``training_args.bin`` read without unpickling (:mod:`.pickle_fields`): ``EBPOConfig``'s
   ``advantage_estimator``; a ``GRPOConfig`` is plain TRL, i.e. GRPO.
 * **verl**: the JSON lines of verl's file logger (``{"step": N, "data": {...}}``; the path of
@@ -117,6 +119,13 @@ def _read(path: Path, where: str) -> Run:
     logs = [p for p in sorted(path.glob("*.jsonl")) if _is_verl_log(p)]
     if len(logs) == 1:
         return _verl_run(logs[0], where)
+    if not logs and (path / "training_args.bin").is_file():
+        raise ValueError(
+            f"{where}: a TRL run without its log: TRL writes trainer_state.json (log_history) "
+            "only into its checkpoints, and this run saved none; train with save_strategy "
+            '"steps" or "epoch" (not "no"), or with ebpo grpo, which leaves trainer_state.json '
+            "in output_dir at the end whatever the save strategy"
+        )
     found = (
         f"{len(logs)} verl metric logs" if logs else "no trainer_state.json, run.json or verl log"
     )
