@@ -88,9 +88,9 @@ def _get(k: int) -> bytes:
 
 def memo_bomb(levels: int) -> bytes:
     """A list holding the previous level twice, ``levels`` times: 2^levels values, few bytes."""
-    out = b"]" + _put(100_000)
-    for i in range(1, levels + 1):
-        out += b"0](" + _get(100_000 + i - 1) * 2 + b"e" + _put(100_000 + i)  # POP the last
+    out = b"](" * levels + b"]"  # each level's list, a MARK, ..., the innermost list
+    for i in range(levels):  # the level below, memoised, appended twice to its list
+        out += _put(100_000 + i) + _get(100_000 + i) + b"e"
     return out
 
 
