@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.analysis.compare.verl_runs import write_trl_state, write_verl_run
 from ebpo.utils.file_sets import MARK
+from tests.analysis.compare.verl_runs import write_trl_state, write_verl_run
 from tests.hostile.harness import CliCase, check_cli_error, ids
 
 R = r"^ebpo compare: error: "

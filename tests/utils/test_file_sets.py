@@ -231,3 +231,34 @@ def test_a_full_disk_on_our_own_files_names_the_users_folder(folder, monkeypatch
         write_file_set(folder, writers("new"), tag="rep", replaces=NAMES)
     assert raised.value.filename == str(folder)
     assert snapshot(folder) == before
+
+
+def test_a_folder_named_as_ours_without_our_mark_is_the_users(folder):
+    """Only a folder holding our mark, or an empty one (a kill between making it and marking
+    it), is a leftover of ours; one named like ours that holds the user's files stays whole."""
+    users = folder / ".rep.0123456789abcdef.old"
+    users.mkdir()
+    (users / "notes.txt").write_text("the user's\n")
+    (users / ".manifest.json").write_text('["a.json"]')  # names, but no mark
+    empty = folder / ".rep.fedcba9876543210.new"
+    empty.mkdir()
+    assert not file_sets.is_leftover(users, "rep") and file_sets.is_leftover(empty, "rep")
+    before = snapshot(folder)
+    assert remove_stale(folder, "rep", NAMES) == [empty]
+    assert snapshot(folder) == {k: v for k, v in before.items() if k != empty.name}
+
+
+@pytest.mark.parametrize("manifest", ["{", '{"a.json": 1}', '["../a.json"]', "\udcff"])
+def test_a_manifest_of_ours_that_cannot_be_read_is_named_and_nothing_moves(folder, manifest):
+    backup = folder / ".rep.0123456789abcdef.old"
+    backup.mkdir()
+    (backup / file_sets.MARK).write_text("{}")
+    (backup / "a.json").write_text("an old file\n")
+    (backup / ".manifest.json").write_text(manifest, errors="surrogateescape")
+    before = snapshot(folder)
+    where = str(backup / ".manifest.json")
+    with pytest.raises(ValueError, match=rf"^'{where}' cannot be read .*move those you want back"):
+        remove_stale(folder, "rep", NAMES)
+    with pytest.raises(ValueError, match="cannot be read"):
+        file_sets.check_leftovers(folder, "rep")
+    assert snapshot(folder) == before

@@ -49,7 +49,9 @@ __all__ = [
 SUMMARIES = ("last_step", "auc", "steps_to_baseline_final")
 
 
-def curve(run: Run, metric: str, steps: Sequence[int], smooth: int, scale: float = 1.0) -> list[float]:
+def curve(
+    run: Run, metric: str, steps: Sequence[int], smooth: int, scale: float = 1.0
+) -> list[float]:
     """``run``'s ``metric`` divided by ``scale`` at ``steps``, after a trailing mean over
     ``smooth`` logged values; ValueError when a value the mean takes in is not finite."""
     logged = sorted(run.metrics[metric])
