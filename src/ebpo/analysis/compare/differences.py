@@ -43,7 +43,8 @@ from ebpo.analysis.paired import (
 from ebpo.utils.plotting import moving_average
 
 __all__ = [
-    "SUMMARIES", "compare_metric", "count_intervals", "curve", "flags", "paired_p_value", "value_scale",
+    "SUMMARIES", "compare_metric", "count_intervals", "curve", "flags", "paired_p_value",
+    "value_scale",
 ]  # fmt: skip
 
 SUMMARIES = ("last_step", "auc", "steps_to_baseline_final")

@@ -63,14 +63,16 @@ def verdict(comparison: Mapping[str, Any], baseline: str, source: str = "asked")
     notes = _notes(comparison, source)
     if flags.get("never_moved"):
         value = comparison["steps"][0]["baseline_mean"]
-        return f"{head}: no verdict ({metric} never moved: {value:.4g} at every step of every run){notes}"
+        moved = f"{metric} never moved: {value:.4g} at every step of every run"
+        return f"{head}: no verdict ({moved}){notes}"
     identical = flags.get("identical_pairs", [])
     if identical and len(identical) == len(comparison["seeds"]):
         return (f"{head}: no verdict (every seed pair is identical at every step: the same run "
                 f"twice?){notes}")  # fmt: skip
     pairs = f"{row['pairs']} seed pair{'s' if row['pairs'] != 1 else ''}"
     if row["pairs"] < 2:
-        return f"{head} over {pairs}: not separated (one pair gives no interval; run more seeds){notes}"
+        why = "one pair gives no interval; run more seeds"
+        return f"{head} over {pairs}: not separated ({why}){notes}"
     interval = f"95 % CI [{row['ci_low']:+.4g}, {row['ci_high']:+.4g}] over {pairs}"
     if row["ci_low"] <= 0 <= row["ci_high"]:
         return f"{head}, {interval}: not separated (the interval covers 0){notes}"

@@ -17,8 +17,8 @@ logged (metric -> step -> value), read from its own files without its trainer.
   ``heldout/pass@1``.
 
 Every log is read by :class:`.history.History` (steps whole numbers, a metric logged twice at a
-step with two values a conflict). An argument ``LABEL=PATH`` names what the files do not say: ``ESTIMATOR=PATH``,
-``ESTIMATOR@SEED=PATH`` or ``@SEED=PATH``. Every JSON / YAML file is read by
+step with two values a conflict). An argument ``LABEL=PATH`` names what the files do not say:
+``ESTIMATOR=PATH``, ``ESTIMATOR@SEED=PATH`` or ``@SEED=PATH``. Every JSON / YAML file is read by
 :mod:`ebpo.utils.structured_input`; a file that is cut short or not what it should be is a
 ValueError naming it.
 """
