@@ -292,6 +292,10 @@ CASES = [
               + r" is not a whole number",
               setup=then(verl(*PAIR), replace_in_log("ebpo1", '"step": 2', f'"step": {text}')))
       for text, shown in (("Infinity", "inf"), ("NaN", "nan"), ("1.7", "1.7"), ('"2"', "'2'"))),
+    CliCase("a log line that is not UTF-8", ["compare", *RUNS, *OUT],
+            R + r"run 'ebpo1': 'ebpo1/verl_metrics.jsonl' line 2 is not UTF-8 text",
+            setup=then(verl(*PAIR), lambda tmp: (tmp / "ebpo1" / "verl_metrics.jsonl").write_bytes(
+                b'{"step": 0, "data": {}}\n\xff\xfe\n'))),
     CliCase("text in the first log entry", ["compare", "grpo@0=a", "ebpo@0=b", *OUT],
             R + r"RUN: 'b' logged 'reward' as NaN or nothing at step\(s\) 1 ",
             setup=then(trl("a"), trl("b"),

@@ -25,6 +25,7 @@ ValueError naming it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,9 +37,11 @@ from ebpo.analysis.compare.pickle_fields import Opaque, pickled_fields
 from ebpo.utils.checks import is_real
 from ebpo.utils.structured_input import parse_json, read_json_file, read_yaml_file
 
-__all__ = ["KINDS", "Run", "parse_run_argument", "read_run"]
+__all__ = ["KINDS", "MAX_LINE", "Run", "parse_run_argument", "read_run"]
 
 KINDS = ("trl", "verl", "ebpo-train")
+#: the longest line of a JSON-lines log read (a verl step's metrics: a few kB)
+MAX_LINE = 16 * 2**20
 #: ``ESTIMATOR@SEED=`` / ``ESTIMATOR=`` / ``@SEED=`` before a path
 _LABEL = re.compile(
     r"^(?P<estimator>[A-Za-z0-9_.+-]*)(?:@(?P<seed>[A-Za-z0-9_.+-]+))?=(?P<path>.+)$"
@@ -268,18 +271,29 @@ def _train_run(folder: Path, where: str) -> Run:
 
 # ====================================================================== shared
 def _json_lines(path: Path, where: str) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of each non-blank line of a JSON-lines file; a last line that does not
-    parse is dropped (no newline after it: the writer was stopped mid-line), any other raises."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, parse_json(line, f"{where} line {number}")
-        except ValueError:
-            if number == len(lines):
+    """(line number, value) of each non-blank line of a JSON-lines file, read a line at a time
+    (a line of more than :data:`MAX_LINE` characters refused); a last line that does not parse is
+    dropped (no newline after it: the writer was stopped mid-line), any other raises."""
+    with open(path, encoding="utf-8") as f:
+        for number in itertools.count(1):
+            try:
+                line = f.readline(MAX_LINE + 1)
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{where} line {number} is not UTF-8 text ({error.reason})"
+                ) from None
+            if not line:
                 return
-            raise
+            if len(line) > MAX_LINE:
+                raise ValueError(f"{where} line {number}: more than {MAX_LINE:,} characters")
+            if not line.strip():
+                continue
+            try:
+                yield number, parse_json(line, f"{where} line {number}")
+            except ValueError:
+                if not line.endswith("\n"):
+                    return
+                raise
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
