@@ -272,20 +272,21 @@ def _train_run(folder: Path, where: str) -> Run:
 # ====================================================================== shared
 def _json_lines(path: Path, where: str) -> Iterator[tuple[int, Any]]:
     """(line number, value) of each non-blank line of a JSON-lines file, read a line at a time
-    (a line of more than :data:`MAX_LINE` characters refused); a last line that does not parse is
+    (a line of more than :data:`MAX_LINE` bytes refused); a last line that does not parse is
     dropped (no newline after it: the writer was stopped mid-line), any other raises."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for number in itertools.count(1):
+            raw = f.readline(MAX_LINE + 1)
+            if not raw:
+                return
+            if len(raw) > MAX_LINE:
+                raise ValueError(f"{where} line {number}: more than {MAX_LINE:,} bytes")
             try:
-                line = f.readline(MAX_LINE + 1)
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(
                     f"{where} line {number} is not UTF-8 text ({error.reason})"
                 ) from None
-            if not line:
-                return
-            if len(line) > MAX_LINE:
-                raise ValueError(f"{where} line {number}: more than {MAX_LINE:,} characters")
             if not line.strip():
                 continue
             try:
