@@ -233,3 +233,18 @@ def test_a_finished_run_is_read_from_the_top_level_trainer_state(tmp_path):
     run = read_run(f"grpo@0={tmp_path / 'a'}")
     assert run.files[0] == tmp_path / "a" / "trainer_state.json"
     assert run.metrics["reward"] == {s: pytest.approx(0.1 * s) for s in range(1, 6)}
+
+
+def test_names_longer_than_the_file_system_takes_are_refused_before_writing(
+    train_runs, tmp_path, monkeypatch, capsys
+):
+    """A file system that takes shorter names than the report's (eCryptfs: 143 bytes; here 40):
+    one line naming the file and the limit, before anything is written."""
+    limits = {"PC_NAME_MAX": 40, "PC_PATH_MAX": 4096}
+    monkeypatch.setattr("ebpo.analysis.compare.output.os.pathconf", lambda _, key: limits[key])
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert "the report's file 'difference_heldout_pass_1.png' needs file names of 43" in err
+    assert "longer than its file system takes (40)" in err
