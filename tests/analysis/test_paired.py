@@ -19,7 +19,7 @@ def test_mean_ci_matches_a_hand_computed_t_interval(scale):
     result = stats.mean_ci([0.2 * scale, 0.4 * scale, 0.9 * scale])
     sd = math.sqrt(((0.2 - 0.5) ** 2 + (0.4 - 0.5) ** 2 + (0.9 - 0.5) ** 2) / 2)
     assert result["n"] == 3 and result["mean"] == pytest.approx(0.5 * scale)
-    assert result["ci"] == pytest.approx(T_975_DF2 * sd / math.sqrt(3) * scale, rel=1e-8)
+    assert result["ci"] == pytest.approx(T_975_DF2 * sd / math.sqrt(3) * scale, rel=1e-8, abs=0)
 
 
 def test_mean_ci_edge_cases():

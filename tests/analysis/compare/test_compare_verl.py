@@ -169,14 +169,14 @@ def test_huge_and_tiny_values_give_the_statistics_of_the_scaled_runs(tmp_path, f
     plain, scaled = (c["comparisons"][0] for c in contents)
     for quantity in ("mean_diff", "ci_low", "ci_high", "estimator_mean", "baseline_mean"):
         for a, b in zip(plain["steps"], scaled["steps"], strict=True):
-            assert b[quantity] == pytest.approx(a[quantity] * factor, rel=1e-9)
+            assert b[quantity] == pytest.approx(a[quantity] * factor, rel=1e-9, abs=0)
         assert scaled["summaries"]["auc"][quantity] == pytest.approx(
-            plain["summaries"]["auc"][quantity] * factor, rel=1e-9
+            plain["summaries"]["auc"][quantity] * factor, rel=1e-9, abs=0
         )
     assert [r["p_value"] for r in scaled["steps"]] == pytest.approx(
-        [r["p_value"] for r in plain["steps"]], rel=1e-9
+        [r["p_value"] for r in plain["steps"]], rel=1e-9, abs=0
     )
     steps_scaled, steps_plain = (c["summaries"]["steps_to_baseline_final"] for c in (scaled, plain))
     assert {k: v for k, v in steps_scaled.items() if k not in ("step", "holm")} == pytest.approx(
-        {k: v for k, v in steps_plain.items() if k not in ("step", "holm")}, rel=1e-9
+        {k: v for k, v in steps_plain.items() if k not in ("step", "holm")}, rel=1e-9, abs=0
     )  # in steps: not scaled
