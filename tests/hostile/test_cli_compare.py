@@ -345,5 +345,11 @@ def test_the_runs_are_good_without_the_damage(tmp_path, monkeypatch):
 
     assert main(["compare", *RUNS, *OUT, "--no-plots"]) == 0
     assert main(["compare", "grpo@0=a", "ebpo@0=b", "--output-dir", "trl", "--no-plots"]) == 0
-    assert (tmp_path / "out" / "compare.json").is_file()
     assert (tmp_path / "trl" / "compare.csv").is_file()
+    # the same curves in every run, the training reward of TRL runs: said, not a verdict
+    verl_report = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert verl_report["metric_source"] == "evaluation"
+    assert "no verdict (every seed pair is identical" in verl_report["verdict"][0]
+    trl_report = json.loads((tmp_path / "trl" / "compare.json").read_text())
+    assert trl_report["metric_source"] == "training reward"
+    assert trl_report["verdict"][0].endswith("[the training reward, not a held-out result]")
