@@ -132,7 +132,9 @@ def test_check_reachable_names_the_typed_address(listening):
     check_reachable(listening)  # something listens: no error
     check_reachable("auto")  # no port: left to Ray
     port = free_port()
-    with pytest.raises(ValueError, match=rf"^nothing answers at the Ray address 127\.0\.0\.1:{port} "):
+    with pytest.raises(
+        ValueError, match=rf"^nothing answers at the Ray address 127\.0\.0\.1:{port} "
+    ):
         check_reachable(f"127.0.0.1:{port}")
 
 

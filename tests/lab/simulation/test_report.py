@@ -78,7 +78,9 @@ def test_a_mean_without_all_zero_groups_is_left_out_and_named(tmp_path, monkeypa
 
     monkeypatch.setattr(report, "penalty_curve", curve)
     calls = _captured_lines(monkeypatch)
-    report.saturation_section({"group_size": 4, "steps": 1, "prompts_per_step": 8}, 0, tmp_path, True)
+    report.saturation_section(
+        {"group_size": 4, "steps": 1, "prompts_per_step": 8}, 0, tmp_path, True
+    )
     (call,) = calls
     assert all(x == [0.8, 0.9] for x, _ in call["series"].values())
     assert call["title"].endswith("(no all-zero group sampled at μ = 0.85: no point)")

@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
         return user_error(f"ebpo verl {command}", error)
-    except (launcher.PluginUnavailable, launcher.LaunchCheckFailed) as error:  # not the command line: exit 1
+    except (launcher.PluginUnavailable, launcher.LaunchCheckFailed) as error:  # exit 1: not argv
         print(f"ebpo verl {command}: {one_line(error)}", file=sys.stderr)
         return 1
 

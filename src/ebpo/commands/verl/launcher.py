@@ -223,9 +223,9 @@ class PluginUnavailable(RuntimeError):
 def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | None) -> None:
     """Before launching: on the Ray cluster ``main_ppo`` will join (``RAY_ADDRESS``,
     ``ray_kwargs.ray_init.address`` or the one ``ray start`` started here:
-    :func:`~ebpo.commands.verl.machine.cluster_address`), every node must register ebpo's estimators on ``import verl`` (verl's
-    ``TaskRunnerV1`` lands on any of them); without a cluster, a fresh interpreter here must
-    (``main_ppo`` starts its Ray workers on this machine).
+    :func:`~ebpo.commands.verl.machine.cluster_address`), every node must register ebpo's
+    estimators on ``import verl`` (verl's ``TaskRunnerV1`` lands on any of them); without a
+    cluster, a fresh interpreter here must (``main_ppo`` starts its Ray workers on this machine).
 
     Raises:
         PluginUnavailable: one line naming the node (or this machine) and why.
