@@ -1,8 +1,8 @@
-"""``ebpo docs [PAGE]``: the project's pages, printed where the command runs — a wheel user has no
-repository to open ``docs/trl.md`` in, so every help text and message names ``ebpo docs PAGE``.
+"""``ebpo docs [PAGE]``: the project's pages, printed wherever ebpo is installed. A wheel user has
+no checkout to open them in, so every help text and message names ``ebpo docs PAGE``.
 
-The pages travel in the wheel as data files (``pyproject.toml``, ``[tool.setuptools.data-files]``:
-``<prefix>/share/ebpo/docs``); in a checkout (an editable install) they are read where they are.
+The pages travel in the wheel as data files (installed under ``<prefix>/share/ebpo/docs``); in a
+checkout (an editable install) they are read where they are.
 """
 
 from __future__ import annotations
