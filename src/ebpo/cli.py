@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "demo": "compare EBPO and GRPO advantages on a simulated batch (no model, seconds)",
     "replay": "replay a finished run's rewards through every estimator: would EBPO have helped?",
     "compare": "compare estimators on your finished runs: paired seeds, differences with intervals",
+    "docs": "print one of the project's pages (no PAGE: list them)",
 }
 
 #: top-level module of an optional dependency -> the extra of pyproject.toml that installs it

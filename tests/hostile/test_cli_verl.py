@@ -86,6 +86,12 @@ CASES = [
         r"^ebpo verl run: error: unknown key\(s\) 'prir' under algorithm\.ebpo "
         r".*did you mean 'prior'\?.*valid keys: .*half_life",
     ),
+    CliCase(  # issue #45 item 7: in a dry run without a full recipe, before verl's own complaints
+        "ebpo-key-typo-dry-run",
+        ["verl", "--dry-run", "+algorithm.ebpo.prir=ema"],
+        r"^ebpo verl run: error: unknown key\(s\) 'prir' under algorithm\.ebpo "
+        r".*did you mean 'prior'\?.*valid keys: .*half_life",
+    ),
     CliCase(
         "ebpo-key-typo-recipe",
         ["verl", "recipe", "ebpo_topic", "+algorithm.ebpo.half_lif=20"],
@@ -560,9 +566,12 @@ def test_a_plugin_missing_where_verl_runs_exits_1_in_one_line(monkeypatch, capsy
             "NOT registered after `import verl`"
         )
 
+    checked = []  # the dry run's checks pass here (they run first: tests/commands/verl/test_machine.py)
+    monkeypatch.setattr(launcher, "check_launchable", checked.append)
     monkeypatch.setattr(launcher, "check_plugin_where_it_runs", missing)
     monkeypatch.setattr(launcher.subprocess, "call", lambda *a, **k: pytest.fail("launched"))
     assert main(["verl", "data.train_batch_size=8"]) == 1
+    assert len(checked) == 1
     err = capsys.readouterr().err
     assert err.startswith("ebpo verl run: ebpo's verl plug-in is not usable on node 10.0.0.7")
     assert err.count("\n") == 1

@@ -40,7 +40,7 @@ DESCRIPTION = (
     "paired mean difference with its 95% Student-t interval; at the end: the difference at the "
     "last common step, in the area under the curve and in the steps to reach the baseline's "
     "final value; how many intervals were computed and how many exclude 0 after Holm's "
-    "correction. Writes compare.json, compare.csv and PNGs to --output-dir. See docs/compare.md."
+    "correction. Writes compare.json, compare.csv and PNGs to --output-dir. See `ebpo docs compare`."
 )
 
 

@@ -33,7 +33,7 @@ DESCRIPTION = (
     "keeping their state as in training. Prints a table and a one-line verdict (how many "
     "responses GRPO gave no signal, and how many of those EBPO would have); writes replay.json, "
     "replay.csv and the PNGs to --output-dir, all or nothing. A bad row ends in one line "
-    "naming the file and the line (exit 2) before anything is written. See docs/replay.md."
+    "naming the file and the line (exit 2) before anything is written. See `ebpo docs replay`."
 )
 OUTPUTS = ("replay.json", "replay.csv")
 #: names the temporary folders of the report in --output-dir (ebpo.utils.file_sets)

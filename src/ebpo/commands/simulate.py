@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace, chosen: list[str], out_dir: Path) -> int:
         "# ebpo simulate — results\n\n"
         f"Command: `ebpo simulate --experiments {','.join(chosen)} --seed {seed}{flags}` · "
         f"wall time {wall:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in timings.items())}).\n"
-        "See docs/simulation.md for what each experiment shows and how to read it.\n"
+        "See `ebpo docs simulation` for what each experiment shows and how to read it.\n"
     )
     path = out_dir / "results.md"
     with atomic_write(path) as f:

@@ -56,23 +56,3 @@ __all__ = [
     "score_math_detailed",
     "shutdown_workers",
 ]
-
-_VERL_REWARD = "ebpo.integrations.verl.reward"
-_MOVED = {
-    "math_reward": "ebpo.integrations.trl.reward.math_reward (also ebpo.integrations.trl.math_reward)",
-    "make_trl_reward": "ebpo.integrations.trl.reward.make_trl_reward (also ebpo.integrations.trl.make_trl_reward)",
-    "compute_score": (
-        f"{_VERL_REWARD}.compute_score (in verl configs: reward.custom_reward_function.path=pkg://{_VERL_REWARD})"
-    ),
-}
-
-
-def __getattr__(name: str) -> object:
-    """Refuse the trainer adapters that moved out of the toolkit, naming their new path.
-
-    An ImportError rather than an AttributeError on purpose: ``from ebpo.rewards import
-    math_reward`` and ``hasattr`` (which verl's ``load_extern_object`` uses) swallow an
-    AttributeError raised here and report only a generic "not found", losing the new path."""
-    if name in _MOVED:
-        raise ImportError(f"ebpo.rewards.{name} moved to {_MOVED[name]}", name=__name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

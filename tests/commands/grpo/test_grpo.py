@@ -148,7 +148,8 @@ def test_help_documents_the_dry_run(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert stop.value.code == 0
     assert "--dry-run parses the arguments exactly as a run would" in out
-    assert "--advantage_estimator" in out and "recipes/trl/README.md" in out
+    assert "--advantage_estimator" in out and "ebpo grpo recipe --list" in out
+    assert "ebpo docs trl" in out and "docs/" not in out.replace("ebpo docs", "")
 
 
 def test_trls_resume_from_its_own_checkpoints_passes_the_output_dir_guard(local_model_and_data):

@@ -1,4 +1,5 @@
-"""The TRL recipes (``recipes/trl/<model>/<method>.yaml``): every one dry-runs
+"""The TRL recipes shipped with the package (``ebpo/integrations/trl/recipes/<model>/<method>.yaml``,
+``ebpo grpo recipe --list``): every one dry-runs
 (``ebpo grpo --config R --dry-run``: parsed as a real run, EBPOTrainer built on a tiny model,
 stopped), has the paper's settings, and has exactly its paper preset's method settings — so a
 recipe and ``PAPER_METHODS`` cannot drift apart. The files are discovered: a new recipe is tested
@@ -34,11 +35,12 @@ from ebpo.integrations.trl import (  # noqa: E402
     available_presets,
     make_config,
 )
+from ebpo.integrations.trl.recipes import RECIPES_DIR as RECIPES_PACKAGE_DIR  # noqa: E402
 
 pytestmark = [pytest.mark.trl]
 
 REPO = Path(__file__).resolve().parents[3]
-RECIPES_DIR = REPO / "recipes" / "trl"
+RECIPES_DIR = RECIPES_PACKAGE_DIR
 RECIPES = sorted(RECIPES_DIR.glob("**/*.yaml"))
 FIXTURES = REPO / "tests" / "fixtures" / "datasets"
 
@@ -292,18 +294,18 @@ def test_a_trainer_preset_as_estimator_is_refused_with_its_settings_written_out(
 
 
 def prepare_data(cwd: Path, data_dir: str, *args: str) -> None:
-    """``DATA_DIR=data_dir recipes/trl/prepare_data.sh ARGS`` in ``cwd``, offline: the hub datasets
+    """``ebpo grpo prepare-data --out-dir data_dir ARGS`` in ``cwd``, offline: the hub datasets
     come from the fixture copies (``EBPO_DATA_DIR``), only AIME 2024 is prepared for evaluation."""
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # ebpo
-        "DATA_DIR": data_dir,
         "EBPO_DATA_DIR": str(FIXTURES),
         "HF_HUB_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",
     }
     done = subprocess.run(
-        ["bash", str(RECIPES_DIR / "prepare_data.sh"), "--eval", "aime-2024", *args],
+        [sys.executable, "-m", "ebpo", "grpo", "prepare-data", "--out-dir", data_dir,
+         "--eval", "aime-2024", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -313,8 +315,8 @@ def prepare_data(cwd: Path, data_dir: str, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    """recipes/trl/prepare_data.sh's directory for the fixture rows, with topic and pass-rate
-    labels (as the commands of recipes/trl/README.md give them)."""
+    """``ebpo grpo prepare-data``'s directory for the fixture rows, with topic and pass-rate
+    labels (as the commands of the recipes' README give them)."""
     root = tmp_path_factory.mktemp("data")
     rows = load_dataset("dapo-math-17k", data_files=FIXTURES / "dapo-math-17k.parquet")
     labels = [
@@ -388,10 +390,11 @@ def test_a_missing_config_file_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
 
 
 def test_the_readme_data_commands_feed_the_ebpo_diff_recipe(tmp_path, monkeypatch, capsys):
-    """recipes/trl/README.md, "Data", as a user meets it, with a tiny model in place of Qwen3 (2
-    samples of 4 tokens), 2 TF-IDF topics and the fixture copies of the hub datasets: without
-    labels the ebpo_diff recipe refuses to start (no difficulty); ``ebpo data label`` then
-    ``prepare_data.sh --labels`` give it the pass rates, and the recipe, unchanged, dry-runs on
+    """The recipes' README (``ebpo grpo recipe --readme``), "Data", as a user meets it, with a
+    tiny model in place of Qwen3 (2 samples of 4 tokens), 2 TF-IDF topics and the fixture copies
+    of the hub datasets: without labels the ebpo_diff recipe refuses to start (no difficulty);
+    ``ebpo data label`` then ``ebpo grpo prepare-data --labels`` give it the pass rates, and the
+    recipe, unchanged, dry-runs on
     what they wrote, easy -> hard."""
     monkeypatch.setenv("EBPO_DATA_DIR", str(FIXTURES))  # ebpo.data's local copies of the hub sets
     recipe = str(RECIPES_DIR / "qwen3-1.7b" / "ebpo_diff.yaml")

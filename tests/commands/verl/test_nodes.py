@@ -92,15 +92,27 @@ def test_doctor_names_the_node_without_the_plugin(cluster):
     assert info["bad"][:12] in verdict and "127.0.0.1" in verdict
 
 
-def test_ebpo_verl_checks_the_cluster_before_launching(cluster, monkeypatch):
+def test_ebpo_verl_checks_the_cluster_before_launching(cluster, tmp_path):
     """``ebpo verl`` pointed at the cluster (``+ray_kwargs.ray_init.address``) stops with the same
-    one line, and launches nothing."""
+    one line, and launches nothing. The paper's recipe, with its data files here: its 4 × 8 GPUs
+    are the cluster's, not this machine's, so the dry run's checks pass (issue #45 item 5)."""
+    from ebpo.integrations.verl.recipes import train_file, val_files
+
     info, env, _ = cluster
+    data = tmp_path / "data"
+    data.mkdir()
+    for path in [train_file(str(data), "file"), *val_files(str(data))]:
+        open(path, "wb").close()
     script = textwrap.dedent(
         f"""
         from ebpo.commands.verl import launcher
+        from ebpo.integrations.verl.recipes import recipe_overrides
         launcher.subprocess.call = lambda *a, **k: print("LAUNCHED") or 0
-        raise SystemExit(launcher.run(["+ray_kwargs.ray_init.address={info["address"]}"]))
+        overrides = recipe_overrides(
+            "ebpo", data_dir={str(data)!r},
+            extra=["+ray_kwargs.ray_init.address={info["address"]}"],
+        )
+        raise SystemExit(launcher.run(overrides))
         """
     )
     out = subprocess.run(

@@ -1,12 +1,9 @@
-"""ebpo.integrations.trl.reward: the math reward as a TRL reward function; the old path
-ebpo.rewards.math_reward is refused with the new one."""
+"""ebpo.integrations.trl.reward: the math reward as a TRL reward function."""
 
 from __future__ import annotations
 
 import inspect
 import math
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -14,7 +11,6 @@ import pytest
 pytest.importorskip("trl")
 
 import ebpo.integrations.trl as trl_integration  # noqa: E402
-import ebpo.rewards  # noqa: E402
 from ebpo.integrations.trl.reward import make_trl_reward, math_reward  # noqa: E402
 
 pytestmark = pytest.mark.trl
@@ -109,30 +105,3 @@ def test_default_reward_is_exported_by_the_trl_integration():
     assert trl_integration.math_reward is math_reward
     assert trl_integration.make_trl_reward is make_trl_reward
     assert math_reward(prompts=["p"], completions=["Answer: 0.5"], answer=["\\frac{1}{2}"]) == [1.0]
-
-
-@pytest.mark.parametrize("name", ["math_reward", "make_trl_reward"])
-def test_old_paths_are_refused_with_the_new_one(name):
-    new = f"ebpo.rewards.{name} moved to ebpo.integrations.trl.reward.{name}"
-    with pytest.raises(ImportError, match=f"^{new}"):
-        getattr(ebpo.rewards, name)
-    with pytest.raises(ImportError, match=f"^{new}"):
-        exec(f"from ebpo.rewards import {name}", {})
-    assert name not in ebpo.rewards.__all__
-
-
-def test_the_refusal_imports_no_integration():
-    # the toolkit may not import the integrations, not even to say where a name went
-    code = (
-        "import sys, ebpo.rewards\n"
-        "try:\n    ebpo.rewards.math_reward\nexcept ImportError as error:\n    print(error)\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('ebpo.integrations', 'trl'))))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
-    )
-    assert done.stdout.splitlines() == [
-        "ebpo.rewards.math_reward moved to ebpo.integrations.trl.reward.math_reward"
-        " (also ebpo.integrations.trl.math_reward)",
-        "[]",
-    ]

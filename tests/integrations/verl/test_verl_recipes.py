@@ -218,9 +218,12 @@ def test_launcher_command_and_plugin_fallback(monkeypatch, entry_point):
     )
     monkeypatch.setattr(launcher, "entry_point_active", lambda: entry_point)
     monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    checked = []  # the dry run's checks (this machine has no GPU: tests/commands/verl/test_machine.py)
+    monkeypatch.setattr(launcher, "check_launchable", lambda args: checked.append(list(args)))
     assert launcher.run(["data.train_batch_size=64"]) == 0
     ((command, env),) = calls
     assert command[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
+    assert checked == [command[3:]]  # checked: exactly what main_ppo gets
     assert "data.train_batch_size=64" in command and "algorithm.adv_estimator=ebpo" in command
     if entry_point:  # verl >= 0.9 loads the plug-in by itself
         assert env is None and ENV_FORWARD not in command
@@ -276,6 +279,7 @@ def test_bad_estimator_overrides_never_launch(monkeypatch):
         launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0
     )
     monkeypatch.setattr(launcher, "entry_point_active", lambda: True)
+    monkeypatch.setattr(launcher, "check_launchable", lambda args: None)  # this machine: no GPU
     with pytest.raises(ValueError, match=r"'prir' .*did you mean 'prior'\?") as error:
         launcher.run(["+algorithm.ebpo.prir=ema"])
     # The valid keys are the estimator's constructor options (+ the plug-in's), not a copied list.
@@ -312,6 +316,7 @@ def test_jspo_plus_plus_options_are_checked_before_launch(monkeypatch):
         launcher.subprocess, "call", lambda command, env=None: calls.append(command) or 0
     )
     monkeypatch.setattr(launcher, "entry_point_active", lambda: True)
+    monkeypatch.setattr(launcher, "check_launchable", lambda args: None)  # this machine: no GPU
     jspo_pp = "algorithm.adv_estimator=jspo_plus_plus"
     with pytest.raises(ValueError, match=r"'smoth_coef' .*did you mean 'smooth_coef'\?") as error:
         launcher.run([jspo_pp, "+algorithm.ebpo.smoth_coef=0.99"])

@@ -1,24 +1,17 @@
-"""ebpo.integrations.verl.reward: verl's compute_score; the old path pkg://ebpo.rewards is
-refused with the new one, also through verl's own loader."""
+"""ebpo.integrations.verl.reward: verl's compute_score, also through verl's own loader."""
 
 from __future__ import annotations
 
 import inspect
 import math
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import ebpo.rewards
 from ebpo.integrations.verl import recipes
 from ebpo.integrations.verl.reward import compute_score
 
 NEW_PATH = "pkg://ebpo.integrations.verl.reward"
-MOVED = (
-    "ebpo.rewards.compute_score moved to ebpo.integrations.verl.reward.compute_score "
-    f"(in verl configs: reward.custom_reward_function.path={NEW_PATH})"
-)
 
 
 def test_verl_compute_score():
@@ -71,14 +64,6 @@ def test_bad_timeout_is_a_value_error(timeout):
         compute_score("m", "Answer: 1", "1", timeout=timeout)
 
 
-def test_old_path_is_refused_with_the_new_one():
-    with pytest.raises(ImportError, match=f"^{re.escape(MOVED)}$"):
-        ebpo.rewards.compute_score  # noqa: B018
-    with pytest.raises(ImportError, match=f"^{re.escape(MOVED)}$"):
-        exec("from ebpo.rewards import compute_score", {})
-    assert "compute_score" not in ebpo.rewards.__all__
-
-
 @pytest.mark.parametrize("recipe", sorted(recipes.RECIPES))
 def test_recipes_name_the_new_path(recipe):
     overrides = recipes.recipe_overrides(recipe)
@@ -100,15 +85,3 @@ def test_verl_loads_compute_score_by_package_path():
         ]
         == 1.0
     )
-
-
-@pytest.mark.verl
-@pytest.mark.slow  # imports verl
-def test_verl_reports_our_message_for_the_old_path():
-    # verl checks hasattr(module, name) first, which would swallow an AttributeError and say only
-    # "Object not found in module"; our ImportError reaches the user instead.
-    from verl.utils.import_utils import load_extern_object
-
-    with pytest.raises(ImportError) as error:
-        load_extern_object(module_path="pkg://ebpo.rewards", object_name="compute_score")
-    assert str(error.value) == MOVED

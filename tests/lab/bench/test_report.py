@@ -64,3 +64,46 @@ def test_write_report_draws_the_plots_and_links_them(tmp_path):
     ):
         assert (out / f"{name}.png").stat().st_size > 0
         assert f"![{name}]({name}.png)" in text
+
+
+def _titles(monkeypatch, summary, config) -> list[str]:
+    """The title of every figure write_plots draws (the plotting functions recorded, not run)."""
+    from ebpo.lab.bench import plots
+
+    titles: list[str] = []
+
+    def record(path, *args, title="", **kwargs):
+        titles.append(title)
+        return path
+
+    monkeypatch.setattr(plots, "plot_panels", record)
+    monkeypatch.setattr(plots, "plot_intervals", record)
+    plots.write_plots(summary, config, Path(config.output_dir))
+    return titles
+
+
+def test_every_figure_of_a_quick_bench_says_it_is_a_smoke_test(tmp_path, monkeypatch):
+    """``ebpo bench --quick``'s PNGs are looked at on their own: each title carries the smoke-test
+    label of results.md, and "differences 0 by construction" when no cell learned."""
+    import dataclasses
+
+    config = dataclasses.replace(bench_config(tmp_path), smoke_test=True)
+    write_cells(config)
+    summary = aggregate(load_cells(config), config)
+    titles = _titles(monkeypatch, summary, config)
+    assert len(titles) == 7  # paired, paired_equal_lr, and the five curves
+    assert all(t.startswith("SMOKE TEST (--quick), not evidence — ") for t in titles), titles
+    learning = summary["learning"]
+    learning["unchanged"] = [f"cell {i}" for i in range(learning["cells"])]  # nothing learned
+    for title in _titles(monkeypatch, summary, config)[-7:]:
+        assert title.startswith(
+            "SMOKE TEST (--quick), not evidence; differences 0 by construction: no cell learned — "
+        )
+
+
+def test_a_full_bench_figure_has_no_label(tmp_path, monkeypatch):
+    config = bench_config(tmp_path)
+    write_cells(config)
+    summary = aggregate(load_cells(config), config)
+    titles = _titles(monkeypatch, summary, config)
+    assert titles and not any("SMOKE" in t or "by construction" in t for t in titles)

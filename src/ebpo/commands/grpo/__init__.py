@@ -5,12 +5,15 @@ mixture, ``--config recipe.yaml``) with ``EBPOConfig``'s ``--advantage_estimator
 
 ``--dry-run`` (ebpo's own flag, :mod:`ebpo.commands.grpo.dry_run`) parses the same arguments,
 builds the trainer on this CPU with a tiny local model and a few rows in place of the model and
-the data, prints what the run would do and stops: ``ebpo grpo --config recipes/trl/qwen3-1.7b/
-ebpo_batch.yaml --dry-run`` checks a recipe anywhere before it goes to a GPU node."""
+the data, prints what the run would do and stops: ``ebpo grpo --config qwen3-1.7b/ebpo_batch
+--dry-run`` checks a shipped recipe (:mod:`.recipes`: ``ebpo grpo recipe --list``) anywhere before
+it goes to a GPU node."""
 
 from __future__ import annotations
 
 import argparse
+
+from ebpo.commands.grpo.recipes import SUBCOMMANDS, resolve_config_name, run_subcommand
 
 SUMMARY = (
     "trl grpo with an ebpo estimator: TRL's flags and YAML configs + --advantage_estimator "
@@ -30,8 +33,11 @@ DRY_RUN_FLAGS = ("--dry-run", "--dry_run")
 
 
 def run(args: argparse.Namespace) -> int:
-    argv = [arg for arg in args.trl_args if arg not in DRY_RUN_FLAGS]
-    if len(argv) == len(args.trl_args):
+    if args.trl_args and args.trl_args[0] in SUBCOMMANDS:
+        return run_subcommand(args.trl_args)
+    trl_args = resolve_config_name(args.trl_args)
+    argv = [arg for arg in trl_args if arg not in DRY_RUN_FLAGS]
+    if len(argv) == len(trl_args):
         # heavy optional import: trl (the trl extra), and the trainer behind it
         from ebpo.commands.grpo.grpo_script import main
 

@@ -12,7 +12,7 @@ three things are swapped while it runs, and the run stops inside ``main`` when t
 * ``trl.get_dataset`` and ``datasets.load_dataset`` return a few rows: the first rows of the
   recipe's own data when it is on this disk (then its files and splits are checked for real, and
   the trainer sees its columns and labels), otherwise synthetic rows in the layout of the recipes'
-  data (``recipes/trl/prepare_data.sh``: the DAPO template as a chat message,
+  data (``ebpo grpo prepare-data``: the DAPO template as a chat message,
   ``reward_model.ground_truth``, ``topic``, ``difficulty``);
 * command-line flags appended after the user's (they win, as any flag over ``--config``): a tiny
   random Llama saved to a temporary directory in place of the model, ``use_cpu``, ``bf16`` /
@@ -276,7 +276,7 @@ def _sample_loader(
         source = _local_source(script_args, dataset_args)
         if source is None:
             note["note"] = (
-                f"{SAMPLE_ROWS} synthetic rows per split in the layout of recipes/trl/prepare_data.sh "
+                f"{SAMPLE_ROWS} synthetic rows per split in the layout of `ebpo grpo prepare-data` "
                 "(the recipe's data is not on this disk)"
             )
             return datasets.DatasetDict(

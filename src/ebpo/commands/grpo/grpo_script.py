@@ -106,7 +106,8 @@ DESCRIPTION = (
     "num_processes: N starts N processes (gloo). DRY RUN: ebpo's own flag --dry-run parses the arguments "
     "exactly as a run would, builds the trainer on this machine's CPU with a tiny local model and a "
     "few rows in place of the model and the data, prints what the run would do and stops (no GPU, "
-    "no Hub). Recipes of the paper's methods: recipes/trl/README.md; details: docs/trl.md."
+    "no Hub). RECIPES of the paper's methods ship with ebpo: --config NAME runs one (ebpo grpo recipe --list, "
+    "--readme for why each setting); ebpo grpo prepare-data writes their data. Details: ebpo docs trl."
 )
 
 

@@ -34,7 +34,7 @@ def check_recipe_file(path: str, dataclass_types: Sequence[type]) -> None:
     kind = _not_a_file(Path(path))
     if kind is not None:
         raise ValueError(
-            f"{where}: {kind}, expected a YAML file (a recipe such as recipes/trl/*/*.yaml)"
+            f"{where}: {kind}, expected a YAML file or a shipped recipe's name (ebpo grpo recipe --list)"
         )
     try:
         data = read_yaml_file(path, where)

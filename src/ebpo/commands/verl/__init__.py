@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ebpo.commands import Parser, one_line, user_error
 from ebpo.commands.verl import launcher
 from ebpo.commands.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
+from ebpo.commands.verl.machine import check_reachable
 from ebpo.commands.verl.prepare_data import add_arguments, run_prepare
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.settings import (
@@ -260,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(*_run_parser().parse_known_args(argv))
     except ValueError as error:
         return user_error(f"ebpo verl {command}", error)
-    except launcher.PluginUnavailable as error:  # an install, not the command line: exit 1
+    except (launcher.PluginUnavailable, launcher.LaunchCheckFailed) as error:  # exit 1: not argv
         print(f"ebpo verl {command}: {one_line(error)}", file=sys.stderr)
         return 1
 
@@ -286,6 +287,8 @@ def _overrides(extra: list[str]) -> list[str]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    if args.address:  # before anything slow: Ray retries an address nobody answers at for minutes
+        check_reachable(args.address)
     print(
         "ebpo verl doctor: checking the verl plug-in in a fresh interpreter "
         "(it imports verl: 12–35 s measured on 2 cores, the longer on a busy machine)...",
@@ -316,6 +319,9 @@ def _doctor(args: argparse.Namespace) -> int:
 def _dry_run(overrides: list[str], print_config: bool) -> int:
     from omegaconf import OmegaConf  # optional heavy dependency (verl extra)
 
+    # ebpo's own keys first (a typo under algorithm.ebpo, a bad value, a combination the plug-in
+    # refuses): in ebpo's words, before verl's validation complains about anything else
+    launcher.check_overrides(overrides)
     try:
         config, notes = launcher.dry_run(overrides)
     except ValueError:  # an invalid configuration (bad override included): a user error, exit 2

@@ -15,7 +15,9 @@ Before launching, :func:`check_overrides` parses the overrides with Hydra's own 
 builds the estimator from the ``algorithm.*`` ones, so a typo (``+algorithm.ebpo.prir=ema``) or a
 bad value — or a combination :mod:`~ebpo.integrations.verl.guards` refuses — fails in a second on
 the command line instead of after the first rollout in a Ray actor; then
-:func:`check_plugin_where_it_runs` makes sure ``import verl`` registers ebpo's estimators where
+:func:`check_launchable` runs the dry run's checks and refuses a configuration this machine cannot
+run as written (GPUs asked for and not here, data files or a model folder missing), before Ray
+starts; :func:`check_plugin_where_it_runs` makes sure ``import verl`` registers ebpo's estimators where
 verl will compute advantages (every node of the Ray cluster ``main_ppo`` joins, or a fresh
 interpreter here when it starts its own).
 
@@ -25,6 +27,8 @@ A dry run composes and validates the config on CPU: :mod:`ebpo.commands.verl.val
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -32,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from ebpo.commands.verl.machine import cluster_address
 from ebpo.commands.verl.validation import (
     OUR_ESTIMATORS,
     check_options_read,
@@ -56,7 +61,9 @@ from ebpo.integrations.verl.guards import (
 __all__ = [
     "CALLBACK_FQN",
     "PLUGIN_MODULE",
+    "LaunchCheckFailed",
     "PluginUnavailable",
+    "check_launchable",
     "check_options_read",
     "check_overrides",
     "check_plugin_where_it_runs",
@@ -214,10 +221,11 @@ class PluginUnavailable(RuntimeError):
 
 
 def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | None) -> None:
-    """Before launching: on the Ray cluster ``main_ppo`` will join (``ray_kwargs.ray_init.address``
-    or ``RAY_ADDRESS``), every node must register ebpo's estimators on ``import verl`` (verl's
-    ``TaskRunnerV1`` lands on any of them); without a cluster, a fresh interpreter here must
-    (``main_ppo`` starts its Ray workers on this machine).
+    """Before launching: on the Ray cluster ``main_ppo`` will join (``RAY_ADDRESS``,
+    ``ray_kwargs.ray_init.address`` or the one ``ray start`` started here:
+    :func:`~ebpo.commands.verl.machine.cluster_address`), every node must register ebpo's
+    estimators on ``import verl`` (verl's ``TaskRunnerV1`` lands on any of them); without a
+    cluster, a fresh interpreter here must (``main_ppo`` starts its Ray workers on this machine).
 
     Raises:
         PluginUnavailable: one line naming the node (or this machine) and why.
@@ -232,8 +240,8 @@ def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | Non
     forwarded = {
         key: value for key, value in (env or {}).items() if key == "VERL_USE_EXTERNAL_MODULES"
     }
-    address = override_value(args, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS")
-    if address and address != "local":
+    address = cluster_address(override_value(args, "ray_kwargs.ray_init.address"))
+    if address:
         failure = first_failure(check_nodes(address, env_vars=forwarded))
         if failure:
             raise PluginUnavailable(failure)
@@ -249,11 +257,38 @@ def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | Non
         )
 
 
+def check_launchable(args: Sequence[str]) -> None:
+    """The dry run's checks before a real launch: the full argument list composed and validated
+    as ``main_ppo`` will (:func:`dry_run`), and refused when this machine cannot run it as written
+    (:func:`~ebpo.commands.verl.machine.launch_problems`: GPUs, data files, the model folder, a
+    cluster nothing answers at). Ray is not started; nothing is written.
+
+    Raises:
+        ValueError: the configuration is invalid or cannot run here (one line; exit 2).
+        LaunchCheckFailed: verl failed on a configuration nothing refused (one line; exit 1).
+    """
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # verl's "checks passed" print
+            dry_run(args, launch=True)
+    except ValueError:
+        raise
+    except Exception as error:  # verl itself failing while composing / validating
+        raise LaunchCheckFailed(
+            f"the dry run before the launch FAILED: {type(error).__name__}: {error}"
+        ) from error
+
+
+class LaunchCheckFailed(RuntimeError):
+    """verl failed on a configuration no check refused, in the dry run before a launch."""
+
+
 def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
     """Run ``python -m verl.trainer.main_ppo`` with the plug-in; returns its exit code.
 
     Raises:
-        ValueError: the overrides fail :func:`check_overrides` (nothing is launched).
+        ValueError: the overrides fail :func:`check_overrides`, or :func:`check_launchable`
+            (nothing is launched, Ray is not started).
+        LaunchCheckFailed: verl fails in :func:`check_launchable`'s dry run.
         PluginUnavailable: ebpo's estimators are not registered where verl will run them
             (:func:`check_plugin_where_it_runs`; nothing is launched).
     """
@@ -263,6 +298,7 @@ def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
     via_env = not entry_point_active()
     args = with_defaults(overrides, plugin_via_env=via_env) if defaults else list(overrides)
     env = _external_modules_env() if via_env else None
+    check_launchable(args)
     estimator = override_value(args, "algorithm.adv_estimator")
     if estimator in OUR_ESTIMATORS:
         check_plugin_where_it_runs(args, env)

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ebpo.commands.verl.machine import check_reachable
 from ebpo.integrations.verl.advantage import REGISTERED_NAMES
 
 __all__ = [
@@ -182,6 +183,7 @@ def check_nodes(
 
     if ray.is_initialized():
         raise RuntimeError("check_nodes connects to the cluster itself: call it outside ray.init")
+    check_reachable(address)  # ray.init retries an address nobody answers at for minutes
     ray.init(
         address=address,
         include_dashboard=False,

@@ -4,7 +4,9 @@ A dry run (:func:`dry_run`) composes the config with Hydra exactly as ``main_ppo
 (``verl/trainer/config/ppo_trainer.yaml`` + overrides), resolves every interpolation, runs verl's
 own ``validate_config`` and then our checks (estimator registered, ``algorithm.ebpo.*`` options
 valid and set only for an estimator that reads them, checkpoint callback and reward function
-importable). Nothing needs a GPU. Whatever makes the configuration invalid — an override Hydra
+importable) and what :func:`~ebpo.commands.verl.machine.launch_problems` finds that this machine
+lacks to launch it (GPUs, data files, the model folder: warnings here, refusals for a real
+launch). Nothing needs a GPU. Whatever makes the configuration invalid — an override Hydra
 cannot apply, an assertion of verl's validation, one of our checks — is a ValueError (``ebpo verl
 … --dry-run`` exits 2 with one line); only verl failing on a configuration nothing refused is
 reported as "dry run FAILED" (exit 1). verl's warnings about the machine (no accelerator) and its
@@ -20,6 +22,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ebpo.commands.verl.machine import launch_problems
 from ebpo.estimators import estimator_options, make_estimator
 from ebpo.integrations.verl.advantage import OPTIONS_SECTION, REGISTERED_NAMES, resolve_options
 from ebpo.integrations.verl.guards import (
@@ -79,7 +82,6 @@ def validate(config: Any) -> list[str]:
     notes += _check_estimator(config, folder)
     _load_checkpoint_callback(config)
     notes += _load_reward_function(config)
-    notes += _missing_data_files(config)
     return notes
 
 
@@ -188,19 +190,6 @@ def _load_reward_function(config: Any) -> list[str]:
     return []
 
 
-def _missing_data_files(config: Any) -> list[str]:
-    notes = []
-    for key in ("train_files", "val_files"):
-        files = config.data.get(key)
-        files = [files] if isinstance(files, str) else list(files or [])
-        missing = [f for f in files if "://" not in f and not os.path.exists(f)]
-        if missing:
-            notes.append(
-                f"WARNING: data.{key} not found here: {missing} (run `ebpo verl prepare-data`)"
-            )
-    return notes
-
-
 def _positive_int(config: Any, key: str) -> int:
     """``config.<key>`` (a dotted path), which must be a positive integer: a ValueError naming
     the key otherwise (``data.train_batch_size=abc`` composes, as a string)."""
@@ -221,14 +210,17 @@ def _names_override(key: str, value: str) -> Iterator[None]:
         raise ValueError(f"{key}={value!r} cannot be loaded: {error}") from error
 
 
-def dry_run(overrides: Sequence[str]) -> tuple[Any, list[str]]:
-    """Compose and validate; returns ``(config, notes)``.
+def dry_run(overrides: Sequence[str], *, launch: bool = False) -> tuple[Any, list[str]]:
+    """Compose and validate; returns ``(config, notes)``. What this machine lacks to launch the
+    config (:func:`~ebpo.commands.verl.machine.launch_problems`) is a warning note — or, with
+    ``launch`` (``ebpo verl`` before a real launch), a ValueError.
 
     Raises:
         ValueError: the configuration is invalid — the overrides do not compose with verl's
             config (an unknown key without ``+``, a missing config group, a bad interpolation),
             verl's ``validate_config`` refuses it (its assertions included), or one of our
-            checks does. The message is one the user can act on (``ebpo verl`` exits 2).
+            checks does; with ``launch``, this machine cannot run it as written. The message is
+            one the user can act on (``ebpo verl`` exits 2).
         Exception: anything else — verl or its dependencies failing on a configuration nothing
             refused (``ebpo verl`` reports "dry run FAILED" and exits 1).
     """
@@ -244,6 +236,13 @@ def dry_run(overrides: Sequence[str]) -> tuple[Any, list[str]]:
             notes = validate(config)
         except (AssertionError, HydraException, OmegaConfBaseException) as error:
             raise ValueError(f"verl refuses the configuration: {error}") from error
+    problems = launch_problems(config)
+    if launch and problems:
+        raise ValueError(
+            "this machine cannot run the configuration as written (nothing was launched): "
+            + "; ".join(problems)
+        )
+    notes += [f"WARNING: a launch from this machine would stop here: {p}" for p in problems]
     return config, notes + noise
 
 

@@ -114,7 +114,7 @@ def resolve_estimator(name: Any, options: dict[str, Any]) -> tuple[str, dict[str
         f"unknown advantage_estimator {name!r}; expected an estimator {ebpo.available_estimators()} "
         f"or a named variant {variants}; a variant is an estimator with options, written out as "
         '--advantage_estimator ebpo --estimator_options \'{"prior": "batch"}\'; the presets '
-        f"{list(TRAINER_PRESETS)} also set the trainer (docs/trl.md)"
+        f"{list(TRAINER_PRESETS)} also set the trainer (`ebpo docs trl`)"
     )
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import trl
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.rewards import get_soft_overlong_punishment
@@ -65,6 +66,11 @@ from ebpo.integrations.trl.signal import NoSignalWatch
 from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.integrations.trl.trace import RankTrace
 from ebpo.integrations.trl.train_data import check_columns, eval_splits, reorder
+from ebpo.integrations.trl.trl_version import check_trl
+
+check_trl(
+    trl.__version__, GRPOTrainer
+)  # before the subclass: a missing method is named, not ignored
 
 __all__ = [
     "ESTIMATOR_STATE_FILE",

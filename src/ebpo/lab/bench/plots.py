@@ -23,7 +23,7 @@ from ebpo.lab.bench.config import BenchConfig
 from ebpo.lab.bench.methods import REFERENCE_METHOD
 from ebpo.utils.plotting import Limits, moving_average, plot_intervals, plot_panels
 
-__all__ = ["write_plots"]
+__all__ = ["figure_label", "write_plots"]
 
 #: curve -> (file name, title, y label, scale, limits of the plotted value)
 CURVES: dict[str, tuple[str, str, str, float, Limits]] = {
@@ -35,17 +35,33 @@ CURVES: dict[str, tuple[str, str, str, float, Limits]] = {
 }
 
 
+def figure_label(summary: Mapping[str, Any]) -> str:
+    """What every figure's title starts with when the results are not evidence (the short form of
+    :func:`~ebpo.lab.bench.report.caveats`, which results.md and the console show): a smoke test
+    (``--quick``), and differences that are 0 by construction because no cell learned. A PNG
+    shown on its own must carry it too. Empty otherwise."""
+    learning = summary["learning"]
+    parts = ["SMOKE TEST (--quick), not evidence"] if summary["config"].get("smoke_test") else []
+    if learning["cells"] and len(learning["unchanged"]) == learning["cells"]:
+        parts.append("differences 0 by construction: no cell learned")
+    return "; ".join(parts) + " — " if parts else ""
+
+
 def write_plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) -> list[Path]:
-    """Draw every figure the summary has data for into ``out``; returns their paths."""
-    images = _paired_plots(summary, config, out)
+    """Draw every figure the summary has data for into ``out``, each title headed by
+    :func:`figure_label`; returns their paths."""
+    label = figure_label(summary)
+    images = _paired_plots(summary, config, out, label)
     for curve in CURVES:
-        path = _curve_plot(summary, curve, out)
+        path = _curve_plot(summary, curve, out, label)
         if path is not None:
             images.append(path)
     return images
 
 
-def _paired_plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) -> list[Path]:
+def _paired_plots(
+    summary: Mapping[str, Any], config: BenchConfig, out: Path, label: str
+) -> list[Path]:
     images = []
     # paired.png: each method at its validation-chosen rate; paired_equal_lr.png: method and GRPO
     # at the same rate (one row of panels per rate), which isolates the estimator from its rate
@@ -80,13 +96,13 @@ def _paired_plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) ->
                 panels,
                 ncols=len({r["G"] for r in rows}),
                 xlabel="held-out Pass@1, method − GRPO (points)",
-                title=f"Paired difference to GRPO, 95% interval over seeds ({what})",
+                title=f"{label}Paired difference to GRPO, 95% interval over seeds ({what})",
             )
         )
     return images
 
 
-def _curve_plot(summary: Mapping[str, Any], curve: str, out: Path) -> Path | None:
+def _curve_plot(summary: Mapping[str, Any], curve: str, out: Path, label: str) -> Path | None:
     """One curve as small multiples (method vs GRPO per G), or, for the shrinkage, one panel per
     G with every method that has one. None when no cell has the curve."""
     name, title, ylabel, scale, limits = CURVES[curve]
@@ -131,7 +147,7 @@ def _curve_plot(summary: Mapping[str, Any], curve: str, out: Path) -> Path | Non
         bands=bands,
         ncols=ncols,
         ylabel=ylabel,
-        title=f"{title}, mean and 95% CI over seeds ({what})",
+        title=f"{label}{title}, mean and 95% CI over seeds ({what})",
         limits=limits,
         sharex=True,
         sharey=True,

@@ -158,7 +158,7 @@ def caveats(summary: Mapping[str, Any]) -> list[str]:
             f"steps of {cfg['prompts_per_step']} prompts"
             + (f" from a {warm}-step warm start" if warm else "")
             + " check that the bench runs end to end; the differences say nothing about the "
-            "methods. The comparison is `ebpo bench` (docs/results.md)."
+            "methods. The comparison is `ebpo bench` (`ebpo docs results`)."
         )
     n, unchanged, silent = learning["cells"], learning["unchanged"], learning["no_signal"]
     if n and len(unchanged) == n:

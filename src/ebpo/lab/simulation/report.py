@@ -189,25 +189,44 @@ def saturation_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots:
         markdown_table(rows, cols, headers=headers, digits=3),
     ]
     if plots:
-        curve = penalty_curve(
-            group_size=size["group_size"], prompts_per_step=size["prompts_per_step"], seed=seed
-        )
-        mu = [r["mu"] for r in curve]
-        series = {
-            "Thm 3.2: −S·μ_glob": (mu, [r["predicted_raw"] for r in curve]),
-            "raw (normalize=none)": (mu, [r["raw"] for r in curve]),
-            "centred (= −S·r̄_batch)": (mu, [r["centred"] for r in curve]),
-            "batch-normalised (default)": (mu, [r["normalised"] for r in curve]),
-        }
-        png = plot_lines(
-            out_dir / "saturation_penalty.png",
-            series,
-            title=f"EBPO advantage of all-zero groups, θ ~ Beta(4μ, 4(1−μ)), G = {size['group_size']}",
-            xlabel="μ (mean success rate)",
-            ylabel="mean advantage",
-        )
+        png = _plot_penalty_curve(size, seed, out_dir)
         text.append(f"\n![saturation penalty]({png.name})")
     return "\n".join(text) + "\n"
+
+
+#: prompts a step of the penalty curve: at μ = 0.95 about 0.3 % of G = 4 groups fail entirely, so
+#: 5 steps of 1024 prompts hold some 16 all-zero groups; at the experiment's --quick size (64
+#: prompts) μ = 0.85 had none, its point was NaN and every line broke between μ = 0.8 and 0.9
+CURVE_PROMPTS = 1024
+
+
+def _plot_penalty_curve(size: Mapping[str, Any], seed: int, out_dir: Path) -> Path:
+    """``saturation_penalty.png``: :func:`penalty_curve` (at least :data:`CURVE_PROMPTS` prompts
+    a step, whatever the experiment's size). A μ without any all-zero group has no point: it is
+    left out of the lines (which join its neighbours) and named in the title."""
+    curve = penalty_curve(
+        group_size=size["group_size"],
+        prompts_per_step=max(size["prompts_per_step"], CURVE_PROMPTS),
+        seed=seed,
+    )
+    kept = [r for r in curve if math.isfinite(r["raw"])]
+    mu = [r["mu"] for r in kept]
+    series = {
+        "Thm 3.2: −S·μ_glob": (mu, [r["predicted_raw"] for r in kept]),
+        "raw (normalize=none)": (mu, [r["raw"] for r in kept]),
+        "centred (= −S·r̄_batch)": (mu, [r["centred"] for r in kept]),
+        "batch-normalised (default)": (mu, [r["normalised"] for r in kept]),
+    }
+    missing = [f"{r['mu']:.2f}" for r in curve if not math.isfinite(r["raw"])]
+    note = f" (no all-zero group sampled at μ = {', '.join(missing)}: no point)" if missing else ""
+    return plot_lines(
+        out_dir / "saturation_penalty.png",
+        series,
+        title=f"EBPO advantage of all-zero groups, θ ~ Beta(4μ, 4(1−μ)), G = {size['group_size']}"
+        + note,
+        xlabel="μ (mean success rate)",
+        ylabel="mean advantage",
+    )
 
 
 def _seeds(seed: int, size: Mapping[str, Any]) -> tuple[list[int], list[int]]:
@@ -242,6 +261,9 @@ def bandit_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: boo
         f"**Each estimator at its own best learning rate** (chosen on validation seeds {validation}, "
         f"from {list(size['learning_rates'])}):\n",
         markdown_table(fair, list(fair[0])),
+        *_edge_note(
+            {f"{e} G={g}": lr for (e, g), lr in study["best_lr"].items()}, size["learning_rates"]
+        ),
         f"\n**All estimators at the same learning rate {study['equal_lr']:g}:**\n",
         markdown_table(same, list(same[0])),
         "\nThe sweep on the validation seeds (final success; * = chosen):\n",
@@ -348,6 +370,7 @@ def priors_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: boo
             progress=True,
         )
         rows = study["rows"]
+        edge = _edge_note({r["variant"]: r["lr"] for r in rows}, size["learning_rates"])
         for r in rows:
             r["lr"] = f"{r['lr']:g}"
             r["final ± se"] = _mean_se(r["final"], r["final_se"])
@@ -362,6 +385,7 @@ def priors_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: boo
         text += [
             f"\n**EBPO with normalize={normalize}{note}:**\n",
             markdown_table(rows, cols, headers=headers, digits=3),
+            *edge,
         ]
         if plots:
             acc = {
@@ -381,6 +405,32 @@ def priors_section(size: Mapping[str, Any], seed: int, out_dir: Path, plots: boo
             )
             text.append(f"\n![priors {normalize}]({png.name})")
     return "\n".join(text) + "\n"
+
+
+def _edge_note(chosen: Mapping[str, float], grid: Sequence[float]) -> list[str]:
+    """A paragraph (as a one-item list; none when it does not apply) naming the estimators whose
+    validation-chosen learning rate is the top or the bottom of the grid: their best rate may lie
+    beyond it, and a table of them compares the grid's edge, not their optima."""
+    rates = sorted({float(lr) for lr in grid})
+    if len(rates) < 2 or not chosen:
+        return []
+    parts = []
+    for edge, where, beyond in ((rates[-1], "top", "above"), (rates[0], "bottom", "below")):
+        names = [name for name, lr in chosen.items() if float(lr) == edge]
+        if not names:
+            continue
+        who = "every row" if len(names) == len(chosen) else ", ".join(names)
+        parts.append(
+            f"chosen at the {where} of the grid ({edge:g}): {who} — the best rate may lie {beyond} it"
+        )
+    if not parts:
+        return []
+    return [
+        "\n**Learning rate at the edge of the grid:** "
+        + "; ".join(parts)
+        + ". These rows compare the estimators at the grid's edge, not at their own optima "
+        "(`ebpo simulate --quick` has a 3-rate grid; the full run's is wider)."
+    ]
 
 
 def _parameters(config: BanditConfig) -> str:
