@@ -156,7 +156,7 @@ def test_help_says_what_a_run_is_and_where_the_docs_are(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert stop.value.code == 0
     assert "ESTIMATOR@SEED=PATH" in out and "95% Student-t interval" in out
-    assert "docs/compare.md" in out and "--ignore KEY" in out
+    assert "ebpo docs compare" in out and "--ignore KEY" in out
 
 
 def _trl_pair(tmp_path, rewards):
