@@ -259,7 +259,7 @@ def _train_run(folder: Path, where: str) -> Run:
             logged.add(record["step"], record, place)
     final = manifest.get("global_step")
     for name, step in (("eval_before.json", 0), ("eval_after.json", final)):
-        if (folder / name).is_file():
+        if (folder / name).is_file() and step is not None:  # no global_step: a run unfinished
             evaluation = read_json_file(folder / name, f"{where}: {name}")
             if isinstance(evaluation, dict) and "overall" in evaluation:
                 run.files.append(folder / name)
