@@ -160,7 +160,7 @@ VERL_CASES = [
     CliCase(
         "duplicate-field",
         ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 8: cannot be read \(field 'score' appears twice\)",
+        R + r"run/1\.jsonl: line 8: cannot be read \(key 'score' appears twice in one object\)",
         setup=dumps(s1=edit(1, 8, '"score": ', '"score": 1.0, "score": ')),
     ),
     CliCase(
