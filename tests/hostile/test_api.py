@@ -382,167 +382,65 @@ _BB = r"rewards must lie in \[0, 1\] for ebpo_bb .*got "
 batch_case("ebpo_bb", "reward-above-1", _BB + r"2.0", [1.0, 2.0], Z2)
 batch_case("ebpo_bb", "reward-below-0", _BB + r"-0.5", [-0.5, 1.0], Z2)
 
+
 # ---------------------------------------------------------------------- bad options, every estimator
+def refused(names: Any, option: str, must: str, values: Any) -> list[tuple[str, dict, str]]:
+    """Rows ``(name, {option: v}, "<option> <must>, got <v!r>")`` for every name and value."""
+    return [(n, {option: v}, rf"{option} {must}, got " + repr(v)) for n in names for v in values]
+
+
+def one_of(*choices: str) -> str:
+    return r"must be one of \[" + ", ".join(map(repr, choices)) + r"\]"
+
+
+def unknown(name: str, option: str, value: Any) -> tuple[str, dict, str]:
+    return (name, {option: value}, rf"unknown option\(s\) \['{option}'\] for estimator {name!r}")
+
+
+POSITIVE = "must be a positive finite number"
 BAD_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     ("nope", {}, r"unknown estimator 'nope'; expected one of \["),
     (None, {}, r"unknown estimator None"),
-]
-for name in NAMES:
-    BAD_OPTIONS += [
-        (name, {"eps": value}, r"eps must be a positive finite number, got " + pattern)
-        for value, pattern in [
-            (0, "0"),
-            (-1.0, "-1.0"),
-            (math.nan, "nan"),
-            (math.inf, "inf"),
-            ("1e-6", "'1e-6'"),
-            (True, "True"),
-            (None, "None"),
-        ]
-    ]
-    BAD_OPTIONS += [
-        (
-            name,
-            {"nan_policy": value},
-            r"nan_policy must be one of \['raise', 'mask'\], got " + repr(value),
-        )
-        for value in ("ignore", None, 1)
-    ]
-    BAD_OPTIONS.append(
-        (
-            name,
-            {"priorr": "history"},
-            r"unknown option\(s\) \['priorr'\] for estimator " + repr(name),
-        )
-    )
-for name in ("grpo", "dr_grpo"):
-    BAD_OPTIONS += [
-        (name, {"scale": v}, r"scale must be one of \['group', 'batch', 'none'\], got " + repr(v))
-        for v in ("token", None)
-    ]
-BAD_OPTIONS += [
-    (
-        "reinforce_pp_baseline",
-        {"whiten": v},
-        r"whiten must be one of \['responses', 'tokens'\], got " + repr(v),
-    )
-    for v in ("token", "batch", None, True)
-]
-BAD_OPTIONS.append(
-    ("grpo", {"whiten": "tokens"}, r"unknown option\(s\) \['whiten'\] for estimator 'grpo'")
-)
-BAD_OPTIONS += [
-    (
-        "jspo",
-        {"lambda_form": v},
-        r"lambda_form must be one of \['released_code', 'project_page'\], got " + repr(v),
-    )
-    for v in ("page", None, 1)
-]
-BAD_OPTIONS += [
-    (
-        "jspo_plus_plus",
-        {"smooth_coef": v},
-        r"smooth_coef must be a number in \[0, 1\] \(0 = no smoothing\), got " + p,
-    )
-    for v, p in [
-        (-0.1, "-0.1"),
-        (1.5, "1.5"),
-        (math.nan, "nan"),
-        (math.inf, "inf"),
-        (True, "True"),
-        ("0.99", "'0.99'"),
-        (None, "None"),
-    ]
-]
-BAD_OPTIONS.append(
-    (
-        "jspo_plus_plus",
-        {"lambda_form": "project_page"},
-        r"unknown option\(s\) \['lambda_form'\] for estimator 'jspo_plus_plus'",
-    )
-)
-for name in ("ebpo", "ebpo_bb"):
-    BAD_OPTIONS += [
-        (name, {"prior": v}, r"prior must be one of \['history', 'batch', 'ema'\], got " + repr(v))
-        for v in ("forever", None)
-    ]
-    BAD_OPTIONS += [
-        (name, {"half_life": v}, r"half_life must be a positive finite number, got " + p)
-        for v, p in [
-            (0, "0"),
-            (-1, "-1"),
-            (math.nan, "nan"),
-            (math.inf, "inf"),
-            (True, "True"),
-            ("50", "'50'"),
-        ]
-    ]
-    BAD_OPTIONS += [
-        (
-            name,
-            {"normalize": v},
-            r"normalize must be one of \['batch', 'center', 'none'\], got " + repr(v),
-        )
-        for v in ("group", None)
-    ]
-    BAD_OPTIONS += [
-        (name, {"per_cluster": v}, r"per_cluster must be True or False, got " + repr(v))
-        for v in (1, "yes", None)
-    ]
-    BAD_OPTIONS += [
-        (
-            name,
-            {"min_cluster_groups": v},
-            r"min_cluster_groups must be a positive integer, got " + repr(v),
-        )
-        for v in (0, -1, 1.5, True)
-    ]
-BAD_OPTIONS += [
-    (
-        "ebpo",
-        {"within_variance": v},
-        r"within_variance must be one of \['pooled', 'within'\], got " + repr(v),
-    )
-    for v in ("x", None)
-]
-BAD_OPTIONS += [
-    ("ebpo", {"tau2": v}, r"tau2 must be one of \['raw', 'corrected'\], got " + repr(v))
-    for v in ("x", None)
-]
-BAD_OPTIONS += [
-    (
-        "ebpo",
-        {"prior_mean": v},
-        r"prior_mean must be one of \['rewards', 'group_means'\], got " + repr(v),
-    )
-    for v in ("mean", "group_mean", None)
-]
-BAD_OPTIONS += [
-    ("ebpo_bb", {"warmup_groups": v}, r"warmup_groups must be a positive integer, got " + repr(v))
-    for v in (0, 2.5, True)
-]
-BAD_OPTIONS += [
-    (
-        "ebpo_bb",
-        {"within_variance": "within"},
-        r"unknown option\(s\) \['within_variance'\] for estimator 'ebpo_bb'",
+    *refused(NAMES, "eps", POSITIVE, [0, -1.0, math.nan, math.inf, "1e-6", True, None]),
+    *refused(NAMES, "nan_policy", one_of("raise", "mask"), ["ignore", None, 1]),
+    *[unknown(name, "priorr", "history") for name in NAMES],
+    *refused(["grpo", "dr_grpo"], "scale", one_of("group", "batch", "none"), ["token", None]),
+    *refused(
+        ["reinforce_pp_baseline"],
+        "whiten",
+        one_of("responses", "tokens"),
+        ["token", "batch", None, True],
     ),
-    (
-        "ebpo_bb",
-        {"prior_mean": "group_means"},
-        r"unknown option\(s\) \['prior_mean'\] for estimator 'ebpo_bb'",
+    unknown("grpo", "whiten", "tokens"),
+    *refused(["jspo"], "lambda_form", one_of("released_code", "project_page"), ["page", None, 1]),
+    *refused(
+        ["jspo_plus_plus"],
+        "smooth_coef",
+        r"must be a number in \[0, 1\] \(0 = no smoothing\)",
+        [-0.1, 1.5, math.nan, math.inf, True, "0.99", None],
     ),
-    ("rloo", {"scale": "group"}, r"unknown option\(s\) \['scale'\] for estimator 'rloo'"),
+    unknown("jspo_plus_plus", "lambda_form", "project_page"),
+    *refused(["ebpo", "ebpo_bb"], "prior", one_of("history", "batch", "ema"), ["forever", None]),
+    *refused(["ebpo", "ebpo_bb"], "half_life", POSITIVE, [0, -1, math.nan, math.inf, True, "50"]),
+    *refused(["ebpo", "ebpo_bb"], "normalize", one_of("batch", "center", "none"), ["group", None]),
+    *refused(["ebpo", "ebpo_bb"], "per_cluster", "must be True or False", [1, "yes", None]),
+    *refused(
+        ["ebpo", "ebpo_bb"], "min_cluster_groups", "must be a positive integer", [0, -1, 1.5, True]
+    ),
+    *refused(["ebpo"], "within_variance", one_of("pooled", "within"), ["x", None]),
+    *refused(["ebpo"], "tau2", one_of("raw", "corrected"), ["x", None]),
+    *refused(
+        ["ebpo"], "prior_mean", one_of("rewards", "group_means"), ["mean", "group_mean", None]
+    ),
+    *refused(["ebpo_bb"], "warmup_groups", "must be a positive integer", [0, 2.5, True]),
+    unknown("ebpo_bb", "within_variance", "within"),
+    unknown("ebpo_bb", "prior_mean", "group_means"),
+    unknown("rloo", "scale", "group"),
 ]
 for name, options, match in BAD_OPTIONS:
     label = "-".join(f"{k}={v!r}" for k, v in options.items()) or "name"
-    case(
-        f"make-{name}-{label}",
-        None,
-        lambda name=name, options=options: ebpo.make_estimator(name, **options),
-        match,
-    )
+    make = lambda name=name, options=options: ebpo.make_estimator(name, **options)  # noqa: E731
+    case(f"make-{name}-{label}", None, make, match)
 
 
 # ---------------------------------------------------------------------- bad state dicts (EBPO)
@@ -1123,6 +1021,32 @@ def same_as(
     assert json.dumps(hostile.state_dict()) == json.dumps(plain.state_dict())
 
 
+def _good(e: Any) -> Any:
+    return e(*GOOD)
+
+
+def _half_masked(e: Any) -> Any:
+    return e(*GOOD, mask=[True, False] * 3)
+
+
+#: mask types read as the booleans [True, False] * 3
+_MASKS = {
+    "mask-uint16": np.array([1, 0] * 3, dtype=np.uint16),
+    "mask-uint64": np.array([1, 0] * 3, dtype=np.uint64),
+    "mask-torch-uint8": torch.tensor([1, 0] * 3, dtype=torch.uint8),
+    "mask-torch-uint16": torch.tensor([1, 0] * 3, dtype=torch.uint16),
+    "mask-torch-uint64": torch.tensor([1, 0] * 3, dtype=torch.uint64),
+}
+#: group ids that make the same three groups as GOOD's
+_IDS = {
+    "ids-at-least-2**63-list": [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1],
+    "ids-2**63-apart-list": [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2],
+    "ids-uint64-array": np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64),
+    "ids-uint64-tensor": torch.tensor([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=torch.uint64),
+    "ids-int64-extremes": [-(2**63)] * 2 + [2**63 - 1] * 2 + [0] * 2,
+    "ids-tuple": tuple(GOOD[1]),
+    "ids-strings-array": np.array(["x", "x", "y", "y", "z", "z"]),
+}
 ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
     (
         "bool-rewards",
@@ -1136,7 +1060,7 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
     ),
     (
         "padding-rows",
-        lambda e: e(*GOOD),
+        _good,
         lambda e: e(
             GOOD[0] + [math.nan, 5.0, -1.0], GOOD[1] + [9, 0, 7], mask=[True] * 6 + [False] * 3
         ),
@@ -1146,64 +1070,8 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
         lambda e: e(*GOOD, mask=[True] * 5 + [False]),
         lambda e: e(GOOD[0][:5] + [math.nan], GOOD[1]),
     ),  # the hostile estimator is rebuilt with nan_policy="mask" below
-    (
-        "mask-uint16",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint16)),
-    ),
-    (
-        "mask-uint64",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint64)),
-    ),
-    (
-        "mask-torch-uint8",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint8)),
-    ),
-    (
-        "mask-torch-uint16",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint16)),
-    ),
-    (
-        "mask-torch-uint64",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint64)),
-    ),
-    (
-        "ids-at-least-2**63-list",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1]),
-    ),
-    (
-        "ids-2**63-apart-list",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2]),
-    ),
-    (
-        "ids-uint64-array",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64)),
-    ),
-    (
-        "ids-uint64-tensor",
-        lambda e: e(*GOOD),
-        lambda e: e(
-            GOOD[0], torch.tensor([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=torch.uint64)
-        ),
-    ),
-    (
-        "ids-int64-extremes",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], [-(2**63)] * 2 + [2**63 - 1] * 2 + [0] * 2),
-    ),
-    ("ids-tuple", lambda e: e(*GOOD), lambda e: e(GOOD[0], tuple(GOOD[1]))),
-    (
-        "ids-strings-array",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], np.array(["x", "x", "y", "y", "z", "z"])),
-    ),
+    *[(label, _half_masked, lambda e, m=mask: e(*GOOD, mask=m)) for label, mask in _MASKS.items()],
+    *[(label, _good, lambda e, ids=ids: e(GOOD[0], ids)) for label, ids in _IDS.items()],
     (
         "int-reward-tensor",
         lambda e: e(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1]),
