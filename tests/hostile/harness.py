@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,26 @@ class CliCase:
     setup: Callable[[Path], None] | None = None
     code: int = 2
     env: dict[str, str] = field(default_factory=dict)
+
+
+def cli_rows(
+    argv: Sequence[str],
+    prefix: str,
+    rows: Iterable[tuple[str, str | Sequence[str], str]],
+    setup: Callable[[Path], None] | None = None,
+) -> list[CliCase]:
+    """One :class:`CliCase` per row ``(id, extra, match)`` that share their command and setup:
+    ``ebpo *argv *extra`` (``extra``: a shell-quoted string, or a list of arguments) must end in
+    one stderr line matching ``prefix + match``."""
+    return [
+        CliCase(
+            id,
+            [*argv, *(shlex.split(extra) if isinstance(extra, str) else extra)],
+            prefix + match,
+            setup,
+        )
+        for id, extra, match in rows
+    ]
 
 
 def state_of(obj: Any) -> str:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_rows, ids
 
 HERE = __name__  # importable as tests.hostile.test_cli_data: the --topic-fn functions below
 
@@ -111,6 +111,135 @@ MALFORMED = {
     ),
 }
 
+_COLUMNS = r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]"
+_TOPIC_FN = r"the labelling function " + HERE
+#: (id, arguments after ``ebpo data label in.jsonl -o out.jsonl``, message) on a good input
+LABEL_ROWS = [
+    (
+        "label-in-place-and-another-output",
+        "--in-place",
+        r"--in-place writes to the input file "
+        r"'in\.jsonl'; drop --output 'out\.jsonl' or --in-place",
+    ),
+    # numbers
+    (
+        "label-split-with-a-file",
+        "--split test",
+        r"--split is for dataset names; 'in\.jsonl' is a file",
+    ),
+    ("label-limit-0", "--limit 0", r"--limit must be an integer >= 1, got 0"),
+    ("label-limit-negative", "--limit -5", r"--limit must be an integer >= 1, got -5"),
+    ("label-seed-negative", "--seed -1", r"--seed must be an integer >= 0, got -1"),
+    ("label-num-topics-0", "--num-topics 0", r"--num-topics must be an integer >= 1, got 0"),
+    ("label-samples-0", "--samples 0", r"--samples must be an integer >= 1, got 0"),
+    ("label-temperature-nan", "--temperature nan", r"--temperature must be a finite number >= 0"),
+    ("label-temperature-inf", "--temperature inf", r"--temperature must be a finite number >= 0"),
+    ("label-temperature-negative", "--temperature -0.5", r"--temperature must be a finite number"),
+    ("label-max-new-tokens-0", "--max-new-tokens 0", r"--max-new-tokens must be an integer >= 1"),
+    ("label-batch-size-0", "--batch-size 0", r"--batch-size must be an integer >= 1"),
+    ("label-tiers-0", "--tiers 0", r"--tiers must be an integer >= 2, got 0"),
+    ("label-tiers-1", "--tiers 1", r"--tiers must be an integer >= 2, got 1"),
+    ("label-tiers-negative", "--tiers -3", r"--tiers must be an integer >= 2, got -3"),
+    # option combinations that would do nothing, or not what was asked
+    (
+        "label-tiers-without-difficulty",
+        "--tiers 3 --difficulty none",
+        r"--tiers needs a difficulty: drop --difficulty none",
+    ),
+    (
+        "label-model-without-pass-rate",
+        "--model org/model",
+        r"--model is only used by --difficulty pass-rate",
+    ),
+    (
+        "label-pass-rate-without-model",
+        "--difficulty pass-rate",
+        r"--difficulty pass-rate needs --model",
+    ),
+    (
+        "label-pass-rate-missing-model-path",
+        "--difficulty pass-rate --model ./no-model",
+        r"model path './no-model' does not exist",
+    ),
+    (
+        "label-topic-column-missing",
+        "--topic-column nope",
+        r"--topic-column 'nope': the input has no such column; " + _COLUMNS,
+    ),
+    (
+        "label-prompt-column-missing",
+        "--topic tfidf --prompt-column nope",
+        r"--prompt-column 'nope': the input has no such column",
+    ),
+    # issue 46 item 9: a named column this run would not read was ignored without a word
+    *[
+        (
+            f"label-{option[2:]}-absent",
+            f"{option} nope",
+            rf"{option} 'nope': the input has no such column; " + _COLUMNS + "$",
+        )
+        for option in ("--prompt-column", "--answer-column", "--level-column")
+    ],
+    ("label-topic-output-empty", "--topic-output ''", r"--topic-output must name a column"),
+    # --topic-fn
+    (
+        "label-topic-fn-raises",
+        f"--topic-fn {HERE}:raising_topic",
+        _TOPIC_FN + r":raising_topic raised KeyError on row 1: 'subfield'$",
+    ),
+    (
+        "label-topic-fn-returns-none",
+        f"--topic-fn {HERE}:no_topic",
+        _TOPIC_FN + r":no_topic returned no label for row 0",
+    ),
+    (
+        "label-topic-fn-unhashable",
+        f"--topic-fn {HERE}:list_topic",
+        _TOPIC_FN
+        + r":list_topic returned an unhashable list for row 0; return a string or an integer",
+    ),
+    (
+        "label-topic-fn-missing-module",
+        "--topic-fn no_such_module_xyz:f",
+        r"--topic-fn 'no_such_module_xyz:f' cannot be loaded: ModuleNotFoundError",
+    ),
+    (
+        "label-topic-fn-missing-function",
+        f"--topic-fn {HERE}:nope",
+        rf"--topic-fn '{HERE}:nope' cannot be loaded: AttributeError: module '{HERE}' has no attribute 'nope'",
+    ),
+    (
+        "label-topic-fn-not-callable",
+        f"--topic-fn {HERE}:NOT_CALLABLE",
+        rf"--topic-fn '{HERE}:NOT_CALLABLE' is not callable",
+    ),
+    (
+        "label-topic-fn-no-module",
+        "--topic-fn function",
+        r"--topic-fn must look like MODULE:FUNCTION; got 'function'",
+    ),
+    (
+        "label-topic-fn-and-topic",
+        f"--topic-fn {HERE}:raising_topic --topic tfidf",
+        r"--topic-fn replaces --topic; drop --topic tfidf",
+    ),
+]
+#: (id, ``-o PATH``, message) for ``ebpo data label in.jsonl`` on a good input
+LABEL_OUTPUTS = [
+    (
+        "label-output-below-dev-null",
+        "-o /dev/null/out.jsonl",
+        r"--output '/dev/null/out\.jsonl' lies below '/dev/null', which is not a directory",
+    ),
+    (
+        "label-output-below-a-file",
+        "-o in.jsonl/out.jsonl",
+        r"--output 'in\.jsonl/out\.jsonl' lies below 'in\.jsonl', which is not a directory",
+    ),
+    ("label-output-dev-null", "-o /dev/null", r"--output must end in \.jsonl or \.parquet"),
+    ("label-output-csv", "-o out.csv", r"--output must end in \.jsonl or \.parquet"),
+]
+
 LABEL_CASES = [
     # output paths: the input itself, a directory, below a file or /dev/null, wrong suffix, none
     CliCase(
@@ -132,38 +261,7 @@ LABEL_CASES = [
         setup=files({"in.jsonl": GOOD, "out.jsonl": None}),
     ),
     CliCase(
-        "label-output-below-dev-null",
-        [*LABEL[:3], "-o", "/dev/null/out.jsonl"],
-        L + r"--output '/dev/null/out\.jsonl' lies below '/dev/null', which is not a directory",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-output-below-a-file",
-        [*LABEL[:3], "-o", "in.jsonl/out.jsonl"],
-        L + r"--output 'in\.jsonl/out\.jsonl' lies below 'in\.jsonl', which is not a directory",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-output-dev-null",
-        [*LABEL[:3], "-o", "/dev/null"],
-        L + r"--output must end in \.jsonl or \.parquet",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-output-csv",
-        [*LABEL[:3], "-o", "out.csv"],
-        L + r"--output must end in \.jsonl or \.parquet",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "label-no-output", LABEL[:3], L + r"--output is required \(or --in-place", setup=GOOD_IN
-    ),
-    CliCase(
-        "label-in-place-and-another-output",
-        [*LABEL, "--in-place"],
-        L
-        + r"--in-place writes to the input file 'in\.jsonl'; drop --output 'out\.jsonl' or --in-place",
-        setup=GOOD_IN,
     ),
     CliCase(
         "label-in-place-dataset-name",
@@ -252,102 +350,12 @@ LABEL_CASES = [
     ),
     # numbers
     CliCase(
-        "label-split-with-a-file",
-        [*LABEL, "--split", "test"],
-        L + r"--split is for dataset names; 'in\.jsonl' is a file",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-limit-0",
-        [*LABEL, "--limit", "0"],
-        L + r"--limit must be an integer >= 1, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-limit-negative",
-        [*LABEL, "--limit", "-5"],
-        L + r"--limit must be an integer >= 1, got -5",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-seed-negative",
-        [*LABEL, "--seed", "-1"],
-        L + r"--seed must be an integer >= 0, got -1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-num-topics-0",
-        [*LABEL, "--num-topics", "0"],
-        L + r"--num-topics must be an integer >= 1, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "label-num-topics-above-rows",
         ["data", "label", "in.jsonl", "-o", "out.jsonl", "--topic", "tfidf", "--num-topics", "5"],
         L + r"num_topics \(5\) exceeds the number of texts \(3\)",
         setup=PLAIN_IN,
     ),
-    CliCase(
-        "label-samples-0",
-        [*LABEL, "--samples", "0"],
-        L + r"--samples must be an integer >= 1, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-temperature-nan",
-        [*LABEL, "--temperature", "nan"],
-        L + r"--temperature must be a finite number >= 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-temperature-inf",
-        [*LABEL, "--temperature", "inf"],
-        L + r"--temperature must be a finite number >= 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-temperature-negative",
-        [*LABEL, "--temperature", "-0.5"],
-        L + r"--temperature must be a finite number",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-max-new-tokens-0",
-        [*LABEL, "--max-new-tokens", "0"],
-        L + r"--max-new-tokens must be an integer >= 1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-batch-size-0",
-        [*LABEL, "--batch-size", "0"],
-        L + r"--batch-size must be an integer >= 1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-tiers-0",
-        [*LABEL, "--tiers", "0"],
-        L + r"--tiers must be an integer >= 2, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-tiers-1",
-        [*LABEL, "--tiers", "1"],
-        L + r"--tiers must be an integer >= 2, got 1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-tiers-negative",
-        [*LABEL, "--tiers", "-3"],
-        L + r"--tiers must be an integer >= 2, got -3",
-        setup=GOOD_IN,
-    ),
     # option combinations that would do nothing, or not what was asked
-    CliCase(
-        "label-tiers-without-difficulty",
-        [*LABEL, "--tiers", "3", "--difficulty", "none"],
-        L + r"--tiers needs a difficulty: drop --difficulty none",
-        setup=GOOD_IN,
-    ),
     CliCase(
         "label-tiers-on-rows-without-difficulty",
         [*LABEL, "--tiers", "2"],
@@ -362,35 +370,10 @@ LABEL_CASES = [
         ),
     ),
     CliCase(
-        "label-model-without-pass-rate",
-        [*LABEL, "--model", "org/model"],
-        L + r"--model is only used by --difficulty pass-rate",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-pass-rate-without-model",
-        [*LABEL, "--difficulty", "pass-rate"],
-        L + r"--difficulty pass-rate needs --model",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-pass-rate-missing-model-path",
-        [*LABEL, "--difficulty", "pass-rate", "--model", "./no-model"],
-        L + r"model path './no-model' does not exist",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "label-difficulty-level-without-column",
         [*LABEL, "--difficulty", "level", "--topic", "none"],
         L + r"--difficulty level needs a level column",
         setup=PLAIN_IN,
-    ),
-    CliCase(
-        "label-topic-column-missing",
-        [*LABEL, "--topic-column", "nope"],
-        L + r"--topic-column 'nope': the input has no such column; "
-        r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]",
-        setup=GOOD_IN,
     ),
     CliCase(
         "label-topic-column-incomplete",
@@ -405,23 +388,6 @@ LABEL_CASES = [
             }
         ),
     ),
-    CliCase(
-        "label-prompt-column-missing",
-        [*LABEL, "--topic", "tfidf", "--prompt-column", "nope"],
-        L + r"--prompt-column 'nope': the input has no such column",
-        setup=GOOD_IN,
-    ),
-    # issue 46 item 9: a named column this run would not read was ignored without a word
-    *[
-        CliCase(
-            f"label-{option[2:]}-absent",
-            [*LABEL, option, "nope"],
-            L + rf"{option} 'nope': the input has no such column; "
-            r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]$",
-            setup=GOOD_IN,
-        )
-        for option in ("--prompt-column", "--answer-column", "--level-column")
-    ],
     # issue 46 item 9: a level that is not one scalar ([7] became difficulty 7.0, {"a": 1} 1.0)
     *[
         CliCase(
@@ -454,63 +420,7 @@ LABEL_CASES = [
             tmp / "in.parquet",
         ),
     ),
-    CliCase(
-        "label-topic-output-empty",
-        [*LABEL, "--topic-output", ""],
-        L + r"--topic-output must name a column",
-        setup=GOOD_IN,
-    ),
     # --topic-fn
-    CliCase(
-        "label-topic-fn-raises",
-        [*LABEL, "--topic-fn", f"{HERE}:raising_topic"],
-        L + rf"the labelling function {HERE}:raising_topic raised KeyError on row 1: 'subfield'$",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-returns-none",
-        [*LABEL, "--topic-fn", f"{HERE}:no_topic"],
-        L + rf"the labelling function {HERE}:no_topic returned no label for row 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-unhashable",
-        [*LABEL, "--topic-fn", f"{HERE}:list_topic"],
-        L + rf"the labelling function {HERE}:list_topic returned an unhashable list for row 0; "
-        r"return a string or an integer",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-missing-module",
-        [*LABEL, "--topic-fn", "no_such_module_xyz:f"],
-        L + r"--topic-fn 'no_such_module_xyz:f' cannot be loaded: ModuleNotFoundError",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-missing-function",
-        [*LABEL, "--topic-fn", f"{HERE}:nope"],
-        L
-        + rf"--topic-fn '{HERE}:nope' cannot be loaded: AttributeError: module '{HERE}' has no attribute 'nope'",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-not-callable",
-        [*LABEL, "--topic-fn", f"{HERE}:NOT_CALLABLE"],
-        L + rf"--topic-fn '{HERE}:NOT_CALLABLE' is not callable",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-no-module",
-        [*LABEL, "--topic-fn", "function"],
-        L + r"--topic-fn must look like MODULE:FUNCTION; got 'function'",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-and-topic",
-        [*LABEL, "--topic-fn", f"{HERE}:raising_topic", "--topic", "tfidf"],
-        L + r"--topic-fn replaces --topic; drop --topic tfidf",
-        setup=GOOD_IN,
-    ),
 ]
 
 ORDER_CASES = [
@@ -847,7 +757,8 @@ TRAIN_DATASET_CASES = [
     ),
 ]
 
-CASES = LABEL_CASES + ORDER_CASES + DEMO_CASES + SIMULATE_CASES + TRAIN_DATASET_CASES
+CASES = cli_rows(LABEL, L, LABEL_ROWS, GOOD_IN) + cli_rows(LABEL[:3], L, LABEL_OUTPUTS, GOOD_IN)
+CASES += LABEL_CASES + ORDER_CASES + DEMO_CASES + SIMULATE_CASES + TRAIN_DATASET_CASES
 
 
 @pytest.fixture(autouse=True)
