@@ -77,6 +77,16 @@ def cli_rows(
     ]
 
 
+def cli_table(
+    argv: Sequence[str], prefix: str, table: str, setup: Callable[[Path], None] | None = None
+) -> list[CliCase]:
+    """:func:`cli_rows` from a text table, one case a line: ``id | arguments | message`` (arguments
+    shell-quoted; the message is a regex without the shared ``prefix``); blank lines are skipped."""
+    rows = [line.strip().split(" | ", 2) for line in table.splitlines() if line.strip()]
+    assert all(len(row) == 3 for row in rows), f"a row is not 'id | arguments | message': {rows}"
+    return cli_rows(argv, prefix, [(id, extra, match) for id, extra, match in rows], setup)
+
+
 def state_of(obj: Any) -> str:
     """A comparable snapshot of ``obj.state_dict()`` (JSON text; NaN kept visible)."""
     return json.dumps(obj.state_dict(), sort_keys=True, default=repr)

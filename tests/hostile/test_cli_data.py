@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.hostile.harness import CliCase, check_cli_error, cli_rows, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_rows, cli_table, ids
 
 HERE = __name__  # importable as tests.hostile.test_cli_data: the --topic-fn functions below
 
@@ -111,6 +111,29 @@ MALFORMED = {
     ),
 }
 
+#: ``ebpo data label in.jsonl -o out.jsonl ARGUMENTS`` on a good input: numbers, and option
+#: combinations that would do nothing, or not what was asked
+LABEL_TABLE = r"""
+    label-split-with-a-file | --split test | --split is for dataset names; 'in\.jsonl' is a file
+    label-limit-0 | --limit 0 | --limit must be an integer >= 1, got 0
+    label-limit-negative | --limit -5 | --limit must be an integer >= 1, got -5
+    label-seed-negative | --seed -1 | --seed must be an integer >= 0, got -1
+    label-num-topics-0 | --num-topics 0 | --num-topics must be an integer >= 1, got 0
+    label-samples-0 | --samples 0 | --samples must be an integer >= 1, got 0
+    label-temperature-nan | --temperature nan | --temperature must be a finite number >= 0
+    label-temperature-inf | --temperature inf | --temperature must be a finite number >= 0
+    label-temperature-negative | --temperature -0.5 | --temperature must be a finite number
+    label-max-new-tokens-0 | --max-new-tokens 0 | --max-new-tokens must be an integer >= 1
+    label-batch-size-0 | --batch-size 0 | --batch-size must be an integer >= 1
+    label-tiers-0 | --tiers 0 | --tiers must be an integer >= 2, got 0
+    label-tiers-1 | --tiers 1 | --tiers must be an integer >= 2, got 1
+    label-tiers-negative | --tiers -3 | --tiers must be an integer >= 2, got -3
+    label-tiers-without-difficulty | --tiers 3 --difficulty none | --tiers needs a difficulty: drop --difficulty none
+    label-model-without-pass-rate | --model org/model | --model is only used by --difficulty pass-rate
+    label-pass-rate-without-model | --difficulty pass-rate | --difficulty pass-rate needs --model
+    label-topic-output-empty | --topic-output '' | --topic-output must name a column
+    label-topic-fn-no-module | --topic-fn function | --topic-fn must look like MODULE:FUNCTION; got 'function'
+"""
 _COLUMNS = r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]"
 _TOPIC_FN = r"the labelling function " + HERE
 #: (id, arguments after ``ebpo data label in.jsonl -o out.jsonl``, message) on a good input
@@ -122,40 +145,7 @@ LABEL_ROWS = [
         r"'in\.jsonl'; drop --output 'out\.jsonl' or --in-place",
     ),
     # numbers
-    (
-        "label-split-with-a-file",
-        "--split test",
-        r"--split is for dataset names; 'in\.jsonl' is a file",
-    ),
-    ("label-limit-0", "--limit 0", r"--limit must be an integer >= 1, got 0"),
-    ("label-limit-negative", "--limit -5", r"--limit must be an integer >= 1, got -5"),
-    ("label-seed-negative", "--seed -1", r"--seed must be an integer >= 0, got -1"),
-    ("label-num-topics-0", "--num-topics 0", r"--num-topics must be an integer >= 1, got 0"),
-    ("label-samples-0", "--samples 0", r"--samples must be an integer >= 1, got 0"),
-    ("label-temperature-nan", "--temperature nan", r"--temperature must be a finite number >= 0"),
-    ("label-temperature-inf", "--temperature inf", r"--temperature must be a finite number >= 0"),
-    ("label-temperature-negative", "--temperature -0.5", r"--temperature must be a finite number"),
-    ("label-max-new-tokens-0", "--max-new-tokens 0", r"--max-new-tokens must be an integer >= 1"),
-    ("label-batch-size-0", "--batch-size 0", r"--batch-size must be an integer >= 1"),
-    ("label-tiers-0", "--tiers 0", r"--tiers must be an integer >= 2, got 0"),
-    ("label-tiers-1", "--tiers 1", r"--tiers must be an integer >= 2, got 1"),
-    ("label-tiers-negative", "--tiers -3", r"--tiers must be an integer >= 2, got -3"),
     # option combinations that would do nothing, or not what was asked
-    (
-        "label-tiers-without-difficulty",
-        "--tiers 3 --difficulty none",
-        r"--tiers needs a difficulty: drop --difficulty none",
-    ),
-    (
-        "label-model-without-pass-rate",
-        "--model org/model",
-        r"--model is only used by --difficulty pass-rate",
-    ),
-    (
-        "label-pass-rate-without-model",
-        "--difficulty pass-rate",
-        r"--difficulty pass-rate needs --model",
-    ),
     (
         "label-pass-rate-missing-model-path",
         "--difficulty pass-rate --model ./no-model",
@@ -180,7 +170,6 @@ LABEL_ROWS = [
         )
         for option in ("--prompt-column", "--answer-column", "--level-column")
     ],
-    ("label-topic-output-empty", "--topic-output ''", r"--topic-output must name a column"),
     # --topic-fn
     (
         "label-topic-fn-raises",
@@ -212,11 +201,6 @@ LABEL_ROWS = [
         "label-topic-fn-not-callable",
         f"--topic-fn {HERE}:NOT_CALLABLE",
         rf"--topic-fn '{HERE}:NOT_CALLABLE' is not callable",
-    ),
-    (
-        "label-topic-fn-no-module",
-        "--topic-fn function",
-        r"--topic-fn must look like MODULE:FUNCTION; got 'function'",
     ),
     (
         "label-topic-fn-and-topic",
@@ -423,13 +407,16 @@ LABEL_CASES = [
     # --topic-fn
 ]
 
+#: ``ebpo data order in.jsonl --order topic ARGUMENTS`` on a good input
+ORDER_TABLE = r"""
+    order-output-is-input | -o in.jsonl | --output 'in\.jsonl' is the input file; pass --in-place
+    order-output-below-dev-null | -o /dev/null/x.parquet | --output '/dev/null/x\.parquet' lies below '/dev/null'
+    order-output-csv | -o out.csv | --output must end in \.jsonl or \.parquet
+    order-no-output |  | --output is required \(or --in-place
+    order-in-place-and-another-output | -o out.jsonl --in-place | --in-place writes to the input file
+    order-seed-negative | -o out.jsonl --seed -2 | --seed must be an integer >= 0, got -2
+"""
 ORDER_CASES = [
-    CliCase(
-        "order-output-is-input",
-        ["data", "order", "in.jsonl", "--order", "topic", "-o", "in.jsonl"],
-        R + r"--output 'in\.jsonl' is the input file; pass --in-place",
-        setup=GOOD_IN,
-    ),
     CliCase(
         "order-in-place-unwritable-row",
         ["data", "order", "in.jsonl", "--order", "topic", "--in-place"],
@@ -463,27 +450,6 @@ ORDER_CASES = [
         setup=files({"in.jsonl": GOOD, "out.jsonl": None}),
     ),
     CliCase(
-        "order-output-below-dev-null",
-        [*ORDER[:-1], "/dev/null/x.parquet"],
-        R + r"--output '/dev/null/x\.parquet' lies below '/dev/null'",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-output-csv",
-        [*ORDER[:-1], "out.csv"],
-        R + r"--output must end in \.jsonl or \.parquet",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-no-output", ORDER[:-2], R + r"--output is required \(or --in-place", setup=GOOD_IN
-    ),
-    CliCase(
-        "order-in-place-and-another-output",
-        [*ORDER, "--in-place"],
-        R + r"--in-place writes to the input file",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "order-topic-column-missing",
         [*ORDER, "--topic-column", "nope"],
         R + r"--topic-column 'nope': the input has no such column; "
@@ -494,12 +460,6 @@ ORDER_CASES = [
         "order-difficulty-column-missing",
         [*ORDER, "--difficulty-column", "level"],
         R + r"--difficulty-column 'level': the input has no such column",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-seed-negative",
-        [*ORDER, "--seed", "-2"],
-        R + r"--seed must be an integer >= 0, got -2",
         setup=GOOD_IN,
     ),
     CliCase(
@@ -634,56 +594,37 @@ ORDER_CASES = [
 ]
 
 D = r"^ebpo demo: error: "
-DEMO_CASES = [
-    CliCase(
-        "demo-seed-negative",
-        ["demo", "--seed", "-1"],
-        D + r"--seed must be an integer >= 0, got -1$",
-    ),
-    CliCase(
-        "demo-prompts-0",
-        ["demo", "--prompts", "0"],
-        D + r"--prompts must be an integer between 1 and 100000, got 0$",
-    ),
-    CliCase(
-        "demo-prompts-negative",
-        ["demo", "--prompts", "-4"],
-        D + r"--prompts must be an integer between 1 and",
-    ),
-    CliCase(
-        "demo-prompts-huge",
-        ["demo", "--prompts", "10000000"],
-        D + r"--prompts must be an integer between 1 and 100000",
-    ),
-    CliCase(
-        "demo-group-size-0",
-        ["demo", "--group-size", "0"],
-        D + r"--group-size must be an integer between 1 and 64, got 0$",
-    ),
-    CliCase(
-        "demo-group-size-huge",
-        ["demo", "--group-size", "1000"],
-        D + r"--group-size must be an integer between 1 and 64",
-    ),
-    CliCase(
-        "demo-steps-0",
-        ["demo", "--steps", "0"],
-        D + r"--steps must be an integer between 1 and 10000, got 0$",
-    ),
+DEMO_TABLE = r"""
+    demo-seed-negative | --seed -1 | --seed must be an integer >= 0, got -1$
+    demo-prompts-0 | --prompts 0 | --prompts must be an integer between 1 and 100000, got 0$
+    demo-prompts-negative | --prompts -4 | --prompts must be an integer between 1 and
+    demo-prompts-huge | --prompts 10000000 | --prompts must be an integer between 1 and 100000
+    demo-group-size-0 | --group-size 0 | --group-size must be an integer between 1 and 64, got 0$
+    demo-group-size-huge | --group-size 1000 | --group-size must be an integer between 1 and 64
+    demo-steps-0 | --steps 0 | --steps must be an integer between 1 and 10000, got 0$
+"""
+DEMO_CASES = cli_table(["demo"], D, DEMO_TABLE) + [
     CliCase(
         "demo-too-many-responses",
         ["demo", "--prompts", "100000", "--group-size", "64", "--steps", "10"],
         D + r"--prompts x --group-size x --steps = 64,000,000 responses; .* at most 20,000,000",
-    ),
+    )
 ]
 
 S = r"^ebpo simulate: error: "
+SIMULATE_TABLE = r"""
+    simulate-output-dir-empty | --quick --output-dir '' | --output-dir must be a non-empty path
+    simulate-no-experiment | --experiments , | --experiments must be a comma-separated subset
+    simulate-seed-negative | --quick --seed -1 | --seed must be an integer >= 0, got -1
+"""
+A_FILE = files({"results": "precious"})
 SIMULATE_CASES = [
+    *cli_table(["simulate"], S, SIMULATE_TABLE),
     CliCase(
         "simulate-output-dir-is-file",
         ["simulate", "--quick", "--output-dir", "results"],
         S + r"--output-dir 'results' is a file, expected a directory",
-        setup=files({"results": "precious"}),
+        setup=A_FILE,
     ),
     CliCase(
         "simulate-output-dir-below-dev-null",
@@ -694,12 +635,7 @@ SIMULATE_CASES = [
         "simulate-output-dir-below-a-file",
         ["simulate", "--quick", "--output-dir", "results/sim"],
         S + r"--output-dir 'results/sim' lies below 'results', which is not a directory",
-        setup=files({"results": "precious"}),
-    ),
-    CliCase(
-        "simulate-output-dir-empty",
-        ["simulate", "--quick", "--output-dir", ""],
-        S + r"--output-dir must be a non-empty path",
+        setup=A_FILE,
     ),
     CliCase(
         "simulate-unknown-experiment",
@@ -707,57 +643,40 @@ SIMULATE_CASES = [
         S
         + r"--experiments must be a comma-separated subset of baseline,saturation,bandit,priors, got 'baseline,nope'",
     ),
-    CliCase(
-        "simulate-no-experiment",
-        ["simulate", "--experiments", ","],
-        S + r"--experiments must be a comma-separated subset",
-    ),
-    CliCase(
-        "simulate-seed-negative",
-        ["simulate", "--quick", "--seed", "-1"],
-        S + r"--seed must be an integer >= 0, got -1",
-    ),
 ]
 
 T = r"^ebpo train: error: "
+# ebpo train loads the dataset before it creates the run directory or loads a model
 TRAIN_DATASET_CASES = [
-    # ebpo train loads the dataset before it creates the run directory or loads a model
-    CliCase(
-        "train-dataset-malformed",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"in\.jsonl: line 2: not valid JSON",
-        setup=files({"in.jsonl": MALFORMED["bad-json"][0]}),
-    ),
-    CliCase(
-        "train-dataset-empty",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"data file 'in\.jsonl' is empty: it holds no rows",
-        setup=files({"in.jsonl": ""}),
-    ),
-    CliCase(
-        "train-dataset-non-object",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"in\.jsonl: line 2 is a JSON array",
-        setup=files({"in.jsonl": MALFORMED["non-object-line"][0]}),
-    ),
-    CliCase(
-        "train-dataset-missing-columns",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"data file 'in\.jsonl': cannot recognise the columns \['question'\]: "
-        r"expected at least 'prompt' and 'answer'",
-        setup=files({"in.jsonl": jsonl({"question": "1+1?"})}),
-    ),
-    CliCase(
-        "train-dataset-empty-answer",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"in\.jsonl: line 2 has no 'answer'",
-        setup=files(
-            {"in.jsonl": jsonl({"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ""})}
+    CliCase(id, ["train", "--dataset", "in.jsonl"], T + match, setup=files({"in.jsonl": content}))
+    for id, content, match in [
+        ("train-dataset-malformed", MALFORMED["bad-json"][0], r"in\.jsonl: line 2: not valid JSON"),
+        ("train-dataset-empty", "", r"data file 'in\.jsonl' is empty: it holds no rows"),
+        (
+            "train-dataset-non-object",
+            MALFORMED["non-object-line"][0],
+            r"in\.jsonl: line 2 is a JSON array",
         ),
-    ),
+        (
+            "train-dataset-missing-columns",
+            jsonl({"question": "1+1?"}),
+            r"data file 'in\.jsonl': cannot recognise the columns \['question'\]: "
+            r"expected at least 'prompt' and 'answer'",
+        ),
+        (
+            "train-dataset-empty-answer",
+            jsonl({"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ""}),
+            r"in\.jsonl: line 2 has no 'answer'",
+        ),
+    ]
 ]
 
-CASES = cli_rows(LABEL, L, LABEL_ROWS, GOOD_IN) + cli_rows(LABEL[:3], L, LABEL_OUTPUTS, GOOD_IN)
+CASES = (
+    cli_table(LABEL, L, LABEL_TABLE, GOOD_IN)
+    + cli_rows(LABEL, L, LABEL_ROWS, GOOD_IN)
+    + cli_rows(LABEL[:3], L, LABEL_OUTPUTS, GOOD_IN)
+)
+CASES += cli_table(ORDER[:5], R, ORDER_TABLE, GOOD_IN)
 CASES += LABEL_CASES + ORDER_CASES + DEMO_CASES + SIMULATE_CASES + TRAIN_DATASET_CASES
 
 
