@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids
 
 pytest.importorskip("verl")
 
@@ -52,33 +52,43 @@ PREPARE_WITH_LABELS = ["verl", "prepare-data", f"--train-file={TRAIN}", "--label
 PREPARE_WITH_LABELS += ["--out-dir", "{tmp}/data", "--eval"]
 
 
+#: ``ebpo verl ARGUMENTS``: one stderr line matching the message
+VERL_TABLE = r"""
+    subcommand-typo | docter | ^ebpo verl: error: unknown subcommand 'docter'; did you mean 'doctor'\?
+    subcommand-typo-recipe | recipes ebpo | ^ebpo verl: error: unknown subcommand 'recipes'; did you mean 'recipe'\?
+    subcommand-unknown-word | train | ^ebpo verl: error: unknown subcommand 'train' \(expected one of
+    run-word-not-override | run docter | ^ebpo verl run: error: 'docter' is not a Hydra override
+    run-unknown-flag | run --frobnicate | ^ebpo verl run: error: unknown option\(s\) \['--frobnicate'\]
+    ebpo-bad-number | +algorithm.ebpo.prior=ema +algorithm.ebpo.half_life=-3 | half_life must be a positive
+    ebpo-section-not-mapping | +algorithm.ebpo=5 | algorithm\.ebpo must be a mapping of options
+    ebpo-per-cluster | +algorithm.ebpo.per_cluster=True | per_cluster=True is not supported in verl
+    hydra-syntax | '+algorithm.ebpo.prior=[batch' | ^ebpo verl run: error: cannot parse the Hydra overrides
+    recipe-unknown | recipe ebpo_topci | ^ebpo verl recipe: error: unknown recipe 'ebpo_topci'
+    prepare-out-dir-empty | prepare-data --out-dir '' | --out-dir must be a non-empty path
+    prepare-eval-file-syntax | prepare-data --eval-file gsm8k=x.jsonl | --eval-file must be NAME=PATH with NAME in
+    prepare-eval-unknown | prepare-data --eval gsm8k | unknown evaluation set\(s\) \['gsm8k'\]
+    prepare-num-topics-zero | prepare-data --num-topics 0 | --num-topics must be a positive integer, got 0
+    prepare-limit-zero | prepare-data --limit 0 | --limit must be a positive integer, got 0
+    prepare-template | prepare-data --template chatml | --template must be one of .*got 'chatml'
+    smoke-typo | smoek | ^ebpo verl: error: unknown subcommand 'smoek'; did you mean 'smoke'\?
+"""
+#: ``ebpo verl smoke ARGUMENTS``: one stderr line matching SMOKE + the message
+SMOKE = r"^ebpo verl smoke: error: "
+SMOKE_TABLE = r"""
+    smoke-unknown-estimator | --estimator grpo | argument --estimator: invalid choice: 'grpo'
+    smoke-all-and-estimator | --all --estimator ebpo | pass either --all or --estimator, not both
+    smoke-unknown-flag | --epochs 9 | unrecognized arguments: --epochs 9
+    smoke-steps-too-few | --steps 2 | --steps must be an integer >= 3, got 2$
+    smoke-steps-not-a-number | --steps 4.5 | argument --steps: invalid int value: '4.5'
+    smoke-unknown-recipe | --recipe ebpo_topci | argument --recipe: invalid choice: 'ebpo_topci'
+    smoke-unknown-trainer | --trainer v2 | argument --trainer: invalid choice: 'v2'
+    smoke-unknown-resume-mode | --resume-mode disable | argument --resume-mode: invalid choice: 'disable'
+    smoke-sub-steps-zero | --parameter-sync-step 0 | --parameter-sync-step must be
+    smoke-unknown-agent-loop | --agent-loop three_output | argument --agent-loop: invalid choice: 'three_output'
+"""
+
 CASES = [
     # -- subcommand typos never launch a run
-    CliCase(
-        "subcommand-typo",
-        ["verl", "docter"],
-        r"^ebpo verl: error: unknown subcommand 'docter'; did you mean 'doctor'\?",
-    ),
-    CliCase(
-        "subcommand-typo-recipe",
-        ["verl", "recipes", "ebpo"],
-        r"^ebpo verl: error: unknown subcommand 'recipes'; did you mean 'recipe'\?",
-    ),
-    CliCase(
-        "subcommand-unknown-word",
-        ["verl", "train"],
-        r"^ebpo verl: error: unknown subcommand 'train' \(expected one of",
-    ),
-    CliCase(
-        "run-word-not-override",
-        ["verl", "run", "docter"],
-        r"^ebpo verl run: error: 'docter' is not a Hydra override",
-    ),
-    CliCase(
-        "run-unknown-flag",
-        ["verl", "run", "--frobnicate"],
-        r"^ebpo verl run: error: unknown option\(s\) \['--frobnicate'\]",
-    ),
     # -- algorithm.ebpo.* checked before launching (keys from the estimator's constructor)
     CliCase(
         "ebpo-key-typo",
@@ -113,21 +123,6 @@ CASES = [
         r"^ebpo verl recipe: error: invalid algorithm\.ebpo option "
         r".*prior must be one of \['history', 'batch', 'ema'\], got 'forever'",
     ),
-    CliCase(
-        "ebpo-bad-number",
-        ["verl", "+algorithm.ebpo.prior=ema", "+algorithm.ebpo.half_life=-3"],
-        r"half_life must be a positive",
-    ),
-    CliCase(
-        "ebpo-section-not-mapping",
-        ["verl", "+algorithm.ebpo=5"],
-        r"algorithm\.ebpo must be a mapping of options",
-    ),
-    CliCase(
-        "ebpo-per-cluster",
-        ["verl", "+algorithm.ebpo.per_cluster=True"],
-        r"per_cluster=True is not supported in verl",
-    ),
     # -- algorithm.ebpo.* set for an estimator that never reads it (it passed the dry run silently)
     CliCase(
         "ebpo-key-typo-with-grpo-dry-run",
@@ -152,16 +147,6 @@ CASES = [
         ],
         r"^ebpo verl run: error: algorithm\.ebpo\.prior, algorithm\.ebpo\.x are read only by ebpo's "
         r"estimators .*adv_estimator='gae'",
-    ),
-    CliCase(
-        "hydra-syntax",
-        ["verl", "+algorithm.ebpo.prior=[batch"],
-        r"^ebpo verl run: error: cannot parse the Hydra overrides",
-    ),
-    CliCase(
-        "recipe-unknown",
-        ["verl", "recipe", "ebpo_topci"],
-        r"^ebpo verl recipe: error: unknown recipe 'ebpo_topci'",
     ),
     # -- issue #21 item 11: a dry run with a bad override is a user error (exit 2, one line), like
     #    the checks above; it exited 1 with "dry run FAILED" and Hydra's two-line message
@@ -264,11 +249,6 @@ CASES = [
         setup=_file("out.txt"),
     ),
     CliCase(
-        "prepare-out-dir-empty",
-        ["verl", "prepare-data", "--out-dir", ""],
-        r"--out-dir must be a non-empty path",
-    ),
-    CliCase(
         "prepare-train-file-missing",
         ["verl", "prepare-data", "--train-file", "missing.parquet"],
         r"--train-file 'missing.parquet' is not a file",
@@ -280,19 +260,9 @@ CASES = [
         setup=_file("train.parquet", "not parquet"),
     ),
     CliCase(
-        "prepare-eval-file-syntax",
-        ["verl", "prepare-data", "--eval-file", "gsm8k=x.jsonl"],
-        r"--eval-file must be NAME=PATH with NAME in",
-    ),
-    CliCase(
         "prepare-eval-file-missing",
         ["verl", "prepare-data", "--eval-file", "aime-2024=nothere.jsonl"],
         r"--eval-file aime-2024= 'nothere.jsonl' is not a file",
-    ),
-    CliCase(
-        "prepare-eval-unknown",
-        ["verl", "prepare-data", "--eval", "gsm8k"],
-        r"unknown evaluation set\(s\) \['gsm8k'\]",
     ),
     CliCase(
         "prepare-labels-not-json",
@@ -343,47 +313,12 @@ CASES = [
             ]
         ),
     ),
-    CliCase(
-        "prepare-num-topics-zero",
-        ["verl", "prepare-data", "--num-topics", "0"],
-        r"--num-topics must be a positive integer, got 0",
-    ),
-    CliCase(
-        "prepare-limit-zero",
-        ["verl", "prepare-data", "--limit", "0"],
-        r"--limit must be a positive integer, got 0",
-    ),
-    CliCase(
-        "prepare-template",
-        ["verl", "prepare-data", "--template", "chatml"],
-        r"--template must be one of .*got 'chatml'",
-    ),
     # -- ebpo verl smoke: refused before Ray, verl or a model is touched
-    CliCase(
-        "smoke-unknown-estimator",
-        ["verl", "smoke", "--estimator", "grpo"],
-        r"^ebpo verl smoke: error: argument --estimator: invalid choice: 'grpo'",
-    ),
-    CliCase(
-        "smoke-all-and-estimator",
-        ["verl", "smoke", "--all", "--estimator", "ebpo"],
-        r"^ebpo verl smoke: error: pass either --all or --estimator, not both",
-    ),
     CliCase(
         "smoke-work-dir-is-a-file",
         ["verl", "smoke", "--work-dir", "{tmp}/out.txt"],
         r"^ebpo verl smoke: error: --work-dir .*out.txt' is a file, expected a directory",
         setup=_file("out.txt"),
-    ),
-    CliCase(
-        "smoke-unknown-flag",
-        ["verl", "smoke", "--epochs", "9"],
-        r"^ebpo verl smoke: error: unrecognized arguments: --epochs 9",
-    ),
-    CliCase(
-        "smoke-steps-too-few",
-        ["verl", "smoke", "--steps", "2"],
-        r"^ebpo verl smoke: error: --steps must be an integer >= 3, got 2$",
     ),
     CliCase(
         "smoke-steps-more-than-the-task-has",
@@ -392,35 +327,10 @@ CASES = [
         r"× 4\); the arithmetic task has 191: at most --steps 47$",
     ),
     CliCase(
-        "smoke-steps-not-a-number",
-        ["verl", "smoke", "--steps", "4.5"],
-        r"^ebpo verl smoke: error: argument --steps: invalid int value: '4.5'",
-    ),
-    CliCase(
-        "smoke-unknown-recipe",
-        ["verl", "smoke", "--recipe", "ebpo_topci"],
-        r"^ebpo verl smoke: error: argument --recipe: invalid choice: 'ebpo_topci'",
-    ),
-    CliCase(
         "smoke-recipe-on-the-legacy-trainer",
         ["verl", "smoke", "--recipe", "grpo", "--trainer", "legacy"],
         r"^ebpo verl smoke: error: --recipe runs on verl's default trainer \(--trainer v1\) only: "
         r"the legacy CPU trainer has no reference policy, which the recipes' KL loss needs$",
-    ),
-    CliCase(
-        "smoke-typo",
-        ["verl", "smoek"],
-        r"^ebpo verl: error: unknown subcommand 'smoek'; did you mean 'smoke'\?",
-    ),
-    CliCase(
-        "smoke-unknown-trainer",
-        ["verl", "smoke", "--trainer", "v2"],
-        r"^ebpo verl smoke: error: argument --trainer: invalid choice: 'v2'",
-    ),
-    CliCase(
-        "smoke-unknown-resume-mode",
-        ["verl", "smoke", "--resume-mode", "disable"],
-        r"^ebpo verl smoke: error: argument --resume-mode: invalid choice: 'disable'",
     ),
     CliCase(
         "smoke-sub-steps-not-dividing-the-batch",
@@ -437,16 +347,6 @@ CASES = [
         ["verl", "smoke", "--parameter-sync-step", "2", "--all"],
         r"^ebpo verl smoke: error: --parameter-sync-step 2 with jspo_plus_plus: jspo_plus_plus "
         r"forgets per estimator call",
-    ),
-    CliCase(
-        "smoke-sub-steps-zero",
-        ["verl", "smoke", "--parameter-sync-step", "0"],
-        r"^ebpo verl smoke: error: --parameter-sync-step must be",
-    ),
-    CliCase(
-        "smoke-unknown-agent-loop",
-        ["verl", "smoke", "--agent-loop", "three_output"],
-        r"^ebpo verl smoke: error: argument --agent-loop: invalid choice: 'three_output'",
     ),
     CliCase(
         "smoke-two-output-on-the-legacy-trainer",
@@ -488,6 +388,7 @@ CASES = [
         r"^ebpo verl run: error: algorithm\.ebpo\.on_missing_state must be one of error, start_empty",
     ),
 ]
+CASES += cli_table(["verl"], "", VERL_TABLE) + cli_table(["verl", "smoke"], SMOKE, SMOKE_TABLE)
 
 
 @pytest.fixture
