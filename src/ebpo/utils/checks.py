@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "check_choice",
@@ -25,12 +25,12 @@ __all__ = [
 ]
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int]:
     """An integer (Python or numpy), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def is_real(value: Any) -> bool:
+def is_real(value: Any) -> TypeGuard[float]:
     """A real number (Python or numpy), not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 

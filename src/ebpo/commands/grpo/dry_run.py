@@ -209,7 +209,7 @@ def score_correct_answers(
         [{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
         for prompt, text in zip(prompts, texts, strict=True)
     ]
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    tokenizer: Any = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
     ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     # TRL's method, not EBPOTrainer's wrapper: nothing of the estimator's hand-off is touched.
     rewards = GRPOTrainer._calculate_rewards(trainer, rows, prompts, completions, ids)
