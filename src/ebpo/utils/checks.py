@@ -26,12 +26,12 @@ __all__ = [
 
 
 def is_integer(value: Any) -> TypeGuard[int]:
-    """An integer (Python or numpy), not a bool."""
+    """An integer (Python or numpy), not a bool (to mypy, an ``int`` from here on)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_real(value: Any) -> TypeGuard[float]:
-    """A real number (Python or numpy), not a bool."""
+    """A real number (Python or numpy), not a bool (to mypy, a ``float`` from here on)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
