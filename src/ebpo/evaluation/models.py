@@ -247,7 +247,7 @@ def pretrained_source(name_or_path: str) -> tuple[str, dict[str, str]]:
 def check_model_resolves(name_or_path: str, *, local_files_only: bool = False) -> str:
     """Load ``name_or_path``'s config and tokenizer (not its weights), as
     :func:`load_model_and_tokenizer` would find them; a one-line description of what was found
-    (``LlamaForCausalLM, 30 layers, hidden size 576, vocabulary 49152``). ``local_files_only``:
+    (``LlamaConfig, 30 layers, 576 hidden units, a tokenizer of 49152 tokens``). ``local_files_only``:
     from this disk only (a hub id then resolves only from the Hugging Face cache). ValueError
     naming the model when either does not load."""
     from transformers import AutoConfig, AutoTokenizer  # optional heavy dependency
@@ -265,14 +265,11 @@ def check_model_resolves(name_or_path: str, *, local_files_only: bool = False) -
         ) from error
     architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
     sizes = [
-        f"{label} {getattr(config, key)}"
-        for key, label in (
-            ("num_hidden_layers", "layers"),
-            ("hidden_size", "hidden size"),
-        )
+        f"{getattr(config, key)} {label}"
+        for key, label in (("num_hidden_layers", "layers"), ("hidden_size", "hidden units"))
         if getattr(config, key, None) is not None
     ]
-    return ", ".join([architecture, *sizes, f"tokenizer of {len(tokenizer)} tokens"])
+    return ", ".join([architecture, *sizes, f"a tokenizer of {len(tokenizer)} tokens"])
 
 
 def load_model_and_tokenizer(

@@ -60,6 +60,7 @@ from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.estimator_settings import lone_row_policy
 from ebpo.integrations.trl.gguf_policy import load_gguf_policy, model_init_kwargs_used
+from ebpo.integrations.trl.notices import estimator_line
 from ebpo.integrations.trl.reference_model import reference_from_policy
 from ebpo.integrations.trl.reward_calls import checked_rewards
 from ebpo.integrations.trl.signal import NoSignalWatch
@@ -313,6 +314,14 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         )
         if notice is not None and self.accelerator.is_main_process:
             signal_logger.warning("EBPOTrainer: %s", notice)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``GRPOTrainer.train`` (resuming as :class:`.checkpointing.CheckpointingMixin` says),
+        after the main process printed the estimator and its settings
+        (:func:`.notices.estimator_line`)."""
+        if self.accelerator.is_main_process:
+            print(estimator_line(self.args.advantage_estimator, self.estimator, self.args), flush=True)
+        return super().train(*args, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "train_runtime" in logs:  # transformers' summary at the end of train()
