@@ -260,9 +260,7 @@ def check_model_resolves(name_or_path: str, *, local_files_only: bool = False) -
         )
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(
-            f"model {name_or_path!r} does not resolve ({source}): {first}"
-        ) from error
+        raise ValueError(f"model {name_or_path!r} does not resolve ({source}): {first}") from error
     architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
     sizes = [
         f"{getattr(config, key)} {label}"

@@ -137,8 +137,6 @@ def test_other_missing_keys_are_still_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(
         transformers.trainer.logger, "warning", lambda msg, *a, **k: warnings.append(str(msg))
     )
-    result = torch.nn.modules.module._IncompatibleKeys(
-        ["lm_head.weight", "model.norm.weight"], []
-    )
+    result = torch.nn.modules.module._IncompatibleKeys(["lm_head.weight", "model.norm.weight"], [])
     built._issue_warnings_after_load(result)
     assert len(warnings) == 1 and re.search(r"\['model\.norm\.weight'\]", warnings[0])

@@ -19,13 +19,14 @@ A save, on every process, in this order:
 On resume, every process checks that all processes restored the same estimator state (see
 :mod:`.consistency`); the main process prints where the state came from and what it holds
 (:func:`.notices.restored_line`), and transformers' notice of a missing ``lm_head.weight`` is
-left out when that tensor is tied to a loaded one (:func:`.notices.tied_missing_keys`).
+left out when that tensor is tied to a loaded one (:func:`.notices.tied_missing_keys`). The
+optimizer state of a multi-process run on CPUs is loaded onto the CPU
+(:meth:`CheckpointingMixin._load_optimizer_and_scheduler`).
 
 At the end of ``train()``, whatever ``save_strategy`` is, the main process writes the run's
 ``trainer_state.json`` (transformers' ``TrainerState``, the log history included) into
 ``output_dir``, atomically (a temporary file renamed): TRL writes it only inside checkpoints, so a
-run that saved none (``save_strategy: "no"``) would leave no record of its metrics. The optimizer state of a multi-process run on CPUs is loaded onto the CPU
-(:meth:`CheckpointingMixin._load_optimizer_and_scheduler`).
+run that saved none (``save_strategy: "no"``) would leave no record of its metrics.
 
 A kill, a full disk or any error at any point leaves the new checkpoint unmarked. On resume,
 ``train(resume_from_checkpoint=path)`` refuses a checkpoint that is not complete (ValueError naming

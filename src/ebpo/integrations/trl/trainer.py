@@ -320,7 +320,9 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         after the main process printed the estimator and its settings
         (:func:`.notices.estimator_line`)."""
         if self.accelerator.is_main_process:
-            print(estimator_line(self.args.advantage_estimator, self.estimator, self.args), flush=True)
+            print(
+                estimator_line(self.args.advantage_estimator, self.estimator, self.args), flush=True
+            )
         return super().train(*args, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
