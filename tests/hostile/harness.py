@@ -62,29 +62,43 @@ def cli_rows(
     prefix: str,
     rows: Iterable[tuple[str, str | Sequence[str], str]],
     setup: Callable[[Path], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[CliCase]:
     """One :class:`CliCase` per row ``(id, extra, match)`` that share their command and setup:
     ``ebpo *argv *extra`` (``extra``: a shell-quoted string, or a list of arguments) must end in
-    one stderr line matching ``prefix + match``."""
+    one stderr line matching ``prefix + match`` (``env``: the environment variables set)."""
     return [
         CliCase(
             id,
             [*argv, *(shlex.split(extra) if isinstance(extra, str) else extra)],
             prefix + match,
             setup,
+            env=dict(env or {}),
         )
         for id, extra, match in rows
     ]
 
 
+def table_rows(table: str, columns: int) -> list[list[str]]:
+    """The rows of a text table, one a line, cells split on " | " (the last cell keeps any further
+    " | "; a cell keeps its spaces inside the row); blank lines are skipped."""
+    rows = [line.strip().split(" | ", columns - 1) for line in table.splitlines() if line.strip()]
+    assert all(len(row) == columns for row in rows), f"a row has not {columns} cells: {rows}"
+    return rows
+
+
 def cli_table(
-    argv: Sequence[str], prefix: str, table: str, setup: Callable[[Path], None] | None = None
+    argv: Sequence[str],
+    prefix: str,
+    table: str,
+    setup: Callable[[Path], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[CliCase]:
     """:func:`cli_rows` from a text table, one case a line: ``id | arguments | message`` (arguments
-    shell-quoted; the message is a regex without the shared ``prefix``); blank lines are skipped."""
-    rows = [line.strip().split(" | ", 2) for line in table.splitlines() if line.strip()]
-    assert all(len(row) == 3 for row in rows), f"a row is not 'id | arguments | message': {rows}"
-    return cli_rows(argv, prefix, [(id, extra, match) for id, extra, match in rows], setup)
+    shell-quoted; the message is a regex without the shared ``prefix``)."""
+    return cli_rows(
+        argv, prefix, [(id, extra, match) for id, extra, match in table_rows(table, 3)], setup
+    )
 
 
 def state_of(obj: Any) -> str:
