@@ -81,8 +81,18 @@ def cli_rows(
 
 def table_rows(table: str, columns: int) -> list[list[str]]:
     """The rows of a text table, one a line, cells split on " | " (the last cell keeps any further
-    " | "; a cell keeps its spaces inside the row); blank lines are skipped."""
-    rows = [line.strip().split(" | ", columns - 1) for line in table.splitlines() if line.strip()]
+    " | "); blank lines are skipped. A long row goes on below: a line starting with "| " begins
+    its next cell, a line starting with "+ " continues its last cell (what follows "+ ", joined
+    as it is)."""
+    lines: list[str] = []
+    for line in (line.strip() for line in table.splitlines()):
+        if line.startswith("| ") and lines:
+            lines[-1] += " " + line
+        elif line.startswith("+ ") and lines:
+            lines[-1] += line[2:]
+        elif line:
+            lines.append(line)
+    rows = [line.split(" | ", columns - 1) for line in lines]
     assert all(len(row) == columns for row in rows), f"a row has not {columns} cells: {rows}"
     return rows
 

@@ -33,6 +33,10 @@ def data_case(id: str, content: str | bytes, match: str, name: str = "aime.jsonl
 #: ``ebpo eval *EVAL ARGUMENTS`` and ``ebpo eval --model org/model --benchmarks ARGUMENTS``: one
 #: stderr line matching E + the message
 EVAL_TABLE = r"""
+    data-file-missing | --data-file aime-2025=missing.jsonl
+    | data file for 'aime-2025' \('missing\.jsonl'\) does not exist$
+    data-file-twice | --data-file aime-2025=a.jsonl --data-file aime-2025=b.jsonl
+    | --data-file names 'aime-2025' twice \('a\.jsonl' and 'b\.jsonl'\)$
     out-below-dev-null | --out /dev/null/res | out_dir \(--out\) '/dev/null/res' lies below '/dev/null'
     out-empty | --out '' | out_dir \(--out\) must be a non-empty path
     timeout-negative | --timeout -1 | timeout must be a finite number of seconds > 0 .*got -1\.0$
@@ -64,7 +68,7 @@ EVAL_TABLE = r"""
     device-unknown | --device gpu | device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'$
     device-index-not-a-number | --device cuda:x | device must be .* got 'cuda:x'$
     dtype-unknown | --dtype fp8 | argument --dtype: invalid choice: 'fp8'
-    """
+"""
 BENCHMARKS_TABLE = r"""
     n-0 | aime-2025 --n 0 | n must be an integer >= 1, got 0$
     n-negative | aime-2025 --n -3 | n must be an integer >= 1, got -3$
@@ -109,11 +113,6 @@ CASES = [
     # scoring and generation numbers
     # benchmarks and data files
     CliCase(
-        "data-file-missing",
-        [*EVAL, "--data-file", "aime-2025=missing.jsonl"],
-        E + r"data file for 'aime-2025' \('missing\.jsonl'\) does not exist$",
-    ),
-    CliCase(
         "data-file-is-directory",
         [*EVAL, "--data-file", "aime-2025=dir.jsonl"],
         E + r"data file for 'aime-2025' \('dir\.jsonl'\) is a directory$",
@@ -125,11 +124,6 @@ CASES = [
         E
         + r"data_files \(--data-file\) names 'math-500', which is not among the benchmarks \['aime-2025'\]$",
         setup=files({"aime.jsonl": GOOD_ROWS}),
-    ),
-    CliCase(
-        "data-file-twice",
-        [*EVAL, "--data-file", "aime-2025=a.jsonl", "--data-file", "aime-2025=b.jsonl"],
-        E + r"--data-file names 'aime-2025' twice \('a\.jsonl' and 'b\.jsonl'\)$",
     ),
     CliCase(
         "model-path-missing",
