@@ -98,12 +98,26 @@ TRAIN_TABLE = r"""
     train-dataset-missing | --dataset nope.jsonl | data file 'nope\.jsonl' does not exist
 """
 TINY_TABLE = r"""
+    train-seed-2-pow-70 | --seed 1180591620717411303424
+    | seed must be an integer in \[0, 2147483647\], got 1180591620717411303424
+    train-output-empty | --output-dir ''
+    | output_dir must be a non-empty path, or None for a new directory under runs/, got ''
+    train-prompts-per-step-huge | --prompts-per-step 1000000
+    | prompts_per_step × group_size must be at most 65,536 completions a step, got 1000000 × 2 = 2,000,000
+    train-group-size-huge | --group-size 100000 --prompts-per-step 1
+    | prompts_per_step × group_size must be at most 65,536
+    train-steps-huge | --steps 1000000
+    | steps × prompts_per_step must be at most 1,000,000 prompts on a built-in dataset, got 1000000 × 2
     train-lr-huge | --learning-rate 1e308 | learning_rate must be a finite positive number <= 1\.0, got 1e\+308
     train-lr-above-max | --learning-rate 1.5 | learning_rate must be a finite positive number <= 1\.0, got 1\.5
     train-seed-2-pow-31 | --seed 2147483648 | seed must be an integer in \[0, 2147483647\], got 2147483648
     train-output-blank | --output-dir '  ' | output_dir must be a non-empty path, or None .*, got ' '
 """
 BENCH_TABLE = r"""
+    bench-report-only-nonexistent | --report-only --output-dir nonexistent
+    | --report-only: 'nonexistent' holds no bench cells
+    bench-checkpoint-past-end | --steps 50 --checkpoints 50
+    | checkpoints must be multiples of eval_every \(25\) below steps \(50\)
     bench-output-dev-null | --output-dir /dev/null/b | --output-dir '/dev/null/b' lies below '/dev/null'
     bench-seeds-zero | --seeds 0 | --seeds must be at least 1
     bench-lrs-zero | --lrs 0,1e-4 | learning_rates must be a non-empty list of positive numbers
@@ -351,49 +365,12 @@ CASES = [
         setup=files({"cache": "precious"}),
         env={"EBPO_CACHE": "cache"},
     ),
-    CliCase(
-        "train-seed-2-pow-70",
-        ["train", *TINY, "--seed", str(2**70)],
-        T + rf"seed must be an integer in \[0, 2147483647\], got {2**70}",
-    ),
     # ---- issue #21 item 12: checked before any work starts
-    CliCase(
-        "train-output-empty",
-        ["train", *TINY, "--output-dir", ""],
-        T + r"output_dir must be a non-empty path, or None for a new directory under runs/, got ''",
-    ),
-    CliCase(
-        "train-prompts-per-step-huge",
-        ["train", *TINY, "--prompts-per-step", "1000000"],
-        T
-        + r"prompts_per_step × group_size must be at most 65,536 completions a step, got 1000000 × 2 = 2,000,000",
-    ),
-    CliCase(
-        "train-group-size-huge",
-        ["train", *TINY, "--group-size", "100000", "--prompts-per-step", "1"],
-        T + r"prompts_per_step × group_size must be at most 65,536",
-    ),
-    CliCase(
-        "train-steps-huge",
-        ["train", *TINY, "--steps", "1000000"],
-        T
-        + r"steps × prompts_per_step must be at most 1,000,000 prompts on a built-in dataset, got 1000000 × 2",
-    ),
-    CliCase(
-        "bench-report-only-nonexistent",
-        ["bench", "--report-only", "--output-dir", "nonexistent"],
-        B + r"--report-only: 'nonexistent' holds no bench cells",
-    ),
     CliCase(
         "bench-output-is-file",
         ["bench", "--output-dir", "out"],
         B + r"--output-dir 'out' is a file, expected a directory",
         setup=files({"out": "x"}),
-    ),
-    CliCase(
-        "bench-checkpoint-past-end",
-        ["bench", "--steps", "50", "--checkpoints", "50"],
-        B + r"checkpoints must be multiples of eval_every \(25\) below steps \(50\)",
     ),
 ]
 CASES += cli_table(["train"], T, TRAIN_TABLE) + cli_table(["train", *TINY], T, TINY_TABLE)
