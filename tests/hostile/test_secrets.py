@@ -49,7 +49,8 @@ def _input_file(tmp):
     )
 
 
-LABEL = ["data", "label", "{tmp}/in.jsonl", "-o", "{tmp}/out.jsonl", "--topic", "llm"]
+NO_MODEL = ["data", "label", "{tmp}/in.jsonl", "-o", "{tmp}/out.jsonl", "--topic", "llm"]
+LABEL = [*NO_MODEL, "--llm-model", "judge"]
 KEY = "sk-hostile-secret-123"  # must never reach stdout or stderr
 PREFIX = r"^ebpo data label: error: "
 
@@ -58,7 +59,7 @@ def _llm_case(
     case_id: str, base_url: str, match: str, *extra: str, env: dict[str, str] | None = None
 ) -> CliCase:
     """``ebpo data label IN -o OUT --topic llm --llm-model judge --llm-base-url URL *extra``."""
-    argv = [*LABEL, "--llm-model", "judge", "--llm-base-url", base_url, *extra]
+    argv = [*LABEL, "--llm-base-url", base_url, *extra]
     return CliCase(case_id, argv, PREFIX + match, setup=_input_file, env=env or {})
 
 
@@ -69,7 +70,7 @@ LLM_TABLE = r"""
     llm-bad-port | http://127.0.0.1:99999/v1 | base_url has an invalid port: http://127\.0\.0\.1/v1
     llm-not-http | ftp://127.0.0.1/v1 | base_url must be an http\(s\) URL
 """
-LLM_BASE_URL = [*LABEL, "--llm-model", "judge", "--llm-base-url"]
+LLM_BASE_URL = [*LABEL, "--llm-base-url"]
 KEY_ENV = ("--llm-api-key-env", "EBPO_HOSTILE_KEY")
 CLI_CASES = [
     *cli_table(LLM_BASE_URL, PREFIX, LLM_TABLE, _input_file),
@@ -115,7 +116,7 @@ CLI_CASES = [
     ),
     CliCase(
         "llm-no-model",
-        [*LABEL, "--llm-base-url", "http://127.0.0.1:9/v1"],
+        [*NO_MODEL, "--llm-base-url", "http://127.0.0.1:9/v1"],
         PREFIX + r"--topic llm needs --llm-base-url .* and --llm-model",
         setup=_input_file,
     ),
