@@ -15,7 +15,8 @@ three things are swapped while it runs, and the run stops inside ``main`` when t
   data (``ebpo grpo prepare-data``: the DAPO template as a chat message,
   ``reward_model.ground_truth``, ``topic``, ``difficulty``);
 * command-line flags appended after the user's (they win, as any flag over ``--config``): a tiny
-  random Llama saved to a temporary directory in place of the model, ``use_cpu``, ``bf16`` /
+  random Llama saved to a temporary directory in place of the model (whose config and tokenizer
+  are checked first, :func:`check_model`: the summary says what resolved and what stood in), ``use_cpu``, ``bf16`` /
   ``fp16`` / ``tf32`` off, ``use_vllm`` off, no reporting, no Hub push, no 4/8-bit loading, and a
   temporary ``output_dir``.
 
@@ -53,12 +54,24 @@ from ebpo.commands.grpo.grpo_script import (
 )
 from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
-from ebpo.evaluation.models import save_tiny_llama
+from ebpo.evaluation.models import (
+    check_model_resolves,
+    names_a_gguf,
+    pretrained_source,
+    save_tiny_llama,
+)
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
-__all__ = ["METHOD_FIELDS", "DryRun", "dry_run", "paper_preset", "score_correct_answers"]
+__all__ = [
+    "METHOD_FIELDS",
+    "DryRun",
+    "check_model",
+    "dry_run",
+    "paper_preset",
+    "score_correct_answers",
+]
 
 #: the loaders TRL's script calls, as imported before any swap
 _GET_DATASET = trl.get_dataset
@@ -106,6 +119,8 @@ class DryRun:
     #: whether the recipe sets ``generation_batch_size`` (else TRL derives it from the number of
     #: processes: ``per_device_train_batch_size x processes x steps_per_generation``)
     generation_batch_given: bool = False
+    #: what :func:`check_model` found of the recipe's model on this machine
+    model_check: str = ""
 
     def summary(self, source: str, processes: int = 1) -> list[str]:
         """The lines ``ebpo grpo --dry-run`` prints: what a real run of ``source`` would do, on
@@ -132,6 +147,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
     argv = list(argv)
     (script_args, config, model_args, dataset_args), *_ = parse_here(argv)
     check_output_dir(config.output_dir, config.resume_from_checkpoint)  # as the real run does
+    model_check = check_model(model_args.model_name_or_path)
     if (
         script_args.reward_model_name_or_path
         and not Path(script_args.reward_model_name_or_path).exists()
@@ -175,6 +191,36 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
             "generation_batch_size"
         ]
         is not None,
+        model_check=model_check,
+    )
+
+
+def check_model(name: str | None) -> str:
+    """What the dry run can say of the recipe's model here, checking its config and tokenizer
+    (never its weights) through the resolver a real run uses
+    (:func:`ebpo.evaluation.models.pretrained_source`): a GGUF file (``smollm2-135m``, ``.gguf``)
+    and a local directory are checked; a hub id only when the Hugging Face cache holds it (the
+    dry run never reaches the Hub); a local path that is not on this machine is said to be
+    unchecked. ValueError (one line) when a model that is here does not resolve: the real run
+    would fail on it."""
+    if not name:
+        raise ValueError("model_name_or_path: not set; name the model to train")
+    if names_a_gguf(name) or Path(name).expanduser().exists():
+        source, kwargs = pretrained_source(name)  # ValueError: a missing file or package
+        where = str(Path(source, kwargs["gguf_file"])) + " (GGUF)" if kwargs else source
+        found = check_model_resolves(name)
+        return f"resolves to {where}: {found}; config and tokenizer checked, weights not loaded"
+    try:
+        pretrained_source(name)
+    except ValueError:
+        return "not checked: no such path on this machine"
+    try:
+        found = check_model_resolves(name, local_files_only=True)
+    except ValueError:
+        return "not checked: a hub id not in this machine's Hugging Face cache (a dry run never reaches the Hub)"
+    return (
+        f"resolves from the Hugging Face cache: {found}; config and tokenizer checked, weights "
+        "not loaded"
     )
 
 
@@ -392,6 +438,7 @@ def _summary(run: DryRun, source: str, processes: int) -> list[str]:
             if m.use_peft
             else ", full fine-tune"
         ),
+        f"              {run.model_check}",
         f"  data        {_data_source(s, run.dataset_args)}",
         f"              here: {run.data}",
         f"  order       data_order={c.data_order}, shuffle_dataset={c.shuffle_dataset}, "
@@ -435,8 +482,9 @@ def _summary(run: DryRun, source: str, processes: int) -> list[str]:
             else "transformers generate (no vLLM)"
         )
         + f"; bf16={c.bf16}",
-        "  substituted here: the tiny model, the sample rows, use_cpu, bf16/fp16/tf32 off, "
-        "use_vllm off, report_to none, a temporary output_dir",
+        f"  substituted here: a tiny random Llama in place of {m.model_name_or_path} (the trainer "
+        "above was built on it), the sample rows, use_cpu, bf16/fp16/tf32 off, use_vllm off, "
+        "report_to none, a temporary output_dir",
     ]
     return lines
 
