@@ -384,14 +384,17 @@ class EBPOTrainerMixin(CheckpointingMixin):
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
     ):
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+        result = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
         inputs = self._ebpo_loss_inputs
+        if inputs is None:  # as returned (Unsloth's generated trainer returns other tuples)
+            return result
+        logps, entropies, aux_loss = result
         # Only the policy forward inside _compute_loss with gradients on (training) is touched;
         # old/ref log-probs (no grad) and evaluation are left alone.
-        if inputs is None or not torch.is_grad_enabled() or not logps.requires_grad:
-            return logps, entropies, aux_loss
+        if not torch.is_grad_enabled() or not logps.requires_grad:
+            return result
         self._ebpo_loss_inputs = None  # once per loss computation
         mask = (
             inputs["completion_mask"]
