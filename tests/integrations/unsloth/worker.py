@@ -11,8 +11,9 @@ the generated ``UnslothGRPOTrainer``. ``FastLanguageModel`` cannot load there (C
 so a plain transformers model gets no-op ``for_training`` / ``for_inference``.
 
 Jobs: ``unsloth`` (Unsloth's own GRPOTrainer) and ``grpo`` (EBPOTrainer, advantage_estimator grpo),
-3 steps each, same seed; ``ebpo`` (EBPOTrainer, its default estimator); on ``cpu`` also ``full`` (ebpo, 4 steps, a checkpoint at step 2) and
-``resumed`` (ebpo resumed from it)."""
+3 steps each, same seed; ``ebpo`` (EBPOTrainer, its default estimator); ``clip_cov`` (refused on the
+generated trainer); on ``cpu`` also ``full`` (ebpo, 4 steps, a checkpoint at step 2) and ``resumed``
+(ebpo resumed from it)."""
 
 from __future__ import annotations
 
@@ -129,6 +130,11 @@ def main() -> None:
     results["unsloth"] = run("unsloth", trl.GRPOConfig, trl.GRPOTrainer)
     results["grpo"] = run("grpo", EBPOConfig, EBPOTrainer, advantage_estimator="grpo")
     results["ebpo"] = run("ebpo", EBPOConfig, EBPOTrainer)  # the default estimator
+    try:
+        run("clip_cov", EBPOConfig, EBPOTrainer, clip_cov_ratio=0.1, max_steps=1)
+        results["clip_cov"] = "trained"
+    except ValueError as error:
+        results["clip_cov"] = str(error)
     if PATH == "cpu":
         saving = {"save_strategy": "steps", "save_steps": 2, "max_steps": 4}
         # a full fine-tune: a LoRA model of FastLanguageModel does not resume exactly even under

@@ -36,7 +36,7 @@ from ebpo.utils.structured_input import parse_json
 __all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig", "EBPOConfigMixin"]
 
 if TYPE_CHECKING:
-    _GRPOConfig = GRPOConfig  # what the mixin is mixed into, for the type checker
+    from trl import GRPOConfig as _GRPOConfig  # what the mixin is mixed into, for the type checker
 else:
     _GRPOConfig = object
 
@@ -282,7 +282,6 @@ class EBPOConfigMixin(_GRPOConfig):
             self.scale_rewards,
             self.multi_objective_aggregation,
         )
-
 
 
 @dataclass
