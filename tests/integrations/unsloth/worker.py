@@ -5,6 +5,8 @@ worker.py PATH MODEL_DIR OUT_DIR`` writes ``OUT_DIR/results.json``.
 PATH ``cpu``: Unsloth's CPU backend (no GPU): ``trl.GRPOTrainer`` stays TRL's; the model is loaded by
 ``FastLanguageModel`` with LoRA (``get_peft_model``), as in Unsloth's notebooks (the resume: a full
 fine-tune).
+PATH ``cuda``: Unsloth on a real GPU (tests/gpu/test_unsloth_cuda.py): the generated trainer,
+``FastLanguageModel`` with LoRA, 4-bit where bitsandbytes is installed, under ``full_determinism``.
 PATH ``gpu-path``: Unsloth's GPU-path trainer on the CPU, through Unsloth's test switch
 ``UNSLOTH_ALLOW_CPU=1`` (the caller sets it) and ``patch_trl_rl_trainers()``: ``trl.GRPOTrainer`` is
 the generated ``UnslothGRPOTrainer``. ``FastLanguageModel`` cannot load there (CPU torch has no CUDA),
@@ -12,11 +14,12 @@ so a plain transformers model gets no-op ``for_training`` / ``for_inference``.
 
 Jobs: ``unsloth`` (Unsloth's own GRPOTrainer) and ``grpo`` (EBPOTrainer, advantage_estimator grpo),
 3 steps each, same seed; ``ebpo`` (EBPOTrainer, its default estimator); ``clip_cov`` (refused on the
-generated trainer); on ``cpu`` also ``full`` (ebpo, 4 steps, a checkpoint at step 2) and ``resumed``
-(ebpo resumed from it)."""
+generated trainer); on ``cpu`` and ``cuda`` also ``full`` (ebpo, 4 steps, a checkpoint at step 2) and
+``resumed`` (ebpo resumed from it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -25,6 +28,9 @@ from pathlib import Path
 import unsloth  # noqa: F401  (first: it patches trl and transformers)
 
 PATH, MODEL, OUT = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+CUDA = PATH == "cuda"
+#: 4-bit needs bitsandbytes, which the CPU environment leaves out
+BNB = CUDA and importlib.util.find_spec("bitsandbytes") is not None
 if PATH == "gpu-path":
     from unsloth.models.rl import patch_trl_rl_trainers
 
@@ -73,7 +79,7 @@ def load_model(lora: bool):
         from unsloth import FastLanguageModel
 
         model, tokenizer = FastLanguageModel.from_pretrained(
-            str(MODEL), max_seq_length=64, load_in_4bit=False, fast_inference=False
+            str(MODEL), max_seq_length=64, load_in_4bit=BNB, fast_inference=False
         )
         model = FastLanguageModel.get_peft_model(
             model, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], random_state=0
@@ -86,15 +92,18 @@ def load_model(lora: bool):
     return model, AutoTokenizer.from_pretrained(str(MODEL))
 
 
-def run(job, config_class, trainer_class, resume=None, lora=PATH == "cpu", **settings):
+def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", **settings):
     model, tokenizer = load_model(lora)
     options = {
-        "output_dir": str(OUT / job), "use_cpu": True, "bf16": False, "fp16": False, "seed": 0,
+        "output_dir": str(OUT / job), "use_cpu": not CUDA, "seed": 0, "full_determinism": CUDA,
         "report_to": "none", "save_strategy": "no", "logging_steps": 1, "max_steps": STEPS,
         "num_generations": G, "per_device_train_batch_size": 2 * G, "max_completion_length": 6,
-        "learning_rate": 1e-2, "beta": 0.04, "optim": "adamw_torch",
-        "generation_kwargs": {"sequence_bias": [[[2], 2.0]]},
+        "learning_rate": 1e-2, "beta": 0.04, "generation_kwargs": {"sequence_bias": [[[2], 2.0]]},
     }  # fmt: skip
+    if not CUDA:  # Unsloth's defaults (8-bit AdamW) need bitsandbytes and a GPU
+        options.update(bf16=False, fp16=False, optim="adamw_torch")
+    elif not BNB:
+        options.update(optim="adamw_torch")
     args = config_class(**{**options, **settings})
     data = Dataset.from_list([{"prompt": f"{a}+{a}="} for a in range(16)])
     trainer = recording(trainer_class, job)(
@@ -120,6 +129,7 @@ def run(job, config_class, trainer_class, resume=None, lora=PATH == "cpu", **set
 def main() -> None:
     results = {
         "path": PATH,
+        "four_bit": BNB,
         "generated": GENERATED,
         "trl_grpo_trainer": trl.GRPOTrainer.__name__,
         "ebpo_bases": [c.__name__ for c in EBPOTrainer.__mro__[1:4]],
@@ -135,12 +145,11 @@ def main() -> None:
         results["clip_cov"] = "trained"
     except ValueError as error:
         results["clip_cov"] = str(error)
-    if PATH == "cpu":
-        saving = {"save_strategy": "steps", "save_steps": 2, "max_steps": 4}
-        # a full fine-tune: a LoRA model of FastLanguageModel does not resume exactly even under
-        # Unsloth's own GRPOTrainer (measured: step 3's grad norm 0.07532 uninterrupted, 0.07702
-        # resumed), so the comparison would say nothing about ebpo's part
-        saving = {**saving, "lora": False}
+    if PATH != "gpu-path":
+        saving = {"save_strategy": "steps", "save_steps": 2, "max_steps": 4, "lora": CUDA}
+        # on the CPU a full fine-tune: a LoRA model of FastLanguageModel does not resume exactly
+        # even under Unsloth's own GRPOTrainer there (measured: step 3's grad norm 0.07532
+        # uninterrupted, 0.07702 resumed), so the comparison would say nothing about ebpo's part
         results["full"] = run("full", EBPOConfig, EBPOTrainer, **saving)
         checkpoint = OUT / "full" / "checkpoint-2"
         results["checkpoint_state"] = json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())
