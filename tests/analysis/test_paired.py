@@ -12,11 +12,14 @@ T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 T_975_DF4 = 2.7764451051977987  # scipy.stats.t.ppf(0.975, 4)
 
 
-def test_mean_ci_matches_a_hand_computed_t_interval():
-    result = stats.mean_ci([0.2, 0.4, 0.9])
+@pytest.mark.parametrize("scale", [1.0, 1e200, 1e-200])
+def test_mean_ci_matches_a_hand_computed_t_interval(scale):
+    """At any scale: deviations of 1e200 (squares overflow) or 1e-200 (squares underflow to 0)
+    give the interval scaled, the deviations scaled before squaring."""
+    result = stats.mean_ci([0.2 * scale, 0.4 * scale, 0.9 * scale])
     sd = math.sqrt(((0.2 - 0.5) ** 2 + (0.4 - 0.5) ** 2 + (0.9 - 0.5) ** 2) / 2)
-    assert result["n"] == 3 and result["mean"] == pytest.approx(0.5)
-    assert result["ci"] == pytest.approx(T_975_DF2 * sd / math.sqrt(3), rel=1e-8)
+    assert result["n"] == 3 and result["mean"] == pytest.approx(0.5 * scale)
+    assert result["ci"] == pytest.approx(T_975_DF2 * sd / math.sqrt(3) * scale, rel=1e-8, abs=0)
 
 
 def test_mean_ci_edge_cases():

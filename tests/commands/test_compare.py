@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ebpo.analysis.compare.runs import read_run
 from ebpo.cli import main
+from ebpo.utils.file_sets import MARK
 from ebpo.utils.run_lock import lock_run_dir
 from tests.analysis.compare.verl_runs import write_trl_state
 from tests.hostile.harness import snapshot
@@ -81,8 +83,9 @@ def test_leftovers_of_a_killed_run_are_cleared_before_the_new_report(train_runs,
     out = tmp_path / "report"
     assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 0
     backup = out / ".compare.0123456789abcdef.old"
-    (out / ".compare.0123456789abcdef.new").mkdir()
+    (out / ".compare.0123456789abcdef.new").mkdir()  # empty: a kill before its mark
     backup.mkdir()
+    (backup / MARK).write_text("{}")  # what makes the folder ours
     for name in ("compare.csv", "difference_reward.png"):
         (out / name).rename(backup / name)
     (backup / ".manifest.json").write_text(json.dumps(["compare.csv", "difference_reward.png"]))
@@ -153,4 +156,95 @@ def test_help_says_what_a_run_is_and_where_the_docs_are(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert stop.value.code == 0
     assert "ESTIMATOR@SEED=PATH" in out and "95% Student-t interval" in out
-    assert "docs/compare.md" in out and "--ignore KEY" in out
+    assert "ebpo docs compare" in out and "--ignore KEY" in out
+
+
+def _trl_pair(tmp_path, rewards):
+    """TRL runs ``{estimator}{seed}`` (checkpoint states, labelled on the command line)."""
+    argv = []
+    for (estimator, seed), values in rewards.items():
+        write_trl_state(tmp_path / f"{estimator}{seed}", values)
+        argv.append(f"{estimator}@{seed}={tmp_path / f'{estimator}{seed}'}")
+    return argv
+
+
+@pytest.mark.parametrize(
+    ("rewards", "verdict", "flags"),
+    [
+        ({("grpo", 0): [0.5, 0.5, 0.5], ("ebpo", 0): [0.5, 0.5, 0.5],
+          ("grpo", 1): [0.5, 0.5, 0.5], ("ebpo", 1): [0.5, 0.5, 0.5]},
+         "at step 3: +0: no verdict (reward never moved: 0.5 at every step of every run) "
+         "[the training reward, not a held-out result]",
+         {"identical_pairs": ["0", "1"], "never_moved": True}),
+        ({("grpo", 0): [0.1, 0.2, 0.3], ("ebpo", 0): [0.1, 0.2, 0.3],
+          ("grpo", 1): [0.1, 0.2, 0.3], ("ebpo", 1): [0.2, 0.3, 0.5]},
+         "over 2 seed pairs: not separated (the interval covers 0) [seed pair(s) 0 identical at "
+         "every step: the same run twice?] [the training reward, not a held-out result]",
+         {"identical_pairs": ["0"], "never_moved": False}),
+    ],
+    ids=["a metric that never moved", "one identical pair"],
+)  # fmt: skip
+def test_degenerate_data_and_the_training_reward_are_said(tmp_path, capsys, rewards, verdict,
+                                                           flags):  # fmt: skip
+    """The verdict (printed and in compare.json) says when the metric is the training reward
+    (no evaluation metric), when pairs are identical and when the metric never moved."""
+    out = tmp_path / "report"
+    assert main(["compare", *_trl_pair(tmp_path, rewards), "--output-dir", str(out),
+                 "--no-plots"]) == 0  # fmt: skip
+    content = json.loads((out / "compare.json").read_text())
+    assert content["metric_source"] == "training reward"
+    assert content["metric_note"].startswith("compared reward, the training reward: no evaluation")
+    assert content["comparisons"][0]["flags"] == flags
+    (line,) = content["verdict"]
+    assert line.endswith(verdict), line
+    printed = capsys.readouterr().out
+    assert f"verdict: {line}" in printed and content["metric_note"] in printed
+
+
+def test_a_long_metric_name_gets_a_file_name_that_fits(tmp_path):
+    """A 300-character metric (a file name of 313 bytes, over the 255 a file system takes):
+    its PNGs' names are cut, with a hash that keeps two such metrics apart."""
+    long = "eval_rewards/" + "x" * 300
+    rewards = {("grpo", 0): [0.1, 0.2, 0.3], ("ebpo", 0): [0.2, 0.3, 0.5]}
+    argv = _trl_pair(tmp_path, rewards)
+    for folder in (tmp_path / "grpo0", tmp_path / "ebpo0"):
+        (state,) = folder.glob("checkpoint-*/trainer_state.json")
+        content = json.loads(state.read_text())
+        for entry in content["log_history"]:
+            if "reward" in entry:
+                entry[long] = entry[long + "y"] = entry["reward"]
+        state.write_text(json.dumps(content))
+    out = tmp_path / "report"
+    assert main(["compare", *argv, "--output-dir", str(out), "--metric", long,
+                 "--metric", long + "y"]) == 0  # fmt: skip
+    names = sorted(p.name for p in out.iterdir() if p.suffix == ".png")
+    assert len(names) == 4 and all(len(n) <= 120 for n in names)
+    assert json.loads((out / "compare.json").read_text())["metrics"] == [long, long + "y"]
+
+
+def test_a_finished_run_is_read_from_the_top_level_trainer_state(tmp_path):
+    """``ebpo grpo`` leaves trainer_state.json in output_dir at the end of training (TRL's own
+    format): that whole history is read, not the last checkpoint's shorter one."""
+    write_trl_state(tmp_path / "a", [0.1, 0.2, 0.3])  # checkpoint-3: steps 1..3
+    full = [{"step": s, "reward": 0.1 * s} for s in range(1, 6)]
+    (tmp_path / "a" / "trainer_state.json").write_text(
+        json.dumps({"global_step": 5, "log_history": full})
+    )
+    run = read_run(f"grpo@0={tmp_path / 'a'}")
+    assert run.files[0] == tmp_path / "a" / "trainer_state.json"
+    assert run.metrics["reward"] == {s: pytest.approx(0.1 * s) for s in range(1, 6)}
+
+
+def test_names_longer_than_the_file_system_takes_are_refused_before_writing(
+    train_runs, tmp_path, monkeypatch, capsys
+):
+    """A file system that takes shorter names than the report's (eCryptfs: 143 bytes; here 40):
+    one line naming the file and the limit, before anything is written."""
+    limits = {"PC_NAME_MAX": 40, "PC_PATH_MAX": 4096}
+    monkeypatch.setattr("ebpo.analysis.compare.output.os.pathconf", lambda _, key: limits[key])
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert "the report's file 'difference_heldout_pass_1.png' needs file names of 43" in err
+    assert "longer than its file system takes (40)" in err

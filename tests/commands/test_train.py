@@ -18,6 +18,7 @@ pytest.importorskip("trl")
 
 from ebpo.cli import build_parser, main  # noqa: E402
 from ebpo.commands import train  # noqa: E402
+from ebpo.lab.train import job  # noqa: E402
 from ebpo.lab.train.config import TrainJobConfig  # noqa: E402
 from ebpo.utils import structured_input  # noqa: E402
 from tests.hostile.harness import CliCase, check_cli_error, ids, run_cli  # noqa: E402
@@ -221,7 +222,7 @@ def test_todays_command_lines_mean_what_they_meant(argv, expected):
     ],
 )
 def test_bad_flags_are_one_line_before_anything_runs(argv, match, monkeypatch):
-    monkeypatch.setattr(train, "run_train_job", _must_not_run)
+    monkeypatch.setattr(job, "run_train_job", _must_not_run)  # imported when run
     result = run_cli(["train", *argv])
     assert result.code == 2 and len(result.err.splitlines()) == 1
     assert re.search(match, result.err), result.err
@@ -456,7 +457,7 @@ BAD_FILES = [
 
 @pytest.mark.parametrize("case", BAD_FILES, ids=ids(BAD_FILES))
 def test_a_bad_config_file_is_one_line_and_exit_2(case, tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "run_train_job", _must_not_run)
+    monkeypatch.setattr(job, "run_train_job", _must_not_run)  # imported when run
     check_cli_error(case, tmp_path, monkeypatch)
 
 

@@ -44,6 +44,20 @@ def test_levels_accept_numpy_numbers_and_missing_values_and_refuse_bools():
         curriculum.difficulty_from_levels([True])
 
 
+@pytest.mark.parametrize(
+    ("level", "kind"),
+    [([7], "a list"), ({"a": 1}, "a mapping"), ((3,), "a tuple"), (np.array([2]), "an array")],
+)
+def test_a_level_is_one_scalar(level, kind):
+    """Issue 46 item 9: [7] became 7.0 and {"a": 1} 1.0, the digits of their text."""
+    with pytest.raises(
+        ValueError, match=rf"^row 1 \(counting from 0\), column 'lv': the level .* is {kind}"
+    ):
+        curriculum.difficulty_from_levels(["Level 1", level], "lv")
+    with pytest.raises(ValueError, match=r"^row 0 \(counting from 0\): the level"):
+        curriculum.difficulty_from_levels([level])
+
+
 def test_pass_rates_from_records():
     records = [
         {"problem_id": "b", "score": 1.0},

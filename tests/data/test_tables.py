@@ -67,6 +67,25 @@ def test_read_table_errors_name_the_input_file(tmp_path):
         read_table(tmp_path / "x.csv")
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            "a.jsonl",
+            '{"p": 1}\n{"p": 1, "q": 2, "p": 3}\n',
+            r"a\.jsonl: line 2: key 'p' appears twice",
+        ),
+        ("b.json", '[{"p": {"x": 1, "x": 1}}]', r"b\.json: key 'x' appears twice in one object$"),
+        ("c.json", '{"p": 1}\n{"q": 1, "q": 1}\n', r"c\.json: line 2: key 'q' appears twice"),
+    ],
+)
+def test_a_key_twice_in_one_row_is_refused(tmp_path, name, text, message):
+    """Issue 46 item 9: the last value won; every other JSON reader refuses it (structured_input)."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_rows(tmp_path / name)
+
+
 def test_one_parquet_reader_names_the_file_as_asked(tmp_path):
     path = tmp_path / "x.parquet"
     path.write_text("not parquet")

@@ -102,12 +102,29 @@ def test_first_update_with_a_huge_mean_is_not_nan():
         ({"count": 2.0, "mean": 0.0, "m2": -1e-3}, "m2 >= 0"),
         ({"count": 0.0, "mean": 0.5, "m2": 0.0}, "count 0 must have mean 0 and m2 0"),
         ({"count": 0.0, "mean": 0.0, "m2": 1.0}, "count 0 must have mean 0 and m2 0"),
-        ([1, 2, 3], "finite numbers"),
+        ([1, 2, 3], r"moments must be a dict with keys \['count', 'mean', 'm2'\], got list"),
+        (
+            {"count": 2.0**53 + 2, "mean": 0.0, "m2": 0.0},
+            r"moments\.count = 9007199254740994\.0 is more than 2\*\*53",
+        ),
+        ({"count": 1e308, "mean": 0.0, "m2": 0.0}, r"count = 1e\+308 is more than 2\*\*53"),
+        ({"count": 2.0, "mean": 0.0, "m2": 0.0, "n": 2}, r"unknown key 'moments\.n'"),
     ],
 )
 def test_from_state_dict_refuses_impossible_moments(state, message):
     with pytest.raises(ValueError, match=message):
         RunningMoments.from_state_dict(state)
+
+
+def test_a_fractional_count_loads_only_where_counts_decay():
+    """Issue 46 item 8: without decay every observation counts 1; at 2**53 counting stops."""
+    state = {"count": 2.5, "mean": 0.5, "m2": 1.0}
+    assert RunningMoments.from_state_dict(state).count == 2.5  # an ema prior's decayed count
+    with pytest.raises(ValueError, match=r"^w\.count = 2\.5 must be a whole number"):
+        RunningMoments.from_state_dict(state, "w", whole_count=True)
+    top = {"count": float(2**53), "mean": 0.5, "m2": 1.0}
+    assert RunningMoments.from_state_dict(top, whole_count=True).count == 2**53
+    assert 2.0**53 + 1 == 2.0**53  # why the bound: one more observation would not count
 
 
 def test_merge_refuses_what_is_not_running_moments():

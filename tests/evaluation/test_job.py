@@ -3,6 +3,7 @@ anything is loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 
@@ -97,6 +98,65 @@ def test_eval_command_end_to_end_with_a_saved_tiny_model(tmp_path, tiny, monkeyp
     markdown = (out / "results.md").read_text()
     assert "| metric | aime-2025 | amc-2023 | avg |" in markdown
     assert (out / "results.csv").read_text().startswith("model,metric,aime-2025,amc-2023,avg")
+
+
+def bar_settings() -> tuple[bool, bool, bool]:
+    """Whether transformers', huggingface_hub's and datasets' progress bars are on."""
+    import datasets
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging
+
+    return (
+        logging.is_progress_bar_enabled(),
+        not hub.are_progress_bars_disabled(),
+        datasets.is_progress_bar_enabled(),
+    )
+
+
+def test_no_progress_silences_every_bar_the_libraries_included(tmp_path, tiny, capfd, monkeypatch):
+    """Issue 46 item 10: transformers' "Loading weights" bar showed through --no-progress; the
+    libraries' settings are theirs again afterwards."""
+    from ebpo.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = tiny
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    capfd.readouterr()  # save_pretrained's own bar
+    argv = ["eval", "--model", str(tmp_path / "model"), "--benchmarks", "aime-2025"]
+    argv += ["--data-file", f"aime-2025={FIXTURES / 'aime-2025.jsonl'}", "--limit", "2"]
+    argv += ["--n", "2", "--max-new-tokens", "4", "--template", "raw", "--out", str(tmp_path / "o")]
+    before = bar_settings()
+
+    def restore() -> None:  # in order: transformers' switch also turns huggingface_hub's
+        for (on, off), was_on in zip(_switches(), before, strict=True):
+            (on if was_on else off)()
+
+    with contextlib.ExitStack() as undo:
+        # every bar on, as a user has them (HF_HUB_DISABLE_PROGRESS_BARS=1 would hide the bug);
+        # the process's own settings come back afterwards
+        undo.callback(restore)
+        for on, _ in _switches():
+            on()
+        assert bar_settings() == (True, True, True)
+        assert main([*argv, "--no-progress"]) == 0
+        err = capfd.readouterr().err
+        assert "it/s]" not in err and "%|" not in err, err
+        assert bar_settings() == (True, True, True)
+        assert main([*argv, "--out", str(tmp_path / "p")]) == 0  # the bars are there without it
+        assert "Loading weights" in capfd.readouterr().err
+
+
+def _switches():
+    import datasets
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging
+
+    return [
+        (logging.enable_progress_bar, logging.disable_progress_bar),
+        (hub.enable_progress_bars, hub.disable_progress_bars),
+        (datasets.enable_progress_bars, datasets.disable_progress_bars),
+    ]
 
 
 def test_eval_command_reports_bad_input(capsys):

@@ -4,10 +4,17 @@ directory — the output folder included."""
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import pickle
+import struct
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from ebpo.utils.file_sets import MARK
 from tests.analysis.compare.verl_runs import write_trl_state, write_verl_run
 from tests.hostile.harness import CliCase, check_cli_error, ids
 
@@ -57,6 +64,141 @@ def replace_in_log(name: str, old: str, new: str):
         log.write_text(text.replace(old, new, 1))
 
     return setup
+
+
+# ---------------------------------------------------------------- training_args.bin, damaged
+class Args:
+    """A stand-in for TRL's arguments: ``seed`` and a field ``deep`` whose pickle is replaced."""
+
+    def __init__(self):
+        self.seed = 0
+        self.deep = "DEEP"
+
+
+_PLACEHOLDER = b"X\x04\x00\x00\x00DEEP"
+
+
+def _put(k: int) -> bytes:
+    return b"r" + struct.pack("<I", k)  # LONG_BINPUT, far above the pickler's own memo keys
+
+
+def _get(k: int) -> bytes:
+    return b"j" + struct.pack("<I", k)  # LONG_BINGET
+
+
+def memo_bomb(levels: int) -> bytes:
+    """A list holding the previous level twice, ``levels`` times: 2^levels values, few bytes."""
+    out = b"](" * levels + b"]"  # each level's list, a MARK, ..., the innermost list
+    for i in range(levels):  # the level below, memoised, appended twice to its list
+        out += _put(100_000 + i) + _get(100_000 + i) + b"e"
+    return out
+
+
+def deep_list(depth: int) -> bytes:
+    return b"]" * depth + b"a" * (depth - 1)
+
+
+def args_pickle(field: bytes = _PLACEHOLDER) -> bytes:
+    data = pickle.dumps(Args(), protocol=2)
+    assert data.count(_PLACEHOLDER) == 1
+    return data.replace(_PLACEHOLDER, field)
+
+
+def args_zip(data: bytes, method: int = zipfile.ZIP_STORED) -> bytes:
+    """A ``torch.save`` archive holding ``data`` as its data.pkl."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=method) as archive:
+        archive.writestr("training_args/data.pkl", data)
+        archive.writestr("training_args/version", "3\n")
+    return buffer.getvalue()
+
+
+def _patch_headers(raw: bytes, local: tuple[int, bytes], central: tuple[int, bytes]) -> bytes:
+    """``raw`` with bytes at offsets of the first local header and central directory entry."""
+    out = bytearray(raw)
+    for signature, (offset, value) in ((b"PK\x03\x04", local), (b"PK\x01\x02", central)):
+        start = raw.index(signature) + offset
+        out[start : start + len(value)] = value
+    return bytes(out)
+
+
+def bad_crc() -> bytes:
+    raw = bytearray(args_zip(args_pickle()))
+    raw[raw.index(b"seed")] ^= 0x20  # the member's bytes, not its recorded CRC
+    return bytes(raw)
+
+
+def forged_size() -> bytes:
+    """A member of 8 MiB of zeros, deflated to a few kB, whose headers say 300 bytes."""
+    raw = args_zip(b"\0" * 8 * 2**20, zipfile.ZIP_DEFLATED)
+    size = struct.pack("<I", 300)
+    return _patch_headers(raw, (22, size), (24, size))
+
+
+def broken_directory() -> bytes:
+    raw = args_zip(args_pickle())
+    return raw.replace(b"PK\x01\x02", b"PK\x09\x09", 1)
+
+
+def encrypted() -> bytes:
+    return _patch_headers(args_zip(args_pickle()), (6, b"\x01"), (8, b"\x01"))
+
+
+def unknown_method() -> bytes:
+    return _patch_headers(args_zip(args_pickle()), (8, b"\x63"), (10, b"\x63"))
+
+
+def trl_with_args(name: str, content: bytes):
+    """A TRL run ``name`` whose ``training_args.bin`` is ``content``."""
+
+    def setup(tmp: Path) -> None:
+        write_trl_state(tmp / name, (0.1, 0.2, 0.3))
+        (tmp / name / "training_args.bin").write_bytes(content)
+
+    return setup
+
+
+def edit_state(name: str, edit):
+    """The log_history of run ``name``'s trainer_state.json changed by ``edit(history)``."""
+
+    def setup(tmp: Path) -> None:
+        (state,) = (tmp / name).glob("checkpoint-*/trainer_state.json")
+        content = json.loads(state.read_text())
+        edit(content["log_history"])
+        state.write_text(json.dumps(content))
+
+    return setup
+
+
+def verl_rewards(rewards: dict[str, tuple[float, ...]]):
+    """verl runs ``{estimator}0/`` with their own training rewards."""
+
+    def setup(tmp: Path) -> None:
+        for estimator, values in rewards.items():
+            write_verl_run(tmp / f"{estimator}0", estimator, 0, values, ACCURACY)
+
+    return setup
+
+
+def leftover(folder: str, files: dict[str, str]):
+    """``folder`` holding the files ``files`` (relative path -> text), folders made on the way."""
+
+    def setup(tmp: Path) -> None:
+        for name, text in files.items():
+            (tmp / folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / folder / name).write_text(text)
+
+    return setup
+
+
+def plain_trl_run(name: str):
+    """What ``trl grpo`` with ``save_strategy: "no"`` leaves: the model and its arguments."""
+    return leftover(name, {"config.json": "{}", "model.safetensors": "weights",
+                           "training_args.bin": "args"})  # fmt: skip
+
+
+LABEL_IT = r"run 'a': its files do not say its seed \(cannot read training_args.bin: "
+OLD = ".compare.0123456789abcdef.old"
 
 
 PAIR = [("grpo", 0), ("ebpo", 0), ("grpo", 1), ("ebpo", 1)]
@@ -122,6 +264,70 @@ CASES = [
             R + r"--smooth must be a positive integer", setup=verl(*PAIR)),
     CliCase("metric all with others", ["compare", *RUNS, "--metric", "all", "--metric", "x", *OUT],
             R + r"--metric must name metrics, or be 'all' alone", setup=verl(*PAIR)),
+    # training_args.bin: every damage ends in the one-line "label it", quickly (issue 46, 1-2)
+    CliCase("args: one list 2^40 times through the memo", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r".*more than 100,000 values once its shared references are expanded",
+            setup=then(trl_with_args("a", args_zip(args_pickle(memo_bomb(40)))), trl("b"))),
+    CliCase("args: a 5,000-deep list", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r".*nested deeper than 64 levels",
+            setup=then(trl_with_args("a", args_zip(args_pickle(deep_list(5000)))), trl("b"))),
+    CliCase("args: bad CRC", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r"a damaged zip archive \(BadZipFile: Bad CRC-32",
+            setup=then(trl_with_args("a", bad_crc()), trl("b"))),
+    CliCase("args: a forged size", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r"a damaged zip archive \(BadZipFile",
+            setup=then(trl_with_args("a", forged_size()), trl("b"))),
+    CliCase("args: a broken central directory", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r"a damaged zip archive \(BadZipFile",
+            setup=then(trl_with_args("a", broken_directory()), trl("b"))),
+    CliCase("args: the encrypted flag", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r"a damaged zip archive \(RuntimeError: File .* is encrypted",
+            setup=then(trl_with_args("a", encrypted()), trl("b"))),
+    CliCase("args: an unknown compression method", ["compare", "ebpo=a", "grpo@0=b", *OUT],
+            R + LABEL_IT + r"a damaged zip archive \(NotImplementedError",
+            setup=then(trl_with_args("a", unknown_method()), trl("b"))),
+    # logged histories (issue 46, 3-5)
+    *(CliCase(f"step {text}", ["compare", *RUNS, *OUT],
+              R + r"run 'ebpo1': 'ebpo1/verl_metrics.jsonl' line 3: step " + shown
+              + r" is not a whole number",
+              setup=then(verl(*PAIR), replace_in_log("ebpo1", '"step": 2', f'"step": {text}')))
+      for text, shown in (("Infinity", "inf"), ("NaN", "nan"), ("1.7", "1.7"), ('"2"', "'2'"))),
+    CliCase("a log line that is not UTF-8", ["compare", *RUNS, *OUT],
+            R + r"run 'ebpo1': 'ebpo1/verl_metrics.jsonl' line 2 is not UTF-8 text",
+            setup=then(verl(*PAIR), lambda tmp: (tmp / "ebpo1" / "verl_metrics.jsonl").write_bytes(
+                b'{"step": 0, "data": {}}\n\xff\xfe\n'))),
+    CliCase("text in the first log entry", ["compare", "grpo@0=a", "ebpo@0=b", *OUT],
+            R + r"RUN: 'b' logged 'reward' as NaN or nothing at step\(s\) 1 ",
+            setup=then(trl("a"), trl("b"),
+                       edit_state("b", lambda history: history[0].update(reward="n/a")))),
+    CliCase("a step logged twice with two values", ["compare", *RUNS, *OUT],
+            R + r"RUN: 'ebpo1/verl_metrics.jsonl' \(ebpo seed 1\) logged "
+            r"'val-core/math/acc/mean@1' twice at step 2 with different values \(0.2, then 0.9\)",
+            setup=then(verl(*PAIR), lambda tmp: (tmp / "ebpo1" / "verl_metrics.jsonl").open("a")
+                       .write('{"step": 2, "data": {"val-core/math/acc/mean@1": 0.9}}\n'))),
+    CliCase("rewards near the largest float64", ["compare", "grpo0", "ebpo0", "--metric",
+                                                 "critic/score/mean", *OUT],
+            R + r"RUN: ebpo − grpo on 'critic/score/mean': the difference or its interval is "
+            r"beyond the largest float64",
+            setup=verl_rewards({"grpo": (1.7e308, 1.7e308), "ebpo": (-1.7e308, -1.7e308)})),
+    # output folders (issue 46, 6-7)
+    CliCase("output a symbolic link loop", ["compare", *RUNS, "--output-dir", "loop"],
+            R + r"--output-dir 'loop' is, or lies below, a symbolic link loop",
+            setup=then(verl(*PAIR), lambda tmp: os.symlink("loop", tmp / "loop"))),
+    CliCase("output holding a user's folder named as our staging", ["compare", *RUNS, *OUT],
+            R + rf"--output-dir 'out' holds files that are not an ebpo compare report \({OLD}\)",
+            setup=then(verl(*PAIR), leftover("out", {f"{OLD}/notes.txt": "mine"}))),
+    CliCase("a staging manifest of ours that is not JSON", ["compare", *RUNS, *OUT],
+            R + rf"'.*/out/{OLD}/.manifest.json' cannot be read \(.*\): an interrupted write left "
+            r"the previous files in .*; move those you want back into",
+            setup=then(verl(*PAIR), leftover("out", {f"{OLD}/{MARK}": "{}",
+                                                     f"{OLD}/.manifest.json": "{",
+                                                     f"{OLD}/compare.csv": "old"}))),
+    # a TRL run that wrote no log (issue 45, 3)
+    CliCase("a trl grpo run that saved no checkpoint", ["compare", "grpo@0=a", "ebpo@0=b", *OUT],
+            R + r"run 'a': a TRL run without its log: TRL writes trainer_state.json .* only into "
+            r"its checkpoints.*save_strategy \"steps\" or \"epoch\" \(not \"no\"\), or with "
+            r"ebpo grpo", setup=then(plain_trl_run("a"), trl("b"))),
 ]  # fmt: skip
 
 
@@ -139,5 +345,11 @@ def test_the_runs_are_good_without_the_damage(tmp_path, monkeypatch):
 
     assert main(["compare", *RUNS, *OUT, "--no-plots"]) == 0
     assert main(["compare", "grpo@0=a", "ebpo@0=b", "--output-dir", "trl", "--no-plots"]) == 0
-    assert (tmp_path / "out" / "compare.json").is_file()
     assert (tmp_path / "trl" / "compare.csv").is_file()
+    # the same curves in every run, the training reward of TRL runs: said, not a verdict
+    verl_report = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert verl_report["metric_source"] == "evaluation"
+    assert "no verdict (every seed pair is identical" in verl_report["verdict"][0]
+    trl_report = json.loads((tmp_path / "trl" / "compare.json").read_text())
+    assert trl_report["metric_source"] == "training reward"
+    assert trl_report["verdict"][0].endswith("[the training reward, not a held-out result]")

@@ -12,6 +12,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.hostile.harness import CliCase, check_cli_error, ids
@@ -96,6 +98,16 @@ MALFORMED = {
     "not-utf8": (
         b'{"prompt": "caf\xe9"}\n',
         r"data file 'in\.jsonl' is not UTF-8 text \(invalid continuation byte at byte 15\)",
+    ),
+    # issue 46 item 9: the last value won without a word (trainer_state.json refuses them)
+    "duplicate-key": (
+        jsonl({"prompt": "a", "answer": "1", "topic": "x", "difficulty": 1.0})
+        + '{"prompt": "b", "answer": "2", "topic": "y", "difficulty": 3.0, "difficulty": 7}\n',
+        r"in\.jsonl: line 2: key 'difficulty' appears twice in one object$",
+    ),
+    "duplicate-nested-key": (
+        '{"prompt": "a", "answer": "1", "topic": "x", "meta": {"id": 1, "id": 2}}\n',
+        r"in\.jsonl: line 1: key 'id' appears twice in one object$",
     ),
 }
 
@@ -226,6 +238,12 @@ LABEL_CASES = [
         CliCase(f"label-input-{name}", LABEL, L + match, setup=files({"in.jsonl": content}))
         for name, (content, match) in MALFORMED.items()
     ],
+    CliCase(
+        "label-json-array-duplicate-key",
+        ["data", "label", "in.json", "-o", "out.jsonl"],
+        L + r"in\.json: key 'topic' appears twice in one object$",
+        setup=files({"in.json": '[{"prompt": "a", "answer": "1", "topic": "x", "topic": "y"}]'}),
+    ),
     CliCase(
         "label-input-not-parquet",
         ["data", "label", "in.parquet", "-o", "out.jsonl"],
@@ -370,7 +388,7 @@ LABEL_CASES = [
     CliCase(
         "label-topic-column-missing",
         [*LABEL, "--topic-column", "nope"],
-        L + r"--topic-column 'nope': the dataset has no such column; "
+        L + r"--topic-column 'nope': the input has no such column; "
         r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]",
         setup=GOOD_IN,
     ),
@@ -390,8 +408,51 @@ LABEL_CASES = [
     CliCase(
         "label-prompt-column-missing",
         [*LABEL, "--topic", "tfidf", "--prompt-column", "nope"],
-        L + r"the dataset has no prompt column \(nope\)",
+        L + r"--prompt-column 'nope': the input has no such column",
         setup=GOOD_IN,
+    ),
+    # issue 46 item 9: a named column this run would not read was ignored without a word
+    *[
+        CliCase(
+            f"label-{option[2:]}-absent",
+            [*LABEL, option, "nope"],
+            L + rf"{option} 'nope': the input has no such column; "
+            r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]$",
+            setup=GOOD_IN,
+        )
+        for option in ("--prompt-column", "--answer-column", "--level-column")
+    ],
+    # issue 46 item 9: a level that is not one scalar ([7] became difficulty 7.0, {"a": 1} 1.0)
+    *[
+        CliCase(
+            f"label-{column}-{label}",
+            LABEL,
+            L + rf"row 1 \(counting from 0\), column '{column}': the level {shown} is {kind}; "
+            r"a level is one number or a text such as 'Level 3'$",
+            setup=files(
+                {
+                    "in.jsonl": jsonl(
+                        {"prompt": "a", "answer": "1", "topic": "x", column: "Level 2"},
+                        {"prompt": "b", "answer": "2", "topic": "x", column: value},
+                    )
+                }
+            ),
+        )
+        for column in ("level", "difficulty")
+        for label, kind, value, shown in [
+            ("list", "a list", [7], r"\[7\]"),
+            ("mapping", "a mapping", {"a": 1}, r"\{'a': 1\}"),
+            ("list-of-text", "a list", ["Level 3"], r"\['Level 3'\]"),
+        ]
+    ],
+    CliCase(
+        "label-parquet-level-of-lists",
+        ["data", "label", "in.parquet", "-o", "out.jsonl"],
+        L + r"row 0 \(counting from 0\), column 'level': the level \[7\] is a list",
+        setup=lambda tmp: pq.write_table(
+            pa.table({"prompt": ["a"], "answer": ["1"], "topic": ["x"], "level": [[7]]}),
+            tmp / "in.parquet",
+        ),
     ),
     CliCase(
         "label-topic-output-empty",
@@ -515,14 +576,14 @@ ORDER_CASES = [
     CliCase(
         "order-topic-column-missing",
         [*ORDER, "--topic-column", "nope"],
-        R + r"--topic-column 'nope': the file has no such column; "
+        R + r"--topic-column 'nope': the input has no such column; "
         r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]",
         setup=GOOD_IN,
     ),
     CliCase(
         "order-difficulty-column-missing",
         [*ORDER, "--difficulty-column", "level"],
-        R + r"--difficulty-column 'level': the file has no such column",
+        R + r"--difficulty-column 'level': the input has no such column",
         setup=GOOD_IN,
     ),
     CliCase(

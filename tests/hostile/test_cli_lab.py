@@ -7,6 +7,10 @@ test_run_dirs.py (real processes)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -480,3 +484,48 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_cli_user_error(case, tmp_path, monkeypatch):
     check_cli_error(case, tmp_path, monkeypatch)
+
+
+#: rows refused by checks that need no trainer framework (issue 46 item 10: ``ebpo train`` with a
+#: bad --eval-samples spent ~8 s of CPU importing TRL and transformers before its one line)
+FRAMEWORK_FREE = (
+    "train-eval-samples-few",
+    "train-steps-zero",
+    "train-order-unknown",
+    "train-tiers-text",
+)
+#: ``ebpo ARGS`` in a fresh interpreter, then its exit code and the framework modules it imported
+IMPORTS_OF = (
+    "import json, sys\n"
+    "from ebpo.cli import main\n"
+    "try:\n"
+    "    code = main(sys.argv[1:])\n"
+    "except SystemExit as stop:\n"
+    "    code = stop.code\n"
+    "frameworks = ('trl', 'transformers', 'accelerate', 'peft', 'datasets')\n"
+    "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] in frameworks)]))\n"
+)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [case for case in CASES if case.id in FRAMEWORK_FREE],
+    ids=[case_id for case_id in ids(CASES) if case_id in FRAMEWORK_FREE],
+)
+def test_cheap_arguments_are_refused_before_the_frameworks_load(case, tmp_path):
+    env = {**os.environ, "EBPO_CACHE": str(tmp_path / ".ebpo-cache")}
+    env.pop("EBPO_DEBUG", None)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_OF, *case.argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    code, imported = json.loads(done.stdout.splitlines()[-1])
+    assert code == 2, done.stderr
+    assert re.search(case.match, done.stderr.strip()), done.stderr
+    assert imported == [], f"{case.id}: imported {imported[:5]} before refusing"
+    assert not any(tmp_path.iterdir())

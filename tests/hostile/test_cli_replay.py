@@ -34,6 +34,17 @@ def dumps(**changed: str):
     return files(contents)
 
 
+def linked(contents: dict[str, str | None], links: dict[str, str]):
+    """Setup: :func:`files` ``contents``, then the symbolic links ``{path: target}``."""
+
+    def setup(tmp: Path) -> None:
+        files(contents)(tmp)
+        for name, target in links.items():
+            (tmp / name).symlink_to(target)
+
+    return setup
+
+
 def edit(step: int, line: int, old: str, new: str) -> str:
     """The dump of ``step`` with ``old`` replaced by ``new`` on ``line`` (from 1)."""
     lines = DUMP[step].splitlines(keepends=True)
@@ -160,7 +171,7 @@ VERL_CASES = [
     CliCase(
         "duplicate-field",
         ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 8: cannot be read \(field 'score' appears twice\)",
+        R + r"run/1\.jsonl: line 8: cannot be read \(key 'score' appears twice in one object\)",
         setup=dumps(s1=edit(1, 8, '"score": ', '"score": 1.0, "score": ')),
     ),
     CliCase(
@@ -319,14 +330,92 @@ TABLE_CASES = [
     CliCase(
         "output-would-overwrite-an-input",
         ["replay", "out/replay.csv", *OUT, *T],
-        R + r"--output-dir 'out': replay\.csv would overwrite an input of this replay",
+        R + r"--output-dir 'out' holds the input 'out/replay\.csv': write the report elsewhere",
         setup=files({"out/replay.csv": "prompt,reward,step\na,1,1\n"}),
+    ),
+    CliCase(
+        "output-is-a-link-to-an-input",
+        ["replay", "t.csv", *OUT, *T],
+        R + r"--output-dir 'out': replay\.csv would overwrite an input of this replay$",
+        setup=linked(
+            {"t.csv": "prompt,reward,step\na,1,1\n", "out": None}, {"out/replay.csv": "../t.csv"}
+        ),
     ),
     CliCase(
         "output-dir-holds-the-tables",
         ["replay", "t", "--output-dir", "t", *T],
-        R + r"--output-dir 't' holds input tables: write the report elsewhere",
+        R + r"--output-dir 't' is the input 't': write the report elsewhere$",
         setup=files({"t/a.jsonl": jsonl(*GOOD_TABLE)}),
+    ),
+]
+
+# issue 46 item 10: the report went into the dump it replayed (compare refuses the same): the
+# output directory may not be an input, hold one or lie inside one, links resolved, and that is
+# refused before any input is read (a broken dump is not even looked at)
+APART_CASES = [
+    CliCase(
+        "output-dir-is-the-dump",
+        ["replay", "run", "--output-dir", "run"],
+        R + r"--output-dir 'run' is the input 'run': write the report elsewhere$",
+        setup=dumps(),
+    ),
+    CliCase(
+        "output-dir-is-the-dump-spelt-otherwise",
+        ["replay", "run", "--output-dir", "{tmp}/./run/"],
+        R + r"--output-dir '.*/run' is the input 'run'",
+        setup=dumps(),
+    ),
+    CliCase(
+        "output-dir-inside-the-dump",
+        ["replay", "run", "--output-dir", "run/report"],
+        R + r"--output-dir 'run/report' lies inside the input 'run': write the report outside",
+        setup=dumps(),
+    ),
+    CliCase(
+        "output-dir-holds-the-dump",
+        ["replay", "d/run", "--output-dir", "d"],
+        R + r"--output-dir 'd' holds the input 'd/run': write the report elsewhere",
+        setup=files({f"d/run/{step}.jsonl": text for step, text in DUMP.items()}),
+    ),
+    CliCase(
+        "output-dir-holds-dump-files",
+        ["replay", "run/1.jsonl", "run/2.jsonl", "--output-dir", "run"],
+        R + r"--output-dir 'run' holds the input 'run/1\.jsonl'",
+        setup=dumps(),
+    ),
+    CliCase(
+        "output-dir-is-the-dump-through-a-link",
+        ["replay", "run", "--output-dir", "link"],
+        R + r"--output-dir 'link' is the input 'run'",
+        setup=linked({f"run/{step}.jsonl": text for step, text in DUMP.items()}, {"link": "run"}),
+    ),
+    CliCase(
+        "output-dir-inside-the-dump-through-a-link",
+        ["replay", "run", "--output-dir", "link/new/deeper"],
+        R + r"--output-dir 'link/new/deeper' lies inside the input 'run'",
+        setup=linked({f"run/{step}.jsonl": text for step, text in DUMP.items()}, {"link": "run"}),
+    ),
+    CliCase(
+        "input-is-a-link-into-the-output-dir",
+        ["replay", "dumps", "--output-dir", "out"],
+        R + r"--output-dir 'out' holds the input 'dumps'",
+        setup=linked(
+            {f"out/run/{step}.jsonl": text for step, text in DUMP.items()}, {"dumps": "out/run"}
+        ),
+    ),
+    CliCase(
+        "dump-file-linked-from-the-output-dir",
+        ["replay", "run", *OUT],
+        R + r"--output-dir 'out' holds the input '.*run/2\.jsonl'",
+        setup=linked(
+            {"run/1.jsonl": DUMP[1], "out/2.jsonl": DUMP[2]}, {"run/2.jsonl": "../out/2.jsonl"}
+        ),
+    ),
+    CliCase(
+        "output-dir-refused-before-a-broken-dump-is-read",
+        ["replay", "run", "--output-dir", "run/report"],
+        R + r"--output-dir 'run/report' lies inside the input 'run'",
+        setup=dumps(s1="{oops\n"),
     ),
 ]
 
@@ -457,7 +546,7 @@ CSV_CASES = [
     ),
 ]
 
-CASES = VERL_CASES + TABLE_CASES + CSV_CASES
+CASES = VERL_CASES + TABLE_CASES + CSV_CASES + APART_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))

@@ -20,6 +20,7 @@ import pytest
 
 from ebpo.analysis.replay.plots import PLOTS
 from ebpo.commands import replay as command
+from ebpo.utils import file_sets
 from ebpo.utils.run_lock import LOCK
 from tests.hostile.harness import CliResult, assert_user_error, run_cli, snapshot, tiny_tmpfs
 
@@ -306,6 +307,7 @@ def test_the_next_replay_removes_our_stale_temporary_files_only(
         (out / name).write_text("partial")
     (out / ".replay.00112233445566ff.new").mkdir()
     (out / ".replay.00112233445566ff.new" / "replay.json").write_text("{")
+    (out / ".replay.00112233445566ff.new" / file_sets.MARK).write_text("{}")  # ours
     users = [".replay.json.tmp", ".replay.json.0BADC0DE.tmp", ".other.png.12345678.tmp", "x.tmp"]
     for name in users:
         (out / name).write_text("the user's\n")

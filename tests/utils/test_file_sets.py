@@ -201,14 +201,14 @@ def test_is_leftover_knows_the_folders_a_kill_leaves_and_nothing_else(folder, mo
         with pytest.raises(Killed):
             write_file_set(folder, writers("new"), tag="rep", replaces=NAMES)
     left = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    ours = [n for n in left if file_sets.is_leftover(n, "rep")]
+    ours = [n for n in left if file_sets.is_leftover(folder / n, "rep")]
     assert len(ours) == 2 and {n[-4:] for n in ours} == {".new", ".old"}
-    assert not any(file_sets.is_leftover(n, "other") for n in ours)
+    assert not any(file_sets.is_leftover(folder / n, "other") for n in ours)
     names = {p.name for p in folder.iterdir()} - set(ours)
-    assert not any(file_sets.is_leftover(n, "rep") for n in names)  # .rep.0123.old, .rep.xyz.new
+    assert not any(file_sets.is_leftover(folder / n, "rep") for n in names)  # .rep.0123.old ...
     assert ".rep.0123.old" in names and ".rep.xyz.new" in names
     with pytest.raises(ValueError, match="tag must be"):
-        file_sets.is_leftover(ours[0], "Rep")
+        file_sets.is_leftover(folder / ours[0], "Rep")
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", ".manifest.json"])
@@ -230,4 +230,35 @@ def test_a_full_disk_on_our_own_files_names_the_users_folder(folder, monkeypatch
     with pytest.raises(OSError) as raised:
         write_file_set(folder, writers("new"), tag="rep", replaces=NAMES)
     assert raised.value.filename == str(folder)
+    assert snapshot(folder) == before
+
+
+def test_a_folder_named_as_ours_without_our_mark_is_the_users(folder):
+    """Only a folder holding our mark, or an empty one (a kill between making it and marking
+    it), is a leftover of ours; one named like ours that holds the user's files stays whole."""
+    users = folder / ".rep.0123456789abcdef.old"
+    users.mkdir()
+    (users / "notes.txt").write_text("the user's\n")
+    (users / ".manifest.json").write_text('["a.json"]')  # names, but no mark
+    empty = folder / ".rep.fedcba9876543210.new"
+    empty.mkdir()
+    assert not file_sets.is_leftover(users, "rep") and file_sets.is_leftover(empty, "rep")
+    before = snapshot(folder)
+    assert remove_stale(folder, "rep", NAMES) == [empty]
+    assert snapshot(folder) == {k: v for k, v in before.items() if k != empty.name}
+
+
+@pytest.mark.parametrize("manifest", ["{", '{"a.json": 1}', '["../a.json"]', "\udcff"])
+def test_a_manifest_of_ours_that_cannot_be_read_is_named_and_nothing_moves(folder, manifest):
+    backup = folder / ".rep.0123456789abcdef.old"
+    backup.mkdir()
+    (backup / file_sets.MARK).write_text("{}")
+    (backup / "a.json").write_text("an old file\n")
+    (backup / ".manifest.json").write_text(manifest, errors="surrogateescape")
+    before = snapshot(folder)
+    where = str(backup / ".manifest.json")
+    with pytest.raises(ValueError, match=rf"^'{where}' cannot be read .*move those you want back"):
+        remove_stale(folder, "rep", NAMES)
+    with pytest.raises(ValueError, match="cannot be read"):
+        file_sets.check_leftovers(folder, "rep")
     assert snapshot(folder) == before

@@ -61,8 +61,17 @@ def mean_ci(values: Sequence[float | None]) -> dict[str, float]:
     mean = sum(clean) / n
     if n == 1:
         return {"mean": mean, "ci": math.nan, "n": 1}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in clean) / (n - 1))
-    return {"mean": mean, "ci": t_quantile_975(n - 1) * sd / math.sqrt(n), "n": n}
+    return {"mean": mean, "ci": t_quantile_975(n - 1) * _sd(clean, mean) / math.sqrt(n), "n": n}
+
+
+def _sd(values: Sequence[float], mean: float) -> float:
+    """The sample standard deviation, the deviations scaled by the largest before squaring: no
+    square overflows (deviations of 1e200) or underflows to 0 (deviations of 1e-200)."""
+    deviations = [v - mean for v in values]
+    largest = max(abs(d) for d in deviations)
+    if largest == 0 or not math.isfinite(largest):
+        return largest
+    return largest * math.sqrt(sum((d / largest) ** 2 for d in deviations) / (len(values) - 1))
 
 
 def paired_difference(values: Sequence[float], reference: Sequence[float]) -> dict[str, float]:

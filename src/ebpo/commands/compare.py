@@ -17,12 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.analysis.compare import compare_runs, read_runs
-from ebpo.analysis.compare.output import REPORT_TAG, check_output_folder, previous_report
+from ebpo.analysis.compare.output import (
+    REPORT_TAG,
+    check_names_fit,
+    check_output_dir,
+    check_output_folder,
+    previous_report,
+)
 from ebpo.analysis.compare.plots import plot_writers
 from ebpo.analysis.compare.report import compare_csv, console_table
 from ebpo.utils.checks import check_positive_int
 from ebpo.utils.file_sets import Writer, remove_stale, write_file_set
-from ebpo.utils.files import check_output_path, storage_error, write_json
+from ebpo.utils.files import storage_error, write_json
 from ebpo.utils.run_lock import lock_run_dir
 
 DESCRIPTION = (
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     plots = not args.no_plots
     if plots:
         import matplotlib  # noqa: F401  (the plot extra: a missing one fails before any reading)
-    check_output_path(args.output_dir, "--output-dir", kind="dir")  # before any run is read
+    check_output_dir(args.output_dir)  # before any run is read
     runs = read_runs(args.runs)
     out_dir = check_output_folder(args.output_dir, [_run_folder(r.path) for r in runs])
     content = compare_runs(
@@ -106,14 +112,16 @@ def run(args: argparse.Namespace) -> int:
     }
     if plots:
         writers.update(plot_writers(content))
+    check_names_fit(out_dir, writers)
+    text = "\n".join(  # all that is printed made before anything is written
+        [console_table(content), "", content["metric_note"]]
+        + ["verdict: " + line for line in content["verdict"]]
+    )
     with lock_run_dir(out_dir, option="--output-dir"):
         if remove_stale(out_dir, REPORT_TAG):
             print("removed the temporary files left by an interrupted ebpo compare")
         _write(out_dir, writers)
-    print(console_table(content))
-    print()
-    for line in content["verdict"]:
-        print("verdict: " + line)
+    print(text)
     print(f"wrote {out_dir}/compare.json, compare.csv" + (" and the PNGs" if plots else ""))
     return 0
 

@@ -45,7 +45,13 @@ from ebpo.commands.data_labels import (
     difficulty_labels,
     topic_labels,
 )
-from ebpo.curriculum import ORDERS, TOPIC_METHODS, curriculum_order, dataset_column
+from ebpo.curriculum import (
+    ORDERS,
+    TOPIC_METHODS,
+    column_names,
+    curriculum_order,
+    dataset_column,
+)
 from ebpo.data import load_dataset
 from ebpo.data.datatable import DataTable
 from ebpo.data.tables import READ_SUFFIXES, WRITE_SUFFIXES, check_write_suffix
@@ -229,6 +235,15 @@ def run(args: argparse.Namespace) -> int:
 def run_label(args: argparse.Namespace) -> int:
     output, topic_fn = check_label_args(args)
     table = read_input(args.input, split=args.split, limit=args.limit)
+    check_named_columns(
+        table,
+        {
+            "--prompt-column": args.prompt_column,
+            "--topic-column": args.topic_column,
+            "--level-column": args.level_column,
+            "--answer-column": args.answer_column,
+        },
+    )
     summary: list[str] = []
 
     if topic_fn is not None or args.topic != "none":
@@ -309,14 +324,9 @@ def run_order(args: argparse.Namespace) -> int:
     output = _output_path(args)
     check_int("--seed", args.seed, low=0)
     table = read_input(args.input)
-    for option, name in (
-        ("--topic-column", args.topic_column),
-        ("--difficulty-column", args.difficulty_column),
-    ):
-        if name and dataset_column(table, name) is None:  # a column named explicitly must exist
-            raise ValueError(
-                f"{option} {name!r}: the file has no such column; its columns are {table.column_names}"
-            )
+    check_named_columns(
+        table, {"--topic-column": args.topic_column, "--difficulty-column": args.difficulty_column}
+    )
     order = curriculum_order(
         table,
         args.order,
@@ -344,6 +354,17 @@ def read_input(source: str, *, split: str | None = None, limit: int | None = Non
     if Path(source).suffix.lower() in READ_SUFFIXES:
         return DataTable.read(source, limit=limit)
     return DataTable.from_rows(load_dataset(source, split=split, limit=limit))
+
+
+def check_named_columns(table: DataTable, named: dict[str, str | None]) -> None:
+    """Every column an option names (``{"--prompt-column": "problem"}``; None: not given) must
+    exist, even where this run would not read it: a misspelt name is refused, not ignored."""
+    for option, name in named.items():
+        if name and dataset_column(table, name) is None:
+            raise ValueError(
+                f"{option} {name!r}: the input has no such column; its columns are "
+                f"{column_names(table)}"
+            )
 
 
 def write_output(table: DataTable, output: Path) -> None:

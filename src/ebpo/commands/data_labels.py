@@ -18,7 +18,6 @@ from ebpo.curriculum import (
     column_is_complete,
     column_names,
     column_values,
-    dataset_column,
     pick_column,
     present_columns,
 )
@@ -52,17 +51,13 @@ def topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) -> 
     if topic_fn is not None:
         rows = frame.records()  # copies: the function cannot change the rows written back
         return curriculum.topics_from_function(rows, topic_fn), f"--topic-fn {args.topic_fn}"
-    if args.topic_column and args.topic in ("auto", "metadata"):
-        if dataset_column(frame, args.topic_column) is None:
-            raise ValueError(
-                f"--topic-column {args.topic_column!r}: the dataset has no such column; "
-                f"its columns are {column_names(frame)}"
-            )
-        if not column_is_complete(frame, args.topic_column):
-            raise ValueError(
-                f"--topic-column {args.topic_column!r} has rows without a topic; fill them or "
-                "cluster instead (--topic tfidf)"
-            )
+    # (a named column is present: ebpo.commands.data.check_named_columns)
+    named = args.topic_column and args.topic in ("auto", "metadata")
+    if named and not column_is_complete(frame, args.topic_column):
+        raise ValueError(
+            f"--topic-column {args.topic_column!r} has rows without a topic; fill them or "
+            "cluster instead (--topic tfidf)"
+        )
     complete_columns = [
         c
         for c in present_columns(frame, args.topic_column, TOPIC_COLUMNS)
@@ -132,7 +127,7 @@ def difficulty_labels(frame: Any, args: argparse.Namespace) -> tuple[list | None
             )
         return None, ""
     stored = column_values(frame, names[0])
-    levels = curriculum.difficulty_from_levels(stored)
+    levels = curriculum.difficulty_from_levels(stored, names[0])
     if all(is_missing(v) for v in levels):  # e.g. OlympiadBench's "Competition": no number to use
         if args.difficulty == "level":
             raise ValueError(f"level column {names[0]!r} holds no numbers (e.g. 'Level 3' or 4)")

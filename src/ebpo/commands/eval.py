@@ -128,7 +128,12 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the results already in --out"
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide every progress bar (sampling, scoring, and the libraries' own: model loading, "
+        "downloads, datasets)",
+    )
 
 
 def _parse_data_files(items: list[str]) -> dict[str, str]:

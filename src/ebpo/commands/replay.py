@@ -6,7 +6,9 @@ estimators asked for (:mod:`ebpo.analysis.replay`), and writes ``replay.json``, 
 and the PNGs to ``--output-dir``, all or nothing (:mod:`ebpo.utils.file_sets`), holding that folder
 (:mod:`ebpo.utils.run_lock`) for the whole run; prints a table and a one-line verdict. Every
 argument and every input file is checked before anything is written: a bad row ends in one line
-naming the file and the line (exit 2), and the output directory is left as it was.
+naming the file and the line (exit 2), and the output directory is left as it was. The output
+directory may not be an input, hold one or lie inside one (links resolved): refused before any
+file is read.
 docs/replay.md explains the numbers.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from ebpo.analysis.replay.readers import Columns
 from ebpo.analysis.replay.report import console_table, report, report_writers
 from ebpo.analysis.replay.sources import INPUT_FORMATS, Source
 from ebpo.utils.file_sets import Writer, remove_stale, write_file_set
-from ebpo.utils.files import STORAGE_ERRNOS, check_output_path, same_path
+from ebpo.utils.files import STORAGE_ERRNOS, check_output_path
 from ebpo.utils.run_lock import check_not_in_use, lock_run_dir
 
 DESCRIPTION = (
@@ -110,12 +113,41 @@ def check_args(args: argparse.Namespace) -> tuple[str, Columns | None, list[str]
     if not names:
         raise ValueError(f"--estimators must name at least one estimator, got {args.estimators!r}")
     out_dir = check_output_path(args.output_dir, "--output-dir", kind="dir")
+    check_apart(out_dir, [Path(p).expanduser() for p in args.paths])
     return fmt, columns, names, out_dir
 
 
+def check_apart(out_dir: Path, inputs: Iterable[Path]) -> None:
+    """``--output-dir`` may not be an input, hold one or lie inside one, links resolved: the
+    report would mix with the run's files (a dump directory would then hold replay.csv; the
+    next replay of a table directory would read it as a table; an output would replace an
+    input). ValueError naming both otherwise. Reads no file."""
+    target = out_dir.resolve()
+    given = str(out_dir)
+    for path in inputs:
+        if not path.exists():
+            continue  # Source names it
+        source = path.resolve()
+        if target == source:
+            raise ValueError(
+                f"--output-dir {given!r} is the input {str(path)!r}: write the report elsewhere"
+            )
+        if source in target.parents:
+            raise ValueError(
+                f"--output-dir {given!r} lies inside the input {str(path)!r}: write the report "
+                "outside the inputs"
+            )
+        if target in source.parents:
+            raise ValueError(
+                f"--output-dir {given!r} holds the input {str(path)!r}: write the report "
+                "elsewhere (it would mix with the run's files)"
+            )
+
+
 def check_outputs(out_dir: Path, source: Source, plots: bool) -> None:
-    """No output may overwrite an input, and a table's directory may not receive the outputs
-    (the next replay of it would read replay.csv as a table)."""
+    """No input file may lie in ``out_dir`` (a file of the input directories may link there) and
+    no output may be an input (a link in ``out_dir`` to one)."""
+    check_apart(out_dir, (file.path for file in source.files))
     inputs = {(info.st_dev, info.st_ino) for info in (f.path.stat() for f in source.files)}
     for name in OUTPUTS + (PLOTS if plots else ()):
         path = check_output_path(out_dir / name, "--output-dir", kind="file")
@@ -123,12 +155,6 @@ def check_outputs(out_dir: Path, source: Source, plots: bool) -> None:
             raise ValueError(
                 f"--output-dir {str(out_dir)!r}: {name} would overwrite an input of this replay"
             )
-    parents = {file.path.parent for file in source.files}
-    if source.format == "table" and any(same_path(out_dir, parent) for parent in parents):
-        raise ValueError(
-            f"--output-dir {str(out_dir)!r} holds input tables: write the report elsewhere "
-            "(replay.csv would be read as a table the next time)"
-        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,8 +24,10 @@ Values on the command line:
 * ``tuple`` fields: comma-separated (``--tiers 1,2``; YAML: a list, ``tiers: [1, 2]``);
 * ``dict`` fields: a JSON object (``--extra '{"epsilon_high": 0.28}'``; YAML: a mapping).
 
-Ranges and combinations are checked by :meth:`TrainJobConfig.validate` when the job starts; the
-YAML file's keys and value types are checked here (:func:`read_config_file`).
+Ranges and combinations are checked by :meth:`TrainJobConfig.check_values` before TRL and
+transformers are imported (the job module is imported only then: building this parser imports
+neither), the rest by :meth:`TrainJobConfig.validate` when the job starts; the YAML file's keys
+and value types are checked here (:func:`read_config_file`).
 """
 
 from __future__ import annotations
@@ -41,9 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from transformers.hf_argparser import string_to_bool
-
-from ebpo.lab.train.job import TrainJobConfig, run_train_job
+from ebpo.lab.train.config import TrainJobConfig
 from ebpo.utils.field_values import check_field_value
 from ebpo.utils.files import storage_error
 from ebpo.utils.structured_input import parse_json, read_yaml_file
@@ -198,6 +198,11 @@ def read_config_file(path: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     config = job_config(args)
+    # Refused before TRL and transformers are imported (seconds of CPU): every check that needs
+    # neither; run_train_job validates the rest (the estimator preset, extra) before any work.
+    config.check_values()
+    from ebpo.lab.train.job import run_train_job  # heavy: TRL, transformers (the trl extra)
+
     try:
         result = run_train_job(config)  # a ValueError is a user error: one line, exit 2 (ebpo.cli)
     except OSError as error:  # a full disk is one line too; anything else is a bug
@@ -218,7 +223,7 @@ def _value_options(name: str, annotation: Any) -> dict[str, Any]:
     """``add_argument``'s type / nargs / metavar for a field of type ``annotation``."""
     kind = _without_none(annotation)
     if kind is bool:
-        return {"type": string_to_bool, "nargs": "?", "const": True, "metavar": "BOOL"}
+        return {"type": _to_bool, "nargs": "?", "const": True, "metavar": "BOOL"}
     if kind in (int, float, str):
         return {"type": kind}
     if typing.get_origin(kind) is tuple:
@@ -227,6 +232,20 @@ def _value_options(name: str, annotation: Any) -> dict[str, Any]:
     if typing.get_origin(kind) is dict or kind is dict:
         return {"type": _json_object, "metavar": "JSON"}
     raise TypeError(f"TrainJobConfig.{name}: no command-line form for type {annotation}")
+
+
+def _to_bool(text: str) -> bool:
+    """A ``bool`` flag's value: the words transformers' ``HfArgumentParser`` takes (its
+    ``string_to_bool``, without importing transformers to parse a flag)."""
+    word = text.lower()
+    if word in ("yes", "true", "t", "y", "1"):
+        return True
+    if word in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(
+        f"Truthy value expected: got {text} but expected one of yes/no, true/false, t/f, y/n, "
+        "1/0 (case insensitive)."
+    )
 
 
 def _comma_list(item: type) -> Callable[[str], tuple[Any, ...]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,15 +23,30 @@ __all__ = [
 _LEVEL_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
-def difficulty_from_levels(levels: Sequence[Any]) -> list[float]:
+def difficulty_from_levels(levels: Sequence[Any], column: str | None = None) -> list[float]:
     """A dataset's level column as numbers (higher = harder): ``"Level 3"`` -> 3.0, ``4`` -> 4.0.
 
     Values with no number in them (MATH has a few ``"Level ?"``) become NaN, so the caller can see
     and decide; orderings reject NaN. An integer too large for a float (``10**400``, or the digits
-    of ``"Level 1000…"``) stays an exact int.
+    of ``"Level 1000…"``) stays an exact int. A level is one scalar: a list, a mapping or an
+    array (``[7]``, ``{"a": 1}``: not a level, whatever digits its text holds) and a boolean raise
+    ValueError naming the row (counting from 0) and ``column`` when given.
     """
     out: list[float] = []
-    for level in levels:
+    for row, level in enumerate(levels):
+        if isinstance(level, Collection) and not isinstance(level, (str, bytes)):
+            where = f"row {row} (counting from 0)" + (f", column {column!r}" if column else "")
+            kind = (
+                "a mapping"
+                if isinstance(level, Mapping)
+                else "an array"
+                if hasattr(level, "shape")
+                else f"a {type(level).__name__}"
+            )
+            raise ValueError(
+                f"{where}: the level {_short(level)} is {kind}; a level is one number or a text "
+                "such as 'Level 3'"
+            )
         if is_missing(level):
             out.append(math.nan)
         elif isinstance(level, bool):
@@ -42,6 +57,11 @@ def difficulty_from_levels(levels: Sequence[Any]) -> list[float]:
             match = _LEVEL_NUMBER.search(str(level))
             out.append(_as_float(_parse_number(match.group())) if match else math.nan)
     return out
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse_number(text: str) -> int | float:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ebpo.utils.files import atomic_path, atomic_write
+from ebpo.utils.structured_input import RepeatedKeyError, unique_keys
 
 __all__ = [
     "READ_SUFFIXES",
@@ -71,7 +72,8 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     ``.jsonl``: one JSON object per line (blank lines skipped); ``.json``: a JSON array of objects,
     or JSON lines. Raises ValueError naming the file and the line (or row) for a missing file, an
-    empty file, a line that is not JSON, a row that is not an object, or a file that is not Parquet.
+    empty file, a line that is not JSON, a row that is not an object, a key given twice in one
+    object (as :mod:`ebpo.utils.structured_input`), or a file that is not Parquet.
     """
     return read_file_rows(path).rows
 
@@ -120,7 +122,9 @@ def _read_json_rows(path: Path) -> FileRows:
         ) from None
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):  # a JSON array of objects
         try:
-            items = json.loads(text)
+            items = json.loads(text, object_pairs_hook=unique_keys)
+        except RepeatedKeyError as error:  # as every JSON reader of ebpo (structured_input)
+            raise ValueError(f"{path}: {error}") from None
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
         except ValueError as error:  # an integer beyond Python's digit limit (4300 by default)
@@ -142,7 +146,9 @@ def _read_json_rows(path: Path) -> FileRows:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(line, object_pairs_hook=unique_keys)
+        except RepeatedKeyError as error:  # as every JSON reader of ebpo (structured_input)
+            raise ValueError(f"{path}: line {number}: {error}") from None
         except json.JSONDecodeError as error:
             raise ValueError(
                 f"{path}: line {number}: not valid JSON ({error.msg} at column {error.colno})"

@@ -48,6 +48,7 @@ from ebpo.estimators.validation import (
     check_finite_statistics,
     check_length,
     check_outputs,
+    check_state_keys,
     factorize,
     group_clusters,
 )
@@ -223,7 +224,13 @@ class AdvantageEstimator:
 
     @_under_state_lock
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict` (here: only the estimator's name, and nothing
+        else). ValueError, state unchanged, for anything :meth:`state_dict` does not write."""
         self._check_state_owner(state)
+        try:
+            check_state_keys("", state, ("estimator",))
+        except ValueError as error:
+            raise ValueError(f"invalid {self.name} state: {error}") from error
 
     @_under_state_lock
     def reset(self) -> None:
@@ -240,13 +247,26 @@ class AdvantageEstimator:
 
     def _check_state_options(self, state: Mapping[str, Any], names: tuple[str, ...]) -> None:
         """Refuse a state saved under different values of the options ``names`` (those that define
-        what the saved statistics mean)."""
+        what the saved statistics mean), and one whose options hold a name or a value the
+        constructor refuses (``eps: NaN``: no run saved it)."""
         saved = state.get("options")
         if not isinstance(saved, Mapping):
             raise ValueError(
                 "state has no 'options' dict (expected the one state_dict() writes, with "
                 f"{list(names)}); got {saved!r}"
             )
+        try:  # the options our own state_dict() writes
+            check_state_keys("options", saved, list(self.state_dict()["options"]))
+        except ValueError as error:
+            raise ValueError(f"invalid {self.name} state: {error}") from error
+        constructor_options = type(self).option_defaults()
+        for name, value in saved.items():
+            if name not in constructor_options:  # recorded but fixed (ebpo_bb's prior_mean)
+                continue
+            try:  # the constructor's own check of the value (one option at a time: it names it)
+                type(self)(**{name: value})
+            except ValueError as error:
+                raise ValueError(f"invalid {self.name} state: options.{name}: {error}") from error
         for name in names:
             ours = getattr(self, name)
             if name not in saved:

@@ -43,8 +43,8 @@ from ebpo.estimators.functional import (
     shrinkage_factor,
 )
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.statistics import RunningMoments, pooled_group_moments
-from ebpo.estimators.validation import check_json_label, check_outputs
+from ebpo.estimators.statistics import RunningMoments, check_step_count, pooled_group_moments
+from ebpo.estimators.validation import check_json_label, check_outputs, check_state_keys
 from ebpo.utils.checks import check_choice, check_positive, check_positive_int
 
 __all__ = ["EBPO", "Prior", "PriorParameters"]
@@ -58,6 +58,9 @@ PRIOR_MEANS = ("rewards", "group_means")
 #: (within_variance, tau2, prior_mean, normalize, eps, min_cluster_groups only change how the
 #: statistics are read, so a saved prior may be evaluated under other values of those.)
 STATE_OPTIONS = ("prior", "half_life", "per_cluster")
+#: the keys of a state (``clusters`` may be absent), and of each prior in it
+STATE_KEYS = ("estimator", "options", "steps", "global", "clusters")
+PRIOR_KEYS = ("rewards", "group_means", "group_variances")
 #: relative rounding allowed between counts that must be ordered (decay multiplies them all alike)
 _COUNT_TOLERANCE = 1e-9
 
@@ -110,18 +113,24 @@ class Prior:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any], name: str = "prior") -> Prior:
+    def from_state_dict(
+        cls, state: dict[str, Any], name: str = "prior", *, whole_counts: bool = False
+    ) -> Prior:
         """Rebuild from :meth:`state_dict`, refusing statistics no run can produce: every group
         contributes one mean and at least one reward, and a variance only with 2 or more rewards,
         so ``count(group_variances) ≤ count(group_means) ≤ count(rewards)``; variances are ≥ 0;
-        and moments so large that later updates overflow (see
+        counts are whole numbers when nothing decays (``whole_counts``); no key but the three
+        statistics'; and moments so large that later updates overflow (see
         :meth:`RunningMoments.from_state_dict`). ``name`` (``global``, ``clusters['a']``) names
         the prior in the messages."""
+        check_state_keys(name, state, PRIOR_KEYS)
         try:
             prior = cls(
                 *(
-                    RunningMoments.from_state_dict(state[key], f"{name}.{key}")
-                    for key in ("rewards", "group_means", "group_variances")
+                    RunningMoments.from_state_dict(
+                        state[key], f"{name}.{key}", whole_count=whole_counts
+                    )
+                    for key in PRIOR_KEYS
                 )
             )
         except (KeyError, TypeError) as error:
@@ -261,23 +270,23 @@ class EBPO(AdvantageEstimator):
 
         Refuses (ValueError, state unchanged) a state of another estimator, one saved with other
         values of the options that define what the statistics mean (``prior``, ``half_life`` for
-        an ema prior, ``per_cluster``), and statistics no run can produce (non-finite, negative or
-        inconsistent moments, a step count that is not a non-negative integer, duplicate or
-        non-JSON cluster labels). States written by ebpo 0.1.0 load unchanged (they carry the
-        same options; ``prior_mean`` did not exist and does not define the state).
+        an ema prior, ``per_cluster``) or with an option no estimator takes (``eps: NaN``), and
+        statistics no run can produce (non-finite, negative or inconsistent moments, counts above
+        2**53 or, without decay, not whole, a step count that is not an integer in [0, 2**53],
+        duplicate or non-JSON cluster labels, a key :meth:`state_dict` does not write, at any
+        level). States written by ebpo 0.1.0 load unchanged (they carry the same options;
+        ``prior_mean`` did not exist and does not define the state).
         """
         self._check_state_owner(state)
         self._check_state_options(state, self._state_options())
+        whole = self.prior != "ema"  # only the ema prior's decay makes counts fractional
         try:
-            global_prior = Prior.from_state_dict(state["global"], "global")
-            clusters = _cluster_priors_from_state(state.get("clusters", []))
-            steps = state["steps"]
+            check_state_keys("", state, STATE_KEYS)
+            global_prior = Prior.from_state_dict(state["global"], "global", whole_counts=whole)
+            clusters = _cluster_priors_from_state(state.get("clusters", []), whole)
+            steps = check_step_count(state["steps"])
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"invalid {self.name} state: {error}") from error
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(
-                f"invalid {self.name} state: steps must be a non-negative integer, got {steps!r}"
-            )
         if clusters and not self.per_cluster:
             raise ValueError(
                 f"invalid {self.name} state: it holds cluster priors but was saved with per_cluster=False"
@@ -443,7 +452,7 @@ def _label(label: Any) -> Hashable:
     return tuple(_label(item) for item in label) if isinstance(label, (list, tuple)) else label
 
 
-def _cluster_priors_from_state(entries: Any) -> dict[Hashable, Prior]:
+def _cluster_priors_from_state(entries: Any, whole_counts: bool) -> dict[Hashable, Prior]:
     if not isinstance(entries, list):
         raise ValueError(
             f"'clusters' must be a list of [label, prior state] pairs, got {type(entries).__name__}"
@@ -458,5 +467,7 @@ def _cluster_priors_from_state(entries: Any) -> dict[Hashable, Prior]:
         label = _label(entry[0])
         if label in priors:
             raise ValueError(f"cluster label {label!r} appears twice in 'clusters'")
-        priors[label] = Prior.from_state_dict(entry[1], f"clusters[{label!r}]")
+        priors[label] = Prior.from_state_dict(
+            entry[1], f"clusters[{label!r}]", whole_counts=whole_counts
+        )
     return priors

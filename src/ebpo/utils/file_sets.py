@@ -19,6 +19,12 @@ A ``kill -9`` cannot be caught: it leaves the staging and backup folders, and th
 :func:`remove_stale` of the same tag (the next run that holds the folder) puts the old files back
 — the manifest in the backup folder says which names belong to the set — and removes the rest.
 
+A folder is taken for one of ours by its name *and* its content: each gets a mark
+(``.ebpo-file-set.json``) the moment it is made, so only a folder holding that mark, or an empty
+one (a kill between the two), is ours. A folder of the user's that happens to be named
+``.{tag}.{16 hex digits}.old`` is kept, whatever it holds; a backup manifest that cannot be read
+is a ValueError naming it and saying what to do, and nothing is moved.
+
 What a replaced file keeps: its permission bits. A symbolic link at one of the names is replaced by
 the new file (the link's target is left as it was), because a file elsewhere cannot be part of an
 atomic swap. Callers hold the folder (:func:`ebpo.utils.run_lock.lock_run_dir`) while they write:
@@ -40,13 +46,15 @@ from pathlib import Path
 
 from ebpo.utils.files import STORAGE_ERRNOS
 
-__all__ = ["Writer", "is_leftover", "remove_stale", "write_file_set"]
+__all__ = ["MARK", "Writer", "check_leftovers", "is_leftover", "remove_stale", "write_file_set"]
 
 #: writes one file of the set at the path it is given (in the staging folder)
 Writer = Callable[[Path], object]
 #: the backup folder's list of the set's names; its presence there means that every old file has
 #: been moved into the backup and the new ones are being renamed into place
 MANIFEST = ".manifest.json"
+#: written into each staging and backup folder as it is made: what makes such a folder ours
+MARK = ".ebpo-file-set.json"
 _TAG = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
@@ -71,18 +79,18 @@ def write_file_set(
     token = secrets.token_hex(8)
     staging, backup = _staging(root, tag, token), _backup(root, tag, token)
     try:
-        staging.mkdir()
+        _make(staging, tag)
         for name in names:
             _stage(staging, name, writers[name], root)
         (staging / MANIFEST).write_text(json.dumps(everything), encoding="utf-8")
         _fsync(staging)
-        backup.mkdir()
+        _make(backup, tag)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            backup.rmdir()
+        shutil.rmtree(backup, ignore_errors=True)
         if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-            ours = (str(staging), str(staging / MANIFEST), str(backup))
+            ours = (str(staging), str(staging / MANIFEST), str(staging / MARK), str(backup),
+                    str(backup / MARK))  # fmt: skip
             if error.filename in (None, *ours):  # name the user's folder, not our hidden one
                 error.filename, error.filename2 = os.fspath(root), None
         raise
@@ -103,40 +111,99 @@ def remove_stale(folder: str | os.PathLike[str], tag: str, names: Iterable[str] 
     (its staging and backup folders; an interrupted swap is rolled back, so the old set is whole
     again), and the temporary files ``.{name}.{8 hex digits}.tmp`` that
     :func:`ebpo.utils.files.atomic_path` leaves beside a file when it is killed, for ``names``
-    only. Nothing else is touched, however it is named. Returns what was removed. Call it while
+    only. Nothing else is touched, however it is named: a staging or backup folder that is not
+    ours (:func:`is_leftover`) stays. ValueError, before anything is moved, when the manifest of
+    one of ours cannot be read (:func:`check_leftovers`). Returns what was removed. Call it while
     holding the folder."""
     root = Path(folder)
     wanted = list(names)
     _check_names(tag, wanted)
-    ours = _leftover(tag)
+    check_leftovers(root, tag)
     temporary = re.compile(
         r"\.(" + "|".join(re.escape(n) for n in wanted) + r")\.[0-9a-f]{8}\.tmp"
         if wanted
         else r"(?!)"
     )
     removed: list[Path] = []
-    tokens = set()
+    tokens = _our_tokens(root, tag)
     with os.scandir(root) as entries:
         for entry in entries:
-            match = ours.fullmatch(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
-                tokens.add(match.group(1))
-            elif temporary.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            if temporary.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
-    for token in sorted(tokens):
+    for token in tokens:
         found = [p for p in (_staging(root, tag, token), _backup(root, tag, token)) if p.exists()]
         _roll_back(root, _staging(root, tag, token), _backup(root, tag, token))
         removed += [p for p in found if not p.exists()]
     return removed
 
 
-def is_leftover(name: str, tag: str) -> bool:
-    """Whether ``name`` is that of a staging or backup folder of :func:`write_file_set` with
-    ``tag`` (one a killed run leaves, which :func:`remove_stale` clears): a check that a folder
-    holds nothing but a report lets these pass."""
+def is_leftover(path: str | os.PathLike[str], tag: str) -> bool:
+    """Whether ``path`` is a staging or backup folder of :func:`write_file_set` with ``tag`` (one
+    a killed run leaves, which :func:`remove_stale` clears): named as ours and holding our mark,
+    or empty. A check that a folder holds nothing but a report lets these pass."""
     _check_names(tag, ())
-    return _leftover(tag).fullmatch(name) is not None
+    path = Path(path)
+    return _leftover(tag).fullmatch(path.name) is not None and _is_ours(path)
+
+
+def check_leftovers(folder: str | os.PathLike[str], tag: str) -> None:
+    """ValueError naming the manifest of a backup folder of ours in ``folder`` that cannot be read
+    (not JSON, not a list of plain file names), and what to do: :func:`remove_stale` could not
+    tell which files to put back. Reads only."""
+    root = Path(folder)
+    for token in _our_tokens(root, tag):
+        backup = _backup(root, tag, token)
+        if (backup / MANIFEST).is_file():
+            _manifest_names(root, backup)
+
+
+def _our_tokens(root: Path, tag: str) -> list[str]:
+    """The tokens of the staging and backup folders of ours in ``root``; a token one of whose two
+    folders is not ours (a user's folder of that name) is left out, both kept."""
+    pattern = _leftover(tag)
+    found: dict[str, bool] = {}
+    with os.scandir(root) as entries:
+        for entry in entries:
+            match = pattern.fullmatch(entry.name)
+            if match and entry.is_dir(follow_symlinks=False):
+                ours = found.get(match.group(1), True) and _is_ours(Path(entry.path))
+                found[match.group(1)] = ours
+            elif match:
+                found[match.group(1)] = False  # a file or a link of that name: the user's
+    return sorted(token for token, ours in found.items() if ours)
+
+
+def _is_ours(path: Path) -> bool:
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if (path / MARK).is_file():
+        return True
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
+
+
+def _make(path: Path, tag: str) -> None:
+    """Make the staging or backup folder ``path`` and mark it as ours."""
+    path.mkdir()
+    (path / MARK).write_text(json.dumps({"format": "ebpo-file-set", "tag": tag}), encoding="utf-8")
+
+
+def _manifest_names(root: Path, backup: Path) -> list[str]:
+    manifest = backup / MANIFEST
+    try:
+        names = json.loads(manifest.read_text(encoding="utf-8"))
+        if not isinstance(names, list):
+            raise ValueError(f"expected a list of file names, got {type(names).__name__}")
+        _check_file_names(names)
+    except (ValueError, UnicodeDecodeError) as error:
+        reason = " ".join(str(error).split())[:120]
+        raise ValueError(
+            f"{str(manifest)!r} cannot be read ({reason}): an interrupted write left the "
+            f"previous files in {str(backup)!r}; move those you want back into {str(root)!r} and "
+            "delete that folder"
+        ) from None
+    return names
 
 
 def _leftover(tag: str) -> re.Pattern[str]:
@@ -162,7 +229,7 @@ def _check_file_names(names: Iterable[str]) -> None:
     for name in names:
         if not isinstance(name, str):
             raise ValueError(f"a file set holds plain file names, got {name!r}")
-        if not name or name in (".", "..", MANIFEST) or "/" in name or "\0" in name:
+        if not name or name in (".", "..", MANIFEST, MARK) or "/" in name or "\0" in name:
             raise ValueError(f"a file set holds plain file names, got {name!r}")
 
 
@@ -204,9 +271,7 @@ def _roll_back(root: Path, staging: Path, backup: Path) -> None:
     being moved aside, so those in the backup go back. In neither: nothing was moved yet, or the
     swap was done. Then both folders are removed."""
     if (backup / MANIFEST).is_file():
-        names = json.loads((backup / MANIFEST).read_text(encoding="utf-8"))
-        _check_file_names(names)
-        for name in names:
+        for name in _manifest_names(root, backup):
             if os.path.lexists(backup / name):
                 os.replace(backup / name, root / name)
             else:
@@ -215,7 +280,7 @@ def _roll_back(root: Path, staging: Path, backup: Path) -> None:
     elif (staging / MANIFEST).is_file() and backup.is_dir():
         with os.scandir(backup) as entries:
             for entry in entries:
-                if not os.path.lexists(root / entry.name):
+                if entry.name != MARK and not os.path.lexists(root / entry.name):
                     os.rename(entry.path, root / entry.name)
     shutil.rmtree(backup, ignore_errors=True)
     shutil.rmtree(staging, ignore_errors=True)

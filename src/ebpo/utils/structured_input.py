@@ -37,10 +37,12 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_DEPTH",
     "MAX_VALUES",
+    "RepeatedKeyError",
     "parse_json",
     "parse_yaml",
     "read_json_file",
     "read_yaml_file",
+    "unique_keys",
 ]
 
 #: the most nested levels (lists and mappings) of any document
@@ -66,10 +68,10 @@ def parse_json(
     if size > max_bytes:
         raise _error(where, f"{size:,} bytes, more than the {max_bytes:,} this reader takes")
     try:
-        value = json.loads(text, object_pairs_hook=_unique_pairs)
+        value = json.loads(text, object_pairs_hook=unique_keys)
     except RecursionError:
         raise _error(where, _too_deep(max_depth)) from None
-    except _RepeatedKey as error:
+    except RepeatedKeyError as error:
         raise _error(where, str(error)) from None
     except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
         raise _error(where, " ".join(str(error).split())) from error
@@ -144,17 +146,22 @@ def read_yaml_file(
 
 
 # ---------------------------------------------------------------------------------- helpers
-class _RepeatedKey(ValueError):
-    pass
+class RepeatedKeyError(ValueError):
+    """A key given twice in one JSON object (:func:`unique_keys`)."""
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The ``object_pairs_hook`` of every JSON reader (``json.loads(text,
+    object_pairs_hook=unique_keys)``): the object, or :class:`RepeatedKeyError` ``key 'a' appears
+    twice in one object`` where ``json`` would keep the last value without a word. Readers with
+    their own messages (data files, rollout dumps) use it directly; the others call
+    :func:`parse_json`."""
     value = dict(pairs)
     if len(value) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _RepeatedKey(f"key {key!r} appears twice in one object")
+                raise RepeatedKeyError(f"key {key!r} appears twice in one object")
             seen.add(key)
     return value
 

@@ -1,6 +1,7 @@
 """``ebpo compare`` on the verl smoke's own files (tests/fixtures/compare/README.md): verl's file
 logger and Hydra's config as verl 0.9.1 wrote them. The resumed run is an exact resume, so
-compared with the full run it differs by 0 at every common step: not separated."""
+compared with the full run it differs by 0 at every common step: no verdict, the pair flagged
+identical."""
 
 from __future__ import annotations
 
@@ -43,4 +44,5 @@ def test_an_exact_resume_is_not_separated_from_its_full_run(tmp_path, capsys):
         assert [row["step"] for row in comparison["steps"]] == [3, 4]
         for row in comparison["steps"]:
             assert row["mean_diff"] == pytest.approx(0.0, abs=1e-6) and row["pairs"] == 1
-    assert all("not separated" in line for line in content["verdict"])
+    assert all("no verdict (every seed pair is identical" in line for line in content["verdict"])
+    assert all(c["flags"]["identical_pairs"] == ["0"] for c in content["comparisons"])

@@ -101,7 +101,9 @@ def test_the_default_metric_is_the_evaluation_and_smoothing_is_a_trailing_mean(v
     assert row["mean_diff"] == pytest.approx(sum(d) / 3, abs=1e-12)
 
 
-def test_identical_runs_are_not_separated(tmp_path, capsys):
+def test_identical_runs_get_no_verdict_and_say_why(tmp_path, capsys):
+    """Pairs with the same curves (the same run twice) give differences of 0 with intervals of
+    width 0: not an estimator that equals the baseline but a comparison that says nothing."""
     for estimator in ("grpo", "ebpo"):
         for seed in (0, 1, 2):
             write_verl_run(tmp_path / f"{estimator}{seed}", estimator, seed,
@@ -110,11 +112,13 @@ def test_identical_runs_are_not_separated(tmp_path, capsys):
     out = tmp_path / "report"
     assert main(["compare", *runs, "--output-dir", str(out), "--metric", "all", "--no-plots"]) == 0
     content = json.loads((out / "compare.json").read_text())
-    assert all("not separated" in line for line in content["verdict"])
+    assert all("no verdict (every seed pair is identical" in line for line in content["verdict"])
+    assert all(c["flags"] == {"identical_pairs": ["0", "1", "2"], "never_moved": False}
+               for c in content["comparisons"])  # fmt: skip
     assert content["multiplicity"]["excluding_zero"] == 0
     assert content["multiplicity"]["holm_excluding_zero"] == 0
     printed = capsys.readouterr().out
-    assert printed.count("verdict: ") == 3 and "not separated (the interval covers 0)" in printed
+    assert printed.count("verdict: ") == 3 and "the same run twice?" in printed
 
 
 def test_a_difference_accepted_on_purpose_is_reported(verl_runs, tmp_path):
@@ -148,3 +152,31 @@ def test_metric_all_leaves_out_what_a_run_logged_as_nan(verl_runs):
         ValueError, match=r"logged 'actor/entropy' as NaN or nothing at step\(s\) 2"
     ):
         compare_runs(runs, metrics=["actor/entropy"])
+
+
+@pytest.mark.parametrize("factor", [1e300, 1e200, 1e-300])
+def test_huge_and_tiny_values_give_the_statistics_of_the_scaled_runs(tmp_path, factor):
+    """Rewards scaled by 1e300 (their squares overflow) or 1e-300 (theirs underflow to 0): every
+    statistic is the unscaled run's times the factor, the p-values the same."""
+    contents = []
+    for scale, folder in ((1.0, tmp_path / "plain"), (factor, tmp_path / "scaled")):
+        for seed, (grpo, ebpo) in REWARDS.items():
+            for estimator, rewards in (("grpo", grpo), ("ebpo", ebpo)):
+                write_verl_run(folder / f"{estimator}{seed}", estimator, seed,
+                               [r * scale for r in rewards], ACCURACY[seed][0])  # fmt: skip
+        runs = read_runs([str(p) for p in sorted(folder.iterdir())])
+        contents.append(compare_runs(runs, metrics=["critic/score/mean"]))
+    plain, scaled = (c["comparisons"][0] for c in contents)
+    for quantity in ("mean_diff", "ci_low", "ci_high", "estimator_mean", "baseline_mean"):
+        for a, b in zip(plain["steps"], scaled["steps"], strict=True):
+            assert b[quantity] == pytest.approx(a[quantity] * factor, rel=1e-9, abs=0)
+        assert scaled["summaries"]["auc"][quantity] == pytest.approx(
+            plain["summaries"]["auc"][quantity] * factor, rel=1e-9, abs=0
+        )
+    assert [r["p_value"] for r in scaled["steps"]] == pytest.approx(
+        [r["p_value"] for r in plain["steps"]], rel=1e-9, abs=0
+    )
+    steps_scaled, steps_plain = (c["summaries"]["steps_to_baseline_final"] for c in (scaled, plain))
+    assert {k: v for k, v in steps_scaled.items() if k not in ("step", "holm")} == pytest.approx(
+        {k: v for k, v in steps_plain.items() if k not in ("step", "holm")}, rel=1e-9, abs=0
+    )  # in steps: not scaled

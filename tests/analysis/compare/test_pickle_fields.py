@@ -86,3 +86,24 @@ def test_trls_own_arguments_read_as_torch_load_reads_them(tmp_path):
         }
         assert {k: fields[k] for k in plain} == plain
         assert fields.get("advantage_estimator") == estimator
+
+
+def test_the_bounds_take_what_a_config_holds_and_refuse_more(tmp_path):
+    """A config with a shared list (the memo) and nested dicts within the bounds reads as
+    pickle gives it; past them (values once expanded, depth) it is refused, quickly."""
+    shared = list(range(1000))
+    config = Config()
+    config.model_init_kwargs = {"a": shared, "b": shared, "deep": [[[[[[[[1]]]]]]]]}
+    (tmp_path / "ok.bin").write_bytes(pickle.dumps(config, protocol=4))
+    assert pickled_fields(tmp_path / "ok.bin")[1]["model_init_kwargs"] == config.model_init_kwargs
+    config.model_init_kwargs = {f"k{i}": shared for i in range(200)}  # 200,000 values expanded
+    (tmp_path / "wide.bin").write_bytes(pickle.dumps(config, protocol=4))
+    with pytest.raises(ValueError, match="more than 100,000 values once its shared references"):
+        pickled_fields(tmp_path / "wide.bin")
+    deep: list = []
+    for _ in range(70):
+        deep = [deep]
+    config.model_init_kwargs = deep
+    (tmp_path / "deep.bin").write_bytes(pickle.dumps(config, protocol=4))
+    with pytest.raises(ValueError, match="nested deeper than 64 levels"):
+        pickled_fields(tmp_path / "deep.bin")

@@ -4,8 +4,9 @@ trainers, paired by seed; per step the paired mean difference with its 95 % Stud
 at the end the difference at the last common step, in the area under the curve and in the steps
 to the baseline's final value, with the count of intervals and what Holm's correction leaves.
 
-* :mod:`.runs` — a run's estimator, seed, settings and logged metrics (:mod:`.pickle_fields`:
-  ``training_args.bin`` without unpickling);
+* :mod:`.runs` — a run's estimator, seed, settings and logged metrics (:mod:`.history`: one
+  reader of the logs of every kind; :mod:`.pickle_fields`: ``training_args.bin`` without
+  unpickling, bounded);
 * :mod:`.pairing` — pairs by seed, the settings check, the metrics and their common steps;
 * :mod:`.differences` — the paired statistics (:mod:`ebpo.analysis.paired`);
 * :mod:`.report`, :mod:`.plots`, :mod:`.output` — compare.json / compare.csv / the verdict, the

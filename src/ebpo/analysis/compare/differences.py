@@ -17,12 +17,18 @@ Values are the raw logged ones, or a trailing moving mean over ``smooth`` logged
 (:func:`ebpo.utils.plotting.moving_average`) taken over each run's own log before the steps are
 matched. Then :func:`count_intervals` counts the intervals computed, those excluding 0 and those
 Holm's correction over all of them still leaves excluding 0.
+
+Any finite values give finite statistics: they are computed on the values divided by a power of 2
+near the largest (:func:`value_scale`: no sum or square overflows, rewards near ±1.7e308
+included) and multiplied back; a difference that is itself beyond float64 is refused
+(ValueError) before anything is written. :func:`flags` marks what makes a verdict empty: seed
+pairs whose curves are identical, a metric that never moved.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ebpo.analysis.compare.pairing import Pairs, common_steps
@@ -36,17 +42,39 @@ from ebpo.analysis.paired import (
 )
 from ebpo.utils.plotting import moving_average
 
-__all__ = ["SUMMARIES", "compare_metric", "count_intervals", "curve", "paired_p_value"]
+__all__ = [
+    "SUMMARIES", "compare_metric", "count_intervals", "curve", "flags", "paired_p_value",
+    "value_scale",
+]  # fmt: skip
 
 SUMMARIES = ("last_step", "auc", "steps_to_baseline_final")
 
 
-def curve(run: Run, metric: str, steps: Sequence[int], smooth: int) -> list[float]:
-    """``run``'s ``metric`` at ``steps``, after a trailing mean over ``smooth`` logged values."""
+def curve(
+    run: Run, metric: str, steps: Sequence[int], smooth: int, scale: float = 1.0
+) -> list[float]:
+    """``run``'s ``metric`` divided by ``scale`` at ``steps``, after a trailing mean over
+    ``smooth`` logged values; ValueError when a value the mean takes in is not finite."""
     logged = sorted(run.metrics[metric])
-    values = moving_average([run.metrics[metric][s] for s in logged], smooth)
-    lookup = dict(zip(logged, values, strict=True))
+    raw = [run.metrics[metric][s] / scale for s in logged]
+    if smooth > 1:
+        bad = [s for s in logged if s <= steps[-1] and not math.isfinite(run.metrics[metric][s])]
+        if bad:
+            raise ValueError(
+                f"RUN: {str(run.path)!r} logged {metric!r} as NaN or nothing at step(s) "
+                f"{', '.join(map(str, bad[:5]))}, which --smooth {smooth} averages in: a "
+                "compared value must be a finite number"
+            )
+    lookup = dict(zip(logged, moving_average(raw, smooth), strict=True))
     return [lookup[s] for s in steps]
+
+
+def value_scale(values: Iterable[float]) -> float:
+    """A power of 2 near the largest magnitude among ``values`` (1 for none): the statistics are
+    computed on the values divided by it, so that no sum or square overflows or underflows
+    whatever their size, and multiplied back (dividing by a power of 2 is exact)."""
+    largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    return math.ldexp(1.0, math.frexp(largest)[1] - 1) if largest > 0 else 1.0  # from 1 to 2
 
 
 def paired_p_value(stats: dict[str, float]) -> float:
@@ -64,17 +92,21 @@ def paired_p_value(stats: dict[str, float]) -> float:
     return t_two_sided_p(stats["mean_diff"] / standard_error, n - 1)
 
 
-def _row(values: Sequence[float], reference: Sequence[float], **extra: Any) -> dict[str, Any]:
+def _row(
+    values: Sequence[float], reference: Sequence[float], scale: float = 1.0, **extra: Any
+) -> dict[str, Any]:
+    """The paired difference of ``values`` and ``reference`` (both divided by ``scale``) in the
+    metric's units."""
     stats = paired_difference(values, reference)
     return {
         **extra,
         "pairs": stats["n"],
-        "mean_diff": stats["mean_diff"],
-        "ci_low": stats["ci_low"],
-        "ci_high": stats["ci_high"],
+        "mean_diff": stats["mean_diff"] * scale,
+        "ci_low": stats["ci_low"] * scale,
+        "ci_high": stats["ci_high"] * scale,
         "p_value": paired_p_value(stats),
-        "estimator_mean": sum(values) / len(values),
-        "baseline_mean": sum(reference) / len(reference),
+        "estimator_mean": sum(values) / len(values) * scale,
+        "baseline_mean": sum(reference) / len(reference) * scale,
     }
 
 
@@ -93,39 +125,71 @@ def _reach(steps: Sequence[int], values: Sequence[float], target: float) -> tupl
 
 
 def compare_metric(pairs: Pairs, estimator: str, metric: str, smooth: int) -> dict[str, Any]:
-    """The per-step rows, the summaries and the curves of ``estimator`` against the baseline on
-    ``metric`` (see the module docstring); ValueError when the runs share no step of it."""
+    """The per-step rows, the summaries, the curves and the flags of ``estimator`` against the
+    baseline on ``metric`` (see the module docstring); ValueError when the runs share no step of
+    it or a difference is beyond float64 (values near its largest, 1.8e308)."""
     seeds = pairs.seeds(estimator)
     mine = [pairs.runs[estimator][s] for s in seeds]
     theirs = [pairs.runs[pairs.baseline][s] for s in seeds]
     steps = common_steps([*mine, *theirs], metric)
-    x = [curve(run, metric, steps, smooth) for run in mine]
-    b = [curve(run, metric, steps, smooth) for run in theirs]
+    scale = value_scale(v for run in (*mine, *theirs) for v in run.metrics[metric].values())
+    x = [curve(run, metric, steps, smooth, scale) for run in mine]
+    b = [curve(run, metric, steps, smooth, scale) for run in theirs]
     per_step = [
-        _row([c[i] for c in x], [c[i] for c in b], step=step) for i, step in enumerate(steps)
+        _row([c[i] for c in x], [c[i] for c in b], scale, step=step) for i, step in enumerate(steps)
     ]
     reached = [_reach(steps, c, r[-1]) for c, r in zip(x, b, strict=True)]
     baseline_reached = [_reach(steps, r, r[-1]) for r in b]
     summaries = {
         "last_step": {**per_step[-1]},
-        "auc": _row([_area(steps, c) for c in x], [_area(steps, c) for c in b], step=None),
+        "auc": _row([_area(steps, c) for c in x], [_area(steps, c) for c in b], scale, step=None),
         "steps_to_baseline_final": {
             **_row([s for s, _ in reached], [s for s, _ in baseline_reached], step=None),
             "reached": sum(ok for _, ok in reached),
         },
     }
+    _check_finite(metric, estimator, pairs.baseline, [*per_step, *summaries.values()])
     return {
         "estimator": estimator,
         "metric": metric,
         "seeds": seeds,
         "steps": per_step,
         "summaries": summaries,
+        "flags": flags(seeds, x, b, steps),
         "curves": {
             "step": steps,
-            estimator: dict(zip(seeds, x, strict=True)),
-            pairs.baseline: dict(zip(seeds, b, strict=True)),
+            estimator: {s: [v * scale for v in c] for s, c in zip(seeds, x, strict=True)},
+            pairs.baseline: {s: [v * scale for v in c] for s, c in zip(seeds, b, strict=True)},
         },
     }
+
+
+def flags(
+    seeds: Sequence[str], x: Sequence[Sequence[float]], b: Sequence[Sequence[float]], steps: Any
+) -> dict[str, Any]:
+    """What makes a verdict on these curves empty: ``identical_pairs``, the seeds whose estimator
+    and baseline curves are equal at every common step (the same run twice?), and
+    ``never_moved``, whether the metric took one value at every step of every run (a constant
+    says nothing about training); both from two steps on."""
+    curves = [*x, *b]
+    moving = len(steps) > 1
+    return {
+        "identical_pairs": [s for s, c, r in zip(seeds, x, b, strict=True) if c == r],
+        "never_moved": moving and len({v for c in curves for v in c}) == 1,
+    }
+
+
+def _check_finite(metric: str, estimator: str, baseline: str, rows: Sequence[dict]) -> None:
+    """ValueError when a statistic overflowed float64 (its interval with two pairs or more)."""
+    keys = ("mean_diff", "estimator_mean", "baseline_mean")
+    for row in rows:
+        wanted = keys + (("ci_low", "ci_high") if row["pairs"] >= 2 else ())
+        if not all(math.isfinite(row[k]) for k in wanted):
+            raise ValueError(
+                f"RUN: {estimator} − {baseline} on {metric!r}: the difference or its interval "
+                "is beyond the largest float64 (1.8e308); divide the metric by a constant "
+                "before comparing"
+            )
 
 
 def count_intervals(comparisons: Sequence[dict[str, Any]], alpha: float = 0.05) -> dict[str, Any]:

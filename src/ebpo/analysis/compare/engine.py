@@ -35,7 +35,7 @@ def compare_runs(
     pairs = pair_runs(runs, baseline)
     paired = [run for estimator in pairs.runs.values() for run in estimator.values()]
     accepted = check_settings(paired, ignore)
-    chosen = choose_metrics(pairs, metrics)
+    chosen, source = choose_metrics(pairs, metrics)
     comparisons = [
         compare_metric(pairs, estimator, metric, smooth)
         for metric in chosen
@@ -43,5 +43,11 @@ def compare_runs(
     ]
     multiplicity = count_intervals(comparisons)
     return report(
-        pairs, comparisons, multiplicity, metrics=chosen, smooth=smooth, accepted=accepted
+        pairs,
+        comparisons,
+        multiplicity,
+        metrics=chosen,
+        source=source,
+        smooth=smooth,
+        accepted=accepted,
     )

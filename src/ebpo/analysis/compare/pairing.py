@@ -6,8 +6,8 @@ in one line (ValueError): no runs, runs of different kinds (a verl run against a
 estimator only, two runs of one estimator with the same seed, an estimator whose seeds the
 baseline lacks, settings that differ between runs in a key other than the estimator's and the
 seed's (the differing keys named; ``--ignore KEY`` accepts a difference on purpose), no metric
-logged by every run, no step common to a compared metric, a NaN or missing value of a compared
-metric at a common step.
+logged by every run, no step common to a compared metric, a compared metric that is not a finite
+number at a common step or that a run logged twice at a step with two values.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ebpo.analysis.compare.runs import Run
 __all__ = [
     "ALWAYS_IGNORED",
     "EVAL_PATTERNS",
+    "METRIC_SOURCES",
     "REWARD_METRICS",
     "Pairs",
     "check_settings",
@@ -44,6 +45,9 @@ ALWAYS_IGNORED = (
 #: metrics read as evaluations, by kind: TRL's evaluation rewards, verl's ``val-core/*``
 #: (accuracy per data source), the lab's held-out Pass@1
 EVAL_PATTERNS = ("eval_reward", "eval_rewards/*/mean", "val-core/*", "heldout/pass@1")
+#: how the metrics were chosen: named with --metric, ``--metric all``, the evaluation metrics every
+#: run logged, or — none — the training reward (not a held-out result)
+METRIC_SOURCES = ("asked", "all", "evaluation", "training reward")
 #: the training reward, by kind
 REWARD_METRICS = ("reward", "critic/score/mean", "critic/rewards/mean")
 #: the most setting keys a refusal names before "and N more"
@@ -122,27 +126,28 @@ def check_settings(runs: Sequence[Run], ignore: Sequence[str] = ()) -> list[str]
     return differing
 
 
-def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> list[str]:
-    """``asked`` (``all``: every metric every run logged as a number at steps they all share),
-    else the evaluation metrics every run logged, else the training reward. ValueError when an
-    asked metric is missing from a run."""
+def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> tuple[list[str], str]:
+    """The metrics to compare and where they come from (:data:`METRIC_SOURCES`): ``asked``
+    (``all``: every metric every run logged as a number at steps they all share), else the
+    evaluation metrics every run logged, else the training reward. ValueError when an asked
+    metric is missing from a run."""
     runs = [run for seeds in pairs.runs.values() for run in seeds.values()]
     shared = set.intersection(*(set(run.metrics) for run in runs))
     if list(asked) == ["all"]:  # those every run logged as numbers at some step they share
-        return sorted(m for m in shared if _comparable(runs, m))
+        return sorted(m for m in shared if _comparable(runs, m)), "all"
     for name in asked:
         lacking = [str(run.path) for run in runs if name not in run.metrics]
         if lacking:
             raise ValueError(f"--metric {name!r}: not logged by {', '.join(lacking[:3])}"
                              + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""))  # fmt: skip
     if asked:
-        return list(dict.fromkeys(asked))
+        return list(dict.fromkeys(asked)), "asked"
     evals = sorted(m for m in shared if any(fnmatch.fnmatchcase(m, p) for p in EVAL_PATTERNS))
     if evals:
-        return evals
+        return evals, "evaluation"
     reward = [m for m in REWARD_METRICS if m in shared]
     if reward:
-        return reward[:1]
+        return reward[:1], "training reward"
     raise ValueError(
         "RUN: the runs share no evaluation metric and no training reward "
         f"({', '.join(REWARD_METRICS)}); name one with --metric (shared: "
@@ -151,8 +156,9 @@ def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> list[str]:
 
 
 def common_steps(runs: Sequence[Run], metric: str) -> list[int]:
-    """The steps at which every run logged ``metric``; ValueError when there are none or when a
-    run's value there is NaN or missing."""
+    """The steps at which every run logged ``metric``; ValueError when there are none, when a
+    run logged it twice at a step with two values, or when a run's value at a common step is not
+    a finite number."""
     steps = sorted(set.intersection(*(set(run.metrics[metric]) for run in runs)))
     if not steps:
         raise ValueError(
@@ -160,18 +166,35 @@ def common_steps(runs: Sequence[Run], metric: str) -> list[int]:
             f"(steps: {'; '.join(_span(run, metric) for run in runs[:4])})"
         )
     for run in runs:
+        conflicts = run.conflicts.get(metric, {})
+        if conflicts:
+            step, (first, then) = min(conflicts.items())
+            raise ValueError(
+                f"RUN: {str(run.path)!r} ({run.name}) logged {metric!r} twice at step {step} "
+                f"with different values ({first!r}, then {then!r}){_more(conflicts)}: which one "
+                "is the run's? Keep one log per run"
+            )
         bad = [s for s in steps if not math.isfinite(run.metrics[metric][s])]
         if bad:
             raise ValueError(
                 f"RUN: {str(run.path)!r} logged {metric!r} as NaN or nothing at step(s) "
-                f"{', '.join(map(str, bad[:5]))}: a compared value must be a number"
+                f"{', '.join(map(str, bad[:5]))} (null, NaN, infinity or text): a compared value "
+                "must be a finite number"
             )
     return steps
 
 
+def _more(conflicts: dict[int, tuple[float, float]]) -> str:
+    return f" (and at {len(conflicts) - 1} more step(s))" if len(conflicts) > 1 else ""
+
+
 def _comparable(runs: Sequence[Run], metric: str) -> bool:
     steps = set.intersection(*(set(run.metrics[metric]) for run in runs))
-    return bool(steps) and all(math.isfinite(run.metrics[metric][s]) for run in runs for s in steps)
+    return (
+        bool(steps)
+        and not any(run.conflicts.get(metric) for run in runs)
+        and all(math.isfinite(run.metrics[metric][s]) for run in runs for s in steps)
+    )
 
 
 def _span(run: Run, metric: str) -> str:

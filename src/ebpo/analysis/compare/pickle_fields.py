@@ -9,6 +9,13 @@ a stack of plain values — strings, numbers, None, booleans, lists, tuples, dic
 :class:`Opaque` placeholder (the dotted name, no import) for every class, function or persistent
 reference. Nothing is imported, called or constructed; an opcode outside this set makes the file
 unreadable (ValueError), and the caller asks for the run's label on the command line instead.
+
+Bounded in time, memory and depth whatever the file holds: at most :data:`MAX_PICKLE_BYTES` are
+read (the zip member's declared size checked, and its actual size, whatever it declares); any
+error of the zip archive (a bad CRC, a broken central directory, the encrypted flag, an unknown
+compression method) is a ValueError; and the value built is refused when, its shared references
+(the pickle's memo) expanded, it holds more than :data:`MAX_VALUES` values or nests deeper than
+:data:`MAX_DEPTH` — one list referred to 2^40 times through the memo is 2^40 values to render.
 """
 
 from __future__ import annotations
@@ -16,14 +23,27 @@ from __future__ import annotations
 import io
 import pickletools
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_PICKLE_BYTES", "Opaque", "pickled_fields"]
+__all__ = [
+    "MAX_CHARACTERS", "MAX_DEPTH", "MAX_PICKLE_BYTES", "MAX_VALUES", "Opaque", "pickled_fields",
+]  # fmt: skip
 
-#: the largest ``training_args.bin`` read (a few kB in practice)
-MAX_PICKLE_BYTES = 16 * 2**20
+#: the largest ``training_args.bin`` (and pickle inside it) read: a few kB in practice
+MAX_PICKLE_BYTES = 2**20
+#: the most values the pickled object may hold, its shared references expanded (TRL's: ~400)
+MAX_VALUES = 100_000
+#: the deepest nesting of lists, dicts and objects read (TRL's: 4)
+MAX_DEPTH = 64
+#: the most characters of text the object may hold, its shared references expanded
+MAX_CHARACTERS = 4 * 2**20
+#: the largest integer kept (bits): a longer one is no setting, and its text alone is slow
+_MAX_INT_BITS = 1024
+#: the most values of a dict key read as text (an enum member: a handful)
+_MAX_KEY_VALUES = 100
 
 _STRINGS = {
     "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING",
@@ -61,7 +81,8 @@ def pickled_fields(path: str | Path) -> tuple[str, dict[str, Any]]:
     data = _pickle_bytes(Path(path), where)
     try:
         root = _walk(data)
-    except (ValueError, IndexError, KeyError, TypeError) as error:
+        _check_size(root)
+    except (ValueError, IndexError, KeyError, TypeError, RecursionError) as error:
         raise ValueError(f"{where} is not a pickle this reader follows ({error})") from None
     if not (isinstance(root, Opaque) and isinstance(root.state, dict)):
         raise ValueError(f"{where} does not hold a pickled object with fields")
@@ -69,19 +90,62 @@ def pickled_fields(path: str | Path) -> tuple[str, dict[str, Any]]:
 
 
 def _pickle_bytes(path: Path, where: str) -> bytes:
-    size = path.stat().st_size
-    if size > MAX_PICKLE_BYTES:
-        raise ValueError(f"{where}: {size:,} bytes, more than the {MAX_PICKLE_BYTES:,} read")
-    raw = path.read_bytes()
+    with open(path, "rb") as f:
+        raw = f.read(MAX_PICKLE_BYTES + 1)
+    if len(raw) > MAX_PICKLE_BYTES:
+        raise ValueError(f"{where}: more than the {MAX_PICKLE_BYTES:,} bytes read")
     if not zipfile.is_zipfile(io.BytesIO(raw)):
         return raw
-    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-        names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-        if len(names) != 1:
-            raise ValueError(f"{where}: a torch.save archive holds one data.pkl, found {names}")
-        if archive.getinfo(names[0]).file_size > MAX_PICKLE_BYTES:
-            raise ValueError(f"{where}: its data.pkl is larger than {MAX_PICKLE_BYTES:,} bytes")
-        return archive.read(names[0])
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            names = [n for n in archive.namelist() if n.endswith("data.pkl")]
+            if len(names) != 1:
+                raise ValueError(f"a torch.save archive holds one data.pkl, found {names[:4]}")
+            info = archive.getinfo(names[0])
+            if info.file_size > MAX_PICKLE_BYTES:
+                raise ValueError(f"its data.pkl declares {info.file_size:,} bytes")
+            with archive.open(info) as member:
+                data = member.read(MAX_PICKLE_BYTES + 1)
+    except Exception as error:  # a damaged zip: zipfile raises BadZipFile, RuntimeError (the
+        # encrypted flag), NotImplementedError (a compression method), EOFError, zlib.error ...
+        raise ValueError(f"{where}: a damaged zip archive ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:200]})") from None  # fmt: skip
+    if len(data) > MAX_PICKLE_BYTES:
+        raise ValueError(f"{where}: its data.pkl holds more than {MAX_PICKLE_BYTES:,} bytes")
+    return data
+
+
+def _check_size(root: Any, most: int = MAX_VALUES) -> None:
+    """ValueError when ``root``, its shared references expanded, holds more than ``most`` values
+    or :data:`MAX_CHARACTERS` characters of text, or nests deeper than :data:`MAX_DEPTH` (a
+    reference cycle nests without end); iterative, visiting at most ``most`` values."""
+    pending: list[tuple[Any, int]] = [(root, 0)]
+    count = characters = 0
+    while pending:
+        value, depth = pending.pop()
+        count += 1
+        if isinstance(value, (str, bytes)):
+            characters += len(value)
+        if count > most or characters > MAX_CHARACTERS:
+            what = f"{most:,} values" if count > most else f"{MAX_CHARACTERS:,} characters"
+            raise ValueError(f"more than {what} once its shared references are expanded")
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise ValueError(f"an integer of more than {_MAX_INT_BITS} bits")
+        pending.extend((child, depth + 1) for child in _children(value))
+
+
+def _children(value: Any) -> Iterator[Any]:
+    if isinstance(value, (list, tuple)):
+        yield from value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield item
+    elif isinstance(value, Opaque):
+        yield from value.args
+        yield value.state
 
 
 def _walk(data: bytes) -> Any:
@@ -107,6 +171,10 @@ def _walk(data: bytes) -> Any:
             stack.append(items)
         elif name in ("APPEND", "APPENDS", "SETITEM", "SETITEMS"):
             _fill(name, stack)
+        elif name == "POP":
+            stack.pop()
+        elif name == "POP_MARK":
+            _pop_to_mark(stack)
         elif name in _MEMO_PUT:
             memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
         elif name in _MEMO_GET:
@@ -138,7 +206,7 @@ def _walk(data: bytes) -> Any:
 
 
 def _name(value: Any) -> str:
-    return value.name if isinstance(value, Opaque) else repr(value)
+    return value.name if isinstance(value, Opaque) else f"<{type(value).__name__}>"
 
 
 def _pop_to_mark(stack: list[Any]) -> list[Any]:
@@ -171,5 +239,9 @@ def _fill(name: str, stack: list[Any]) -> None:
 
 
 def _key(key: Any) -> Any:
-    """A dict key as a hashable value: an Opaque key (an enum member) by its text."""
-    return repr(key) if isinstance(key, (Opaque, list, dict)) else key
+    """A dict key as a hashable value: an Opaque key (an enum member) by its text, once it is
+    known to be small (its text could be any size)."""
+    if isinstance(key, (Opaque, list, dict)):
+        _check_size(key, _MAX_KEY_VALUES)
+        return repr(key)
+    return key

@@ -6,11 +6,14 @@
   paired seeds, bold.
 
 ``<metric>`` is the metric's name with every character but letters, digits, ``.``, ``_`` and
-``-`` replaced by ``_`` (``eval/reward`` → ``eval_reward``).
+``-`` replaced by ``_`` (``eval/reward`` → ``eval_reward``); a name of more than
+:data:`SLUG_LENGTH` characters is cut there, 8 hex digits of its hash keeping it apart from
+others, so that every file name fits a file system's 143-byte limit and more.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -19,13 +22,19 @@ from typing import Any
 
 from ebpo.utils.plotting import plot_lines, plot_panels
 
-__all__ = ["plot_names", "plot_writers"]
+__all__ = ["SLUG_LENGTH", "plot_names", "plot_writers"]
 
 _ZERO = "no difference"
+#: the longest metric part of a PNG's name
+SLUG_LENGTH = 96
 
 
 def _slug(metric: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric).strip("_") or "metric"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", metric).strip("_") or "metric"
+    if len(slug) <= SLUG_LENGTH:
+        return slug
+    digest = hashlib.sha256(metric.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug[: SLUG_LENGTH - 9]}-{digest}"
 
 
 def plot_names(metrics: Sequence[str]) -> dict[str, tuple[str, str]]:

@@ -4,21 +4,29 @@ the verdict lines and a console table.
 ``compare.json``, format ``ebpo-compare`` version 1::
 
     {"format": "ebpo-compare", "version": 1,
-     "baseline": "grpo", "metrics": [...], "smooth": 1, "accepted_differences": [setting keys],
+     "baseline": "grpo", "metrics": [...], "metric_source": "evaluation", "smooth": 1,
+     "accepted_differences": [setting keys],
      "runs": [{"path", "kind", "estimator", "seed"}, ...],
      "comparisons": [{"estimator", "metric", "seeds": [...],
                       "steps": [{"step", "pairs", "mean_diff", "ci_low", "ci_high", "p_value",
                                  "holm", "estimator_mean", "baseline_mean"}, ...],
                       "summaries": {"last_step" | "auc" | "steps_to_baseline_final": {same keys,
                                     "reached" for steps_to_baseline_final}},
+                      "flags": {"identical_pairs": [seeds], "never_moved": bool},
                       "curves": {"step": [...], ESTIMATOR: {seed: [...]}, BASELINE: {seed: [...]}}}],
      "multiplicity": {"alpha", "intervals", "excluding_zero", "expected_by_chance",
                       "holm_excluding_zero"},
-     "verdict": ["one line per estimator and metric", ...]}
+     "verdict": ["one line per estimator and metric", ...],
+     "metric_note": "which metric, and why (a fallback to the training reward said)"}
 
 Differences are estimator minus baseline, in the metric's units; ``ci_low`` / ``ci_high`` bound
 the 95 % Student-t interval (null with one pair); ``holm``: the interval still excludes 0 after
-Holm's correction over all ``intervals``. ``compare.csv`` holds the per-step and summary rows.
+Holm's correction over all ``intervals``. ``metric_source``: ``asked`` (``--metric``), ``all``,
+``evaluation`` (the evaluation metrics every run logged) or ``training reward`` (none: the
+fallback, not a held-out result; each verdict says so). ``flags``: seed pairs whose curves are
+identical at every common step (the same run twice?) and a metric that took one value at every
+step of every run (no verdict: the line says why). ``compare.csv`` holds the per-step and summary
+rows.
 """
 
 from __future__ import annotations
@@ -30,9 +38,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ebpo.analysis.compare.differences import SUMMARIES
-from ebpo.analysis.compare.pairing import Pairs
+from ebpo.analysis.compare.pairing import EVAL_PATTERNS, Pairs
 
-__all__ = ["CSV_COLUMNS", "FORMAT", "VERSION", "compare_csv", "console_table", "report", "verdict"]
+__all__ = [
+    "CSV_COLUMNS", "FORMAT", "VERSION", "compare_csv", "console_table", "metric_note", "report",
+    "verdict",
+]  # fmt: skip
 
 FORMAT, VERSION = "ebpo-compare", 1
 CSV_COLUMNS = (
@@ -41,23 +52,59 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def verdict(comparison: Mapping[str, Any], baseline: str) -> str:
+def verdict(comparison: Mapping[str, Any], baseline: str, source: str = "asked") -> str:
     """One line: the difference at the last common step with its interval, and "not separated"
-    whenever the interval covers 0 (or there is no interval: one pair)."""
-    row = comparison["summaries"]["last_step"]
-    head = (
-        f"{comparison['estimator']} − {baseline} on {comparison['metric']} at step {row['step']}: "
-        f"{row['mean_diff']:+.4g}"
-    )
+    whenever the interval covers 0 (or there is no interval: one pair); "no verdict" when the
+    metric never moved or every pair is identical; what else weakens it in brackets (identical
+    pairs, the training reward)."""
+    row, flags = comparison["summaries"]["last_step"], comparison.get("flags", {})
+    metric, estimator = comparison["metric"], comparison["estimator"]
+    head = f"{estimator} − {baseline} on {metric} at step {row['step']}: {row['mean_diff']:+.4g}"
+    notes = _notes(comparison, source)
+    if flags.get("never_moved"):
+        value = comparison["steps"][0]["baseline_mean"]
+        moved = f"{metric} never moved: {value:.4g} at every step of every run"
+        return f"{head}: no verdict ({moved}){notes}"
+    identical = flags.get("identical_pairs", [])
+    if identical and len(identical) == len(comparison["seeds"]):
+        return (f"{head}: no verdict (every seed pair is identical at every step: the same run "
+                f"twice?){notes}")  # fmt: skip
     pairs = f"{row['pairs']} seed pair{'s' if row['pairs'] != 1 else ''}"
     if row["pairs"] < 2:
-        return f"{head} over {pairs}: not separated (one pair gives no interval; run more seeds)"
+        why = "one pair gives no interval; run more seeds"
+        return f"{head} over {pairs}: not separated ({why}){notes}"
     interval = f"95 % CI [{row['ci_low']:+.4g}, {row['ci_high']:+.4g}] over {pairs}"
     if row["ci_low"] <= 0 <= row["ci_high"]:
-        return f"{head}, {interval}: not separated (the interval covers 0)"
+        return f"{head}, {interval}: not separated (the interval covers 0){notes}"
     side = "above" if row["ci_low"] > 0 else "below"
     holm = "and after" if row.get("holm") else "but not after"
-    return f"{head}, {interval}: {comparison['estimator']} {side} {baseline} ({holm} Holm's correction)"
+    return f"{head}, {interval}: {estimator} {side} {baseline} ({holm} Holm's correction){notes}"
+
+
+def _notes(comparison: Mapping[str, Any], source: str) -> str:
+    notes = []
+    identical = comparison.get("flags", {}).get("identical_pairs", [])
+    if identical and len(identical) < len(comparison["seeds"]):
+        notes.append(f"seed pair(s) {', '.join(identical)} identical at every step: the same run "
+                     "twice?")  # fmt: skip
+    if source == "training reward":
+        notes.append("the training reward, not a held-out result")
+    return "".join(f" [{note}]" for note in notes)
+
+
+def metric_note(metrics: Sequence[str], source: str) -> str:
+    """Which metrics were compared and why: named, all, the evaluation, or the fallback."""
+    names = ", ".join(metrics) or "none"
+    return {
+        "asked": f"compared {names} (--metric)",
+        "all": f"compared {names} (--metric all: every metric every run logged)",
+        "evaluation": f"compared {names}: the evaluation metrics every run logged",
+        "training reward": (
+            f"compared {names}, the training reward: no evaluation metric ("
+            f"{', '.join(EVAL_PATTERNS)}) was logged by every run, so this is not a held-out "
+            "result; evaluate during training to compare on one"
+        ),
+    }[source]
 
 
 def report(
@@ -66,6 +113,7 @@ def report(
     multiplicity: Mapping[str, Any],
     *,
     metrics: Sequence[str],
+    source: str = "asked",
     smooth: int,
     accepted: Sequence[str],
 ) -> dict[str, Any]:
@@ -80,12 +128,14 @@ def report(
         "version": VERSION,
         "baseline": pairs.baseline,
         "metrics": list(metrics),
+        "metric_source": source,
         "smooth": smooth,
         "accepted_differences": list(accepted),
         "runs": runs,
         "comparisons": list(comparisons),
         "multiplicity": dict(multiplicity),
-        "verdict": [verdict(c, pairs.baseline) for c in comparisons],
+        "verdict": [verdict(c, pairs.baseline, source) for c in comparisons],
+        "metric_note": metric_note(metrics, source),
     }
     return _no_nan(content)
 

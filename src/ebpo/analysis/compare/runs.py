@@ -2,8 +2,10 @@
 logged (metric -> step -> value), read from its own files without its trainer.
 
 * **TRL** (``ebpo grpo`` / ``EBPOTrainer``, ``trl grpo`` / ``GRPOTrainer``): ``trainer_state.json``'s
-  ``log_history`` in the folder or, when the folder has none (TRL's script saves the final model,
-  not the state), in its last ``checkpoint-N``. Settings, seed and estimator from
+  ``log_history`` in the folder (``ebpo grpo`` / ``EBPOTrainer`` leave it there at the end of
+  training) or, when the folder has none, in its last ``checkpoint-N`` (plain TRL writes it only
+  into checkpoints: a ``trl grpo`` run with ``save_strategy: "no"`` has no log, and is refused
+  saying so). Settings, seed and estimator from
   ``training_args.bin`` read without unpickling (:mod:`.pickle_fields`): ``EBPOConfig``'s
   ``advantage_estimator``; a ``GRPOConfig`` is plain TRL, i.e. GRPO.
 * **verl**: the JSON lines of verl's file logger (``{"step": N, "data": {...}}``; the path of
@@ -14,43 +16,44 @@ logged (metric -> step -> value), read from its own files without its trainer.
   held-out Pass@1 of ``eval_before.json`` (step 0) and ``eval_after.json`` (last step) as
   ``heldout/pass@1``.
 
-An argument ``LABEL=PATH`` names what the files do not say: ``ESTIMATOR=PATH``,
-``ESTIMATOR@SEED=PATH`` or ``@SEED=PATH``. Every JSON / YAML file is read by
+Every log is read by :class:`.history.History` (steps whole numbers, a metric logged twice at a
+step with two values a conflict). An argument ``LABEL=PATH`` names what the files do not say:
+``ESTIMATOR=PATH``, ``ESTIMATOR@SEED=PATH`` or ``@SEED=PATH``. Every JSON / YAML file is read by
 :mod:`ebpo.utils.structured_input`; a file that is cut short or not what it should be is a
 ValueError naming it.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ebpo.analysis.compare.history import History
 from ebpo.analysis.compare.pickle_fields import Opaque, pickled_fields
 from ebpo.utils.checks import is_real
 from ebpo.utils.structured_input import parse_json, read_json_file, read_yaml_file
 
-__all__ = ["KINDS", "Run", "parse_run_argument", "read_run"]
+__all__ = ["KINDS", "MAX_LINE", "Run", "parse_run_argument", "read_run"]
 
 KINDS = ("trl", "verl", "ebpo-train")
+#: the longest line of a JSON-lines log read (a verl step's metrics: a few kB)
+MAX_LINE = 16 * 2**20
 #: ``ESTIMATOR@SEED=`` / ``ESTIMATOR=`` / ``@SEED=`` before a path
 _LABEL = re.compile(
     r"^(?P<estimator>[A-Za-z0-9_.+-]*)(?:@(?P<seed>[A-Za-z0-9_.+-]+))?=(?P<path>.+)$"
-)
-#: what a training log holds besides metrics: bookkeeping, clocks and end-of-training summaries
-_NOT_METRICS = re.compile(
-    r"^(step|epoch|time|step_time|total_flos|train_loss|train_runtime|global_step|"
-    r".*_runtime|.*_per_second|timing_.*|perf/.*|.*/time.*)$"
 )
 
 
 @dataclass
 class Run:
-    """One run: ``metrics[name][step] = value`` (NaN where the log held null, NaN or a string);
-    ``settings`` the flattened configuration, values as text, compared across runs."""
+    """One run: ``metrics[name][step] = value`` (NaN where the log held null, NaN or text),
+    ``conflicts[name][step]`` the two values of a metric logged twice at a step
+    (:mod:`.history`); ``settings`` the flattened configuration, values as text, compared across
+    runs; ``unread`` why a file that says the estimator or seed could not be read."""
 
     path: Path
     kind: str
@@ -59,6 +62,12 @@ class Run:
     settings: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, dict[int, float]] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+    conflicts: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
+    unread: str | None = None
+
+    def keep(self, history: History) -> None:
+        """Take the metrics and conflicts of ``history``."""
+        self.metrics, self.conflicts = history.metrics(), history.conflicts
 
     @property
     def name(self) -> str:
@@ -90,8 +99,9 @@ def read_run(argument: str) -> Run:
     run.seed = seed if seed is not None else run.seed
     for what, value in (("estimator", run.estimator), ("seed", run.seed)):
         if value is None:
+            why = f" ({run.unread})" if run.unread else ""
             raise ValueError(
-                f"{where}: its files do not say its {what}; label it on the command line "
+                f"{where}: its files do not say its {what}{why}; label it on the command line "
                 f"as ESTIMATOR@SEED={path}"
             )
     if not run.metrics:
@@ -112,6 +122,13 @@ def _read(path: Path, where: str) -> Run:
     logs = [p for p in sorted(path.glob("*.jsonl")) if _is_verl_log(p)]
     if len(logs) == 1:
         return _verl_run(logs[0], where)
+    if not logs and (path / "training_args.bin").is_file():
+        raise ValueError(
+            f"{where}: a TRL run without its log: TRL writes trainer_state.json (log_history) "
+            "only into its checkpoints, and this run saved none; train with save_strategy "
+            '"steps" or "epoch" (not "no"), or with ebpo grpo, which leaves trainer_state.json '
+            "in output_dir at the end whatever the save strategy"
+        )
     found = (
         f"{len(logs)} verl metric logs" if logs else "no trainer_state.json, run.json or verl log"
     )
@@ -137,10 +154,13 @@ def _trl_run(folder: Path, state_path: Path, where: str) -> Run:
     if not isinstance(history, list):
         raise ValueError(f"{where}: {str(state_path)!r} has no log_history list")
     run = Run(folder, "trl", None, None, files=[state_path])
+    logged = History()
     for number, entry in enumerate(history):
-        if not isinstance(entry, dict) or not is_real(entry.get("step")):
-            raise ValueError(f"{where}: log_history entry {number} has no step")
-        _add_values(run.metrics, int(entry["step"]), entry)
+        place = f"{where}: {str(state_path)!r} log_history entry {number}"
+        if not isinstance(entry, dict) or "step" not in entry:
+            raise ValueError(f"{place} has no step")
+        logged.add(entry["step"], entry, place)
+    run.keep(logged)
     arguments = next(
         (p for p in (folder / "training_args.bin", state_path.parent / "training_args.bin")
          if p.is_file()),
@@ -154,8 +174,10 @@ def _trl_run(folder: Path, state_path: Path, where: str) -> Run:
     if arguments is not None:
         try:
             class_name, fields = pickled_fields(arguments)
-        except ValueError:
-            return run  # the label on the command line says what this file cannot
+        except ValueError as error:  # the label on the command line says what it cannot
+            detail = str(error).removeprefix(repr(str(arguments))).lstrip(": ")
+            run.unread = f"cannot read {arguments.name}: {detail}"
+            return run
         run.files.append(arguments)
         run.settings = {k: _text(v) for k, v in fields.items() if not k.startswith("_")}
         if "seed" in fields and is_real(fields["seed"]):
@@ -180,13 +202,16 @@ def _is_verl_log(path: Path) -> bool:
 
 def _verl_run(path: Path, where: str) -> Run:
     run = Run(path, "verl", None, None, files=[path])
+    logged = History()
     for number, record in _json_lines(path, f"{where}: {str(path)!r}"):
-        if not (isinstance(record, dict) and is_real(record.get("step"))):
-            raise ValueError(f"{where}: {str(path)!r} line {number} is not {{'step', 'data'}}")
+        place = f"{where}: {str(path)!r} line {number}"
+        if not (isinstance(record, dict) and "step" in record):
+            raise ValueError(f"{place} is not {{'step', 'data'}}")
         data = record.get("data")
         if not isinstance(data, dict):
-            raise ValueError(f"{where}: {str(path)!r} line {number} has no data object")
-        _add_values(run.metrics, int(record["step"]), data)
+            raise ValueError(f"{place} has no data object")
+        logged.add(record["step"], data, place)
+    run.keep(logged)
     hydra = next((d for d in (path.parent / ".hydra", path.parent / "hydra" / ".hydra")
                   if (d / "config.yaml").is_file()), None)  # fmt: skip
     if hydra is not None:
@@ -224,47 +249,52 @@ def _train_run(folder: Path, where: str) -> Run:
     run.estimator = run.settings.get("estimator")
     run.seed = run.settings.get("seed")
     metrics = folder / "metrics.jsonl"
+    logged = History()
     if metrics.is_file():
         run.files.append(metrics)
-        for _, record in _json_lines(metrics, f"{where}: metrics.jsonl"):
-            if isinstance(record, dict) and is_real(record.get("step")):
-                _add_values(run.metrics, int(record["step"]), record)
+        for number, record in _json_lines(metrics, f"{where}: metrics.jsonl"):
+            place = f"{where}: {str(metrics)!r} line {number}"
+            if not (isinstance(record, dict) and "step" in record):
+                raise ValueError(f"{place} is not a record with a step")
+            logged.add(record["step"], record, place)
     final = manifest.get("global_step")
     for name, step in (("eval_before.json", 0), ("eval_after.json", final)):
-        if (folder / name).is_file() and is_real(step):
+        if (folder / name).is_file() and step is not None:  # no global_step: a run unfinished
             evaluation = read_json_file(folder / name, f"{where}: {name}")
             if isinstance(evaluation, dict) and "overall" in evaluation:
                 run.files.append(folder / name)
-                _add_values(run.metrics, int(step), {"heldout/pass@1": evaluation["overall"]})
+                place = f"{where}: {str(folder / name)!r} (run.json's global_step)"
+                logged.add(step, {"heldout/pass@1": evaluation["overall"]}, place)
+    run.keep(logged)
     return run
 
 
 # ====================================================================== shared
 def _json_lines(path: Path, where: str) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of each non-blank line of a JSON-lines file; a last line that does not
-    parse is dropped (no newline after it: the writer was stopped mid-line), any other raises."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, parse_json(line, f"{where} line {number}")
-        except ValueError:
-            if number == len(lines):
+    """(line number, value) of each non-blank line of a JSON-lines file, read a line at a time
+    (a line of more than :data:`MAX_LINE` bytes refused); a last line that does not parse is
+    dropped (no newline after it: the writer was stopped mid-line), any other raises."""
+    with open(path, "rb") as f:
+        for number in itertools.count(1):
+            raw = f.readline(MAX_LINE + 1)
+            if not raw:
                 return
-            raise
-
-
-def _add_values(metrics: dict[str, dict[int, float]], step: int, values: dict[str, Any]) -> None:
-    """Record the numeric entries of ``values`` at ``step``; null, NaN and text where a metric
-    was logged as a number elsewhere become NaN (they are refused if that metric is compared)."""
-    for key, value in values.items():
-        if _NOT_METRICS.match(key) or isinstance(value, (dict, list, bool)):
-            continue
-        if is_real(value):
-            metrics.setdefault(key, {})[step] = float(value)
-        elif value is None or isinstance(value, str) and key in metrics:
-            metrics.setdefault(key, {})[step] = math.nan
+            if len(raw) > MAX_LINE:
+                raise ValueError(f"{where} line {number}: more than {MAX_LINE:,} bytes")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{where} line {number} is not UTF-8 text ({error.reason})"
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                yield number, parse_json(line, f"{where} line {number}")
+            except ValueError:
+                if not line.endswith("\n"):
+                    return
+                raise
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:

@@ -45,6 +45,7 @@ from ebpo.analysis.replay.rows import (
     make_chunk,
     short,
 )
+from ebpo.utils.structured_input import unique_keys
 
 __all__ = [
     "CHUNK_ROWS",
@@ -153,18 +154,9 @@ def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
                 ) from None
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"field {key!r} appears twice")
-        out[key] = value
-    return out
-
-
 def _json_object(text: str, where: str) -> dict[str, Any]:
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        value = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as error:
         raise ValueError(
             f"{where}: not valid JSON ({error.msg} at column {error.colno}); expected one JSON "

@@ -40,7 +40,6 @@ from typing import Any
 
 import datasets
 import torch
-import transformers
 import trl
 from trl import GRPOTrainer
 from trl.scripts import grpo as trl_grpo
@@ -54,12 +53,16 @@ from ebpo.commands.grpo.grpo_script import (
 )
 from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
+<<<<<<< HEAD
 from ebpo.evaluation.models import (
     check_model_resolves,
     names_a_gguf,
     pretrained_source,
     save_tiny_llama,
 )
+=======
+from ebpo.evaluation.models import no_progress_bars, save_tiny_llama
+>>>>>>> main
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
@@ -157,7 +160,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
             "load a reward model from the Hub; give a local directory"
         )
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_no_progress_bars())
+        stack.enter_context(no_progress_bars())  # the summary is the dry run's output
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ebpo-dry-run-"))
         workdir = Path(workdir)
@@ -275,23 +278,6 @@ def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, original)
-
-
-@contextlib.contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """No progress bars from transformers and datasets (saving and loading the tiny model, reading
-    the rows) while the dry run works: the summary is its output."""
-    transformers_on = transformers.utils.logging.is_progress_bar_enabled()
-    datasets_on = datasets.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if transformers_on:
-            transformers.utils.logging.enable_progress_bar()
-        if datasets_on:
-            datasets.enable_progress_bars()
 
 
 def _build_and_stop(*args: Any, **kwargs: Any) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from trl import GRPOConfig
 
 import ebpo
+from ebpo.curriculum import ORDERS
 from ebpo.estimators import VARIANTS, AdvantageEstimator
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
 from ebpo.integrations.trl.batch_advantages import FILTER_METRICS
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 else:
     _GRPOConfig = object
 
-#: accepted values of ``EBPOConfig.data_order`` (see ``ebpo.curriculum.order_indices``)
-DATA_ORDERS = ("shuffle", "topic", "difficulty", "topic_then_difficulty")
+#: accepted values of ``EBPOConfig.data_order``: those of ``ebpo.curriculum.order_indices``
+DATA_ORDERS = ORDERS
 #: accepted values of ``EBPOConfig.filter_groups_metric``
 FILTER_GROUPS_METRICS = FILTER_METRICS
 

@@ -11,9 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ebpo.curriculum import ORDERS as DATA_ORDERS
 from ebpo.evaluation.models import resolve_model_path
-from ebpo.integrations.trl import DATA_ORDERS, EBPOConfig, available_presets
-from ebpo.integrations.trl.config_checks import check_extra
 from ebpo.lab.cpu_task import task
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL, cache_dir
 from ebpo.utils.checks import check_int, is_real
@@ -328,11 +327,24 @@ class TrainJobConfig:
         return json.loads(json.dumps(values, default=str))
 
     def validate(self) -> None:
-        """Raise ValueError naming the first bad option. Cheap: loads no model, runs no compute."""
+        """Raise ValueError naming the first bad option. Cheap: loads no model, runs no compute;
+        :meth:`check_values` first, then the checks that read TRL's names (its import takes
+        seconds)."""
+        self.check_values()
+        # optional heavy dependency (trl extra): the presets and EBPOConfig's fields are TRL's
+        from ebpo.integrations.trl import EBPOConfig, available_presets
+        from ebpo.integrations.trl.config_checks import check_extra
+
         if self.estimator not in available_presets():
             raise ValueError(
                 f"estimator must be a preset or estimator name {available_presets()}, got {self.estimator!r}"
             )
+        check_extra(self.extra, EBPOConfig)  # names and types; values when the config is built
+
+    def check_values(self) -> None:
+        """Every check of :meth:`validate` that needs no trainer framework (ranges, choices,
+        sizes, paths): ``ebpo train`` runs it before it imports TRL and transformers, so that a
+        bad number is refused in a second, not after seconds of imports."""
         for name, low in INTEGER_OPTIONS.items():
             check_int(name, getattr(self, name), low)
         if self.seed > MAX_SEED:
@@ -389,7 +401,6 @@ class TrainJobConfig:
             raise ValueError(
                 f"extra must be a dict of EBPOConfig fields, got {type(self.extra).__name__}"
             )
-        check_extra(self.extra, EBPOConfig)  # names and types; values when the config is built
 
     def _check_sizes(self) -> None:
         """The work one step and the whole prompt stream ask for, before anything runs."""
