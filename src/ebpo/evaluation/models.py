@@ -28,11 +28,8 @@ __all__ = [
     "build_tiny_llama",
     "check_model_resolves",
     "load_model_and_tokenizer",
-<<<<<<< HEAD
     "names_a_gguf",
-=======
     "no_progress_bars",
->>>>>>> main
     "placement",
     "pretrained_source",
     "resolve_model_path",

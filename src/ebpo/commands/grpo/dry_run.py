@@ -53,16 +53,13 @@ from ebpo.commands.grpo.grpo_script import (
 )
 from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
-<<<<<<< HEAD
 from ebpo.evaluation.models import (
     check_model_resolves,
     names_a_gguf,
+    no_progress_bars,
     pretrained_source,
     save_tiny_llama,
 )
-=======
-from ebpo.evaluation.models import no_progress_bars, save_tiny_llama
->>>>>>> main
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
