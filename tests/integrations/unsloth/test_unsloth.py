@@ -144,6 +144,15 @@ def test_ebpo_trains_on_both_paths(path, request):
     assert logs != results["unsloth"]["logs"]  # another estimator, another update
 
 
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_ebpo_config_checks_run_inside_the_config_in_place(path, request):
+    config = request.getfixturevalue(path)["config"]
+    assert config["estimator"] == "ebpo" and config["scale_rewards"] is None
+    assert config["unsloth_fields"] is (path == "gpu_path")  # Unsloth's own fields kept
+    assert config["centred_kwargs"] == {"nan_policy": "mask", "normalize": "center"}
+    assert config["refused"].startswith("scale_rewards='group'")
+
+
 def test_clip_cov_is_refused_on_the_generated_trainer_only(cpu, gpu_path):
     assert cpu["clip_cov"] == "trained"
     assert gpu_path["clip_cov"].startswith("clip_cov_ratio > 0 is not supported on Unsloth's")

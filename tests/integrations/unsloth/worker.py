@@ -126,6 +126,25 @@ def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", 
     return result
 
 
+def config_checks() -> dict:
+    """EBPOConfig over the config in place: EBPO's defaults and checks run inside its __init__."""
+    out = str(OUT / "defaults")
+    default = EBPOConfig(out)
+    centred = EBPOConfig(out, scale_rewards="none")
+    try:
+        EBPOConfig(out, scale_rewards="group")  # the ebpo estimator cannot honour it
+        refused = ""
+    except ValueError as error:
+        refused = str(error)
+    return {
+        "estimator": default.advantage_estimator,
+        "scale_rewards": default.scale_rewards,
+        "unsloth_fields": hasattr(default, "unsloth_num_chunks"),
+        "centred_kwargs": centred.estimator_kwargs,
+        "refused": refused,
+    }
+
+
 def main() -> None:
     results = {
         "path": PATH,
@@ -137,6 +156,7 @@ def main() -> None:
         "default_optim": str(EBPOConfig(output_dir=str(OUT / "defaults")).optim),
         "stock_default_optim": str(trl.GRPOConfig(output_dir=str(OUT / "defaults")).optim),
     }
+    results["config"] = config_checks()
     results["unsloth"] = run("unsloth", trl.GRPOConfig, trl.GRPOTrainer)
     results["grpo"] = run("grpo", EBPOConfig, EBPOTrainer, advantage_estimator="grpo")
     results["ebpo"] = run("ebpo", EBPOConfig, EBPOTrainer)  # the default estimator
