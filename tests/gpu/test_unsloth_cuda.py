@@ -7,8 +7,8 @@ before trl and transformers), under ``full_determinism``:
 * ``advantage_estimator="grpo"`` logs exactly what Unsloth's own GRPOTrainer logs for 3 steps;
 * every key of Unsloth's generation batch (``max_left_pad`` included) reaches its loss, the
   advantages 1-D float32 on the GPU;
-* ``ebpo`` trains, and a run resumed from its step-2 checkpoint has the prior restored (the
-  estimator ends with 4 steps' state, equal to the uninterrupted run's where the rewards agree).
+* ``ebpo`` trains, and a LoRA run (beta 0) resumed from its step-2 checkpoint ends as the
+  uninterrupted run: the same estimator state and logs.
 
 A 2-layer, 128-wide Llama with a character tokenizer (nothing downloaded)."""
 
@@ -81,7 +81,5 @@ def test_ebpo_trains_and_resumes_with_its_prior(results):
     assert "ebpo/shrinkage_mean" in results["ebpo"]["ebpo_metrics"]
     full, resumed = results["full"], results["resumed"]
     assert results["checkpoint_state"]["steps"] == 2
-    assert resumed["estimator"]["steps"] == full["estimator"]["steps"] == 4
-    assert resumed["logs"][:2] == full["logs"][:2]  # the checkpoint's history
-    if resumed["logs"] == full["logs"]:  # bit-exact LoRA resume: then the states agree too
-        assert resumed["estimator"] == full["estimator"]
+    assert resumed["estimator"] == full["estimator"] and full["estimator"]["steps"] == 4
+    assert len(full["logs"]) == 4 and resumed["logs"] == full["logs"]

@@ -3,8 +3,7 @@ unsloth`` has to come before trl and transformers, and chooses its path once): `
 worker.py PATH MODEL_DIR OUT_DIR`` writes ``OUT_DIR/results.json``.
 
 PATH ``cpu``: Unsloth's CPU backend (no GPU): ``trl.GRPOTrainer`` stays TRL's; the model is loaded by
-``FastLanguageModel`` with LoRA (``get_peft_model``), as in Unsloth's notebooks (the resume: a full
-fine-tune).
+``FastLanguageModel`` with LoRA (``get_peft_model``), as in Unsloth's notebooks.
 PATH ``cuda``: Unsloth on a real GPU (tests/gpu/test_unsloth_cuda.py): the generated trainer,
 ``FastLanguageModel`` with LoRA, 4-bit where bitsandbytes is installed, under ``full_determinism``.
 PATH ``gpu-path``: Unsloth's GPU-path trainer on the CPU, through Unsloth's test switch
@@ -166,10 +165,10 @@ def main() -> None:
     except ValueError as error:
         results["clip_cov"] = str(error)
     if PATH != "gpu-path":
-        saving = {"save_strategy": "steps", "save_steps": 2, "max_steps": 4, "lora": CUDA}
-        # on the CPU a full fine-tune: a LoRA model of FastLanguageModel does not resume exactly
-        # even under Unsloth's own GRPOTrainer there (measured: step 3's grad norm 0.07532
-        # uninterrupted, 0.07702 resumed), so the comparison would say nothing about ebpo's part
+        # beta 0 (TRL's default): with beta > 0 and a LoRA model TRL adds a "ref" adapter, and a
+        # resumed run then differs from step 3 on, under Unsloth's own GRPOTrainer too (measured:
+        # step 3's grad norm 0.07532 uninterrupted, 0.07702 resumed)
+        saving = {"save_strategy": "steps", "save_steps": 2, "max_steps": 4, "beta": 0.0}
         results["full"] = run("full", EBPOConfig, EBPOTrainer, **saving)
         checkpoint = OUT / "full" / "checkpoint-2"
         results["checkpoint_state"] = json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())
