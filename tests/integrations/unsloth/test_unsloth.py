@@ -5,8 +5,8 @@ Llama, 3 steps a run:
 
 * Unsloth's CPU backend (``import unsloth`` without a GPU; ``trl.GRPOTrainer`` stays TRL's; the
   model from ``FastLanguageModel`` with LoRA): ``advantage_estimator="grpo"`` logs exactly what
-  Unsloth's own GRPOTrainer logs; an ``ebpo`` run resumed from its step-2 checkpoint ends as the
-  uninterrupted run (estimator state, logs, weights);
+  Unsloth's own GRPOTrainer logs; an ``ebpo`` LoRA run (beta 0) resumed from its step-2 checkpoint
+  ends as the uninterrupted run (estimator state, logs, LoRA weights);
 * Unsloth's GPU-path trainer (the generated ``UnslothGRPOTrainer``, through Unsloth's test switch
   ``UNSLOTH_ALLOW_CPU=1``): the same grpo parity, Unsloth's config defaults and output keys
   (``max_left_pad``) kept, ``ebpo`` trains."""
