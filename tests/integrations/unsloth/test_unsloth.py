@@ -8,8 +8,8 @@ Llama, 3 steps a run:
   Unsloth's own GRPOTrainer logs; an ``ebpo`` LoRA run (beta 0) resumed from its step-2 checkpoint
   ends as the uninterrupted run (estimator state, logs, LoRA weights);
 * Unsloth's GPU-path trainer (the generated ``UnslothGRPOTrainer``, through Unsloth's test switch
-  ``UNSLOTH_ALLOW_CPU=1``): the same grpo parity, Unsloth's config defaults and output keys
-  (``max_left_pad``) kept, ``ebpo`` trains."""
+  ``UNSLOTH_ALLOW_CPU=1``; a plain transformers model): the same grpo parity and exact resume,
+  Unsloth's config defaults and output keys (``max_left_pad``) kept, ``ebpo`` trains."""
 
 from __future__ import annotations
 
@@ -102,14 +102,16 @@ def test_cpu_backend_grpo_is_unsloths_grpo_to_the_last_digit(cpu):
     assert_outputs_kept(cpu)
 
 
-def test_cpu_backend_ebpo_resumed_ends_as_the_uninterrupted_run(cpu):
-    full, resumed = cpu["full"], cpu["resumed"]
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_ebpo_resumed_ends_as_the_uninterrupted_run(path, request):
+    results = request.getfixturevalue(path)
+    full, resumed = results["full"], results["resumed"]
     assert len(full["logs"]) == 4 and resumed["logs"] == full["logs"]
     assert resumed["estimator"] == full["estimator"] and full["estimator"]["steps"] == 4
     # the prior at the checkpoint was restored, not rebuilt: it had already moved
-    saved = cpu["checkpoint_state"]
+    saved = results["checkpoint_state"]
     assert saved["steps"] == 2 and saved["global"] != full["estimator"]["global"]
-    for a, b in zip(weights(cpu, "full"), weights(cpu, "resumed"), strict=True):
+    for a, b in zip(weights(results, "full"), weights(results, "resumed"), strict=True):
         assert torch.equal(a, b)
     assert "ebpo/prior_mean" in full["ebpo_metrics"]
 
