@@ -210,6 +210,31 @@ def test_a_loaded_model_says_where_it_is(tmp_path, no_cuda):
         models.load_model_and_tokenizer(str(tmp_path / "missing"), device="cuda")  # checked first
 
 
+@pytest.mark.parametrize("hub_on", [True, False])
+def test_no_progress_bars_turns_every_library_off_and_back(hub_on):
+    """Issue 46 item 10. transformers' switch also turns huggingface_hub's: each library gets its
+    own setting back, whatever the order."""
+    import datasets
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging
+
+    def settings() -> tuple[bool, bool, bool]:
+        on = (logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled())
+        return (*on, datasets.is_progress_bar_enabled())
+
+    logging.enable_progress_bar()
+    datasets.enable_progress_bars()
+    if not hub_on:
+        hub.disable_progress_bars()
+    before = settings()
+    try:
+        with models.no_progress_bars():
+            assert settings() == (False, False, False)
+        assert settings() == before == (True, hub_on, True)
+    finally:
+        hub.enable_progress_bars()
+
+
 # ----------------------------------------------------------------------------- one resolver
 def test_pretrained_source_gives_the_arguments_of_from_pretrained(tmp_path, monkeypatch):
     gguf = tmp_path / "weights" / "m.Q4.gguf"
@@ -245,28 +270,3 @@ def test_check_model_resolves_loads_the_config_and_tokenizer_only(tmp_path, monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="model 'no-org/no-such-model' does not resolve"):
         models.check_model_resolves("no-org/no-such-model", local_files_only=True)
-
-
-@pytest.mark.parametrize("hub_on", [True, False])
-def test_no_progress_bars_turns_every_library_off_and_back(hub_on):
-    """Issue 46 item 10. transformers' switch also turns huggingface_hub's: each library gets its
-    own setting back, whatever the order."""
-    import datasets
-    from huggingface_hub import utils as hub
-    from transformers.utils import logging
-
-    def settings() -> tuple[bool, bool, bool]:
-        on = (logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled())
-        return (*on, datasets.is_progress_bar_enabled())
-
-    logging.enable_progress_bar()
-    datasets.enable_progress_bars()
-    if not hub_on:
-        hub.disable_progress_bars()
-    before = settings()
-    try:
-        with models.no_progress_bars():
-            assert settings() == (False, False, False)
-        assert settings() == before == (True, hub_on, True)
-    finally:
-        hub.enable_progress_bars()

@@ -26,10 +26,11 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
     "build_tiny_llama",
+    "check_model_here",
     "check_model_resolves",
     "load_model_and_tokenizer",
-    "names_a_gguf",
     "no_progress_bars",
+    "names_a_gguf",
     "placement",
     "pretrained_source",
     "resolve_model_path",
@@ -271,6 +272,34 @@ def check_model_resolves(name_or_path: str, *, local_files_only: bool = False) -
         if getattr(config, key, None) is not None
     ]
     return ", ".join([architecture, *sizes, f"a tokenizer of {len(tokenizer)} tokens"])
+
+
+def check_model_here(name: str | None) -> str:
+    """What this machine can say of model ``name`` without loading its weights (``ebpo grpo
+    --dry-run``'s model line): its config and tokenizer through :func:`pretrained_source` — a GGUF
+    file (``smollm2-135m``, ``.gguf``) or a local directory always, a hub id only from the
+    Hugging Face cache (never the Hub) — or why it was not checked (a hub id not in the cache, a
+    local path not on this machine). ValueError (one line) for a missing name, and for a model
+    that is here and does not resolve: a run would fail on it."""
+    if not name:
+        raise ValueError("model_name_or_path: not set; name the model to train")
+    if names_a_gguf(name) or Path(name).expanduser().exists():
+        source, kwargs = pretrained_source(name)  # ValueError: a missing file or package
+        where = str(Path(source, kwargs["gguf_file"])) + " (GGUF)" if kwargs else source
+        found = check_model_resolves(name)
+        return f"resolves to {where}: {found}; config and tokenizer checked, weights not loaded"
+    try:
+        pretrained_source(name)
+    except ValueError:
+        return "not checked: no such path on this machine"
+    try:
+        found = check_model_resolves(name, local_files_only=True)
+    except ValueError:
+        return "not checked: a hub id not in this machine's Hugging Face cache (a dry run never reaches the Hub)"
+    return (
+        f"resolves from the Hugging Face cache: {found}; config and tokenizer checked, weights "
+        "not loaded"
+    )
 
 
 def load_model_and_tokenizer(

@@ -140,3 +140,11 @@ def test_other_missing_keys_are_still_reported(tmp_path, monkeypatch):
     result = torch.nn.modules.module._IncompatibleKeys(["lm_head.weight", "model.norm.weight"], [])
     built._issue_warnings_after_load(result)
     assert len(warnings) == 1 and re.search(r"\['model\.norm\.weight'\]", warnings[0])
+
+
+def test_a_caller_that_owns_the_console_turns_the_lines_off(tmp_path, capsys):
+    """``ebpo train --quiet`` sets ``announce = False`` (ebpo.lab.train.trainer)."""
+    quiet = trainer(tmp_path, max_steps=1, save_strategy="no")
+    quiet.announce = False
+    quiet.train()
+    assert "EBPOTrainer: advantage estimator" not in capsys.readouterr().out

@@ -16,9 +16,9 @@ three things are swapped while it runs, and the run stops inside ``main`` when t
   ``reward_model.ground_truth``, ``topic``, ``difficulty``);
 * command-line flags appended after the user's (they win, as any flag over ``--config``): a tiny
   random Llama saved to a temporary directory in place of the model (whose config and tokenizer
-  are checked first, :func:`check_model`: the summary says what resolved and what stood in), ``use_cpu``, ``bf16`` /
-  ``fp16`` / ``tf32`` off, ``use_vllm`` off, no reporting, no Hub push, no 4/8-bit loading, and a
-  temporary ``output_dir``.
+  are checked first, :func:`ebpo.evaluation.models.check_model_here`: the summary says what
+  resolved and what stood in), ``use_cpu``, ``bf16`` / ``fp16`` / ``tf32`` off, ``use_vllm``
+  off, no reporting, no Hub push, no 4/8-bit loading, and a temporary ``output_dir``.
 
 The recipe itself is also parsed with only ``--use_cpu true`` added (TrainingArguments refuses
 ``bf16`` on a machine without a GPU otherwise): that is the configuration a real run gets, the one
@@ -53,13 +53,7 @@ from ebpo.commands.grpo.grpo_script import (
 )
 from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
-from ebpo.evaluation.models import (
-    check_model_resolves,
-    names_a_gguf,
-    no_progress_bars,
-    pretrained_source,
-    save_tiny_llama,
-)
+from ebpo.evaluation.models import check_model_here, no_progress_bars, save_tiny_llama
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
@@ -67,7 +61,6 @@ from ebpo.integrations.trl.trainer import EBPOTrainer
 __all__ = [
     "METHOD_FIELDS",
     "DryRun",
-    "check_model",
     "dry_run",
     "paper_preset",
     "score_correct_answers",
@@ -119,7 +112,7 @@ class DryRun:
     #: whether the recipe sets ``generation_batch_size`` (else TRL derives it from the number of
     #: processes: ``per_device_train_batch_size x processes x steps_per_generation``)
     generation_batch_given: bool = False
-    #: what :func:`check_model` found of the recipe's model on this machine
+    #: what :func:`ebpo.evaluation.models.check_model_here` found of the recipe's model on this machine
     model_check: str = ""
 
     def summary(self, source: str, processes: int = 1) -> list[str]:
@@ -147,7 +140,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
     argv = list(argv)
     (script_args, config, model_args, dataset_args), *_ = parse_here(argv)
     check_output_dir(config.output_dir, config.resume_from_checkpoint)  # as the real run does
-    model_check = check_model(model_args.model_name_or_path)
+    model_check = check_model_here(model_args.model_name_or_path)
     if (
         script_args.reward_model_name_or_path
         and not Path(script_args.reward_model_name_or_path).exists()
@@ -195,35 +188,6 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
     )
 
 
-def check_model(name: str | None) -> str:
-    """What the dry run can say of the recipe's model here, checking its config and tokenizer
-    (never its weights) through the resolver a real run uses
-    (:func:`ebpo.evaluation.models.pretrained_source`): a GGUF file (``smollm2-135m``, ``.gguf``)
-    and a local directory are checked; a hub id only when the Hugging Face cache holds it (the
-    dry run never reaches the Hub); a local path that is not on this machine is said to be
-    unchecked. ValueError (one line) when a model that is here does not resolve: the real run
-    would fail on it."""
-    if not name:
-        raise ValueError("model_name_or_path: not set; name the model to train")
-    if names_a_gguf(name) or Path(name).expanduser().exists():
-        source, kwargs = pretrained_source(name)  # ValueError: a missing file or package
-        where = str(Path(source, kwargs["gguf_file"])) + " (GGUF)" if kwargs else source
-        found = check_model_resolves(name)
-        return f"resolves to {where}: {found}; config and tokenizer checked, weights not loaded"
-    try:
-        pretrained_source(name)
-    except ValueError:
-        return "not checked: no such path on this machine"
-    try:
-        found = check_model_resolves(name, local_files_only=True)
-    except ValueError:
-        return "not checked: a hub id not in this machine's Hugging Face cache (a dry run never reaches the Hub)"
-    return (
-        f"resolves from the Hugging Face cache: {found}; config and tokenizer checked, weights "
-        "not loaded"
-    )
-
-
 def paper_preset(config: EBPOConfig) -> str | None:
     """The preset of :data:`PAPER_METHODS` whose settings ``config`` has on every field any paper
     preset sets (:data:`METHOD_FIELDS`; a field a preset leaves out must keep EBPOConfig's
@@ -256,7 +220,7 @@ def score_correct_answers(
         [{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
         for prompt, text in zip(prompts, texts, strict=True)
     ]
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    tokenizer: Any = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
     ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     # TRL's method, not EBPOTrainer's wrapper: nothing of the estimator's hand-off is touched.
     rewards = GRPOTrainer._calculate_rewards(trainer, rows, prompts, completions, ids)

@@ -140,6 +140,9 @@ class CheckpointingMixin(_Trainer):
 
     estimator: Any
     _ebpo_state_before_batch: dict[str, Any]
+    #: whether the main process prints the estimator line at the start of ``train()`` and the
+    #: restored state on resume (:mod:`.notices`); a caller that owns the console turns it off
+    announce: bool = True
     _ebpo_check_state: Any  # EBPOTrainer._ebpo_check_state
 
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -316,7 +319,7 @@ class CheckpointingMixin(_Trainer):
         )
 
     def _say_restored(self, checkpoint: str, state: dict[str, Any], note: str = "") -> None:
-        if self.accelerator.is_main_process:
+        if self.announce and self.accelerator.is_main_process:
             print(restored_line(os.fspath(checkpoint), state, note), flush=True)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:

@@ -310,7 +310,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
         """``GRPOTrainer.train`` (resuming as :class:`.checkpointing.CheckpointingMixin` says),
         after the main process printed the estimator and its settings
         (:func:`.notices.estimator_line`)."""
-        if self.accelerator.is_main_process:
+        if self.announce and self.accelerator.is_main_process:
             print(
                 estimator_line(self.args.advantage_estimator, self.estimator, self.args), flush=True
             )
