@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ebpo.cli import main
-from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids
 from tests.hostile.test_cli_data import files
 
 R = r"^ebpo replay: error: "
@@ -68,6 +68,7 @@ def rows(*triples: tuple[int, str, float]) -> list[dict]:
 
 
 GOOD_TABLE = rows((1, "a", 1.0), (1, "a", 0.0), (2, "b", 1.0))
+DUMPS = dumps()
 PADDING_ONLY = "".join(line + "\n" for line in DUMP[1].splitlines() if '"uid": "pad' in line)
 
 VERL_CASES = [
@@ -76,12 +77,6 @@ VERL_CASES = [
         ["replay", "a", "b", *OUT],
         R + r"b/2\.jsonl: line 1: step 2 repeats \(its rows began at a/2\.jsonl: line 1\)",
         setup=files({"a/1.jsonl": DUMP[1], "a/2.jsonl": DUMP[2], "b/2.jsonl": DUMP[2]}),
-    ),
-    CliCase(
-        "file-given-twice",
-        ["replay", "run/1.jsonl", "run/../run/1.jsonl", *OUT],
-        R + r"input file 'run/\.\./run/1\.jsonl' is given twice",
-        setup=dumps(),
     ),
     CliCase(
         "line-cut-short",
@@ -127,30 +122,6 @@ VERL_CASES = [
         setup=files({"t.csv": "prompt,reward,step\na,1,1\n"}),
     ),
     CliCase(
-        "unknown-estimator",
-        ["replay", "run", *OUT, "--estimators", "ebpo,ebpo_typo"],
-        R + r"unknown variant 'ebpo_typo'; expected one of \[",
-        setup=dumps(),
-    ),
-    CliCase(
-        "no-estimator",
-        ["replay", "run", *OUT, "--estimators", " , "],
-        R + r"--estimators must name at least one estimator",
-        setup=dumps(),
-    ),
-    CliCase(
-        "output-dir-is-a-file",
-        ["replay", "run", "--output-dir", "run/1.jsonl"],
-        R + r"--output-dir 'run/1\.jsonl' is a file, expected a directory",
-        setup=dumps(),
-    ),
-    CliCase(
-        "column-option-with-verl-format",
-        ["replay", "run", *OUT, "--format", "verl", "--reward-column", "acc"],
-        R + r"--reward-column name a table's columns: they go with --format table",
-        setup=dumps(),
-    ),
-    CliCase(
         "estimator-refuses-the-rewards",
         ["replay", "t.jsonl", *OUT, "--format", "table", "--estimators", "ebpo_bb"],
         R + r"t\.jsonl: step 1: ebpo_bb cannot take these rewards: rewards must lie in \[0, 1\]",
@@ -159,6 +130,22 @@ VERL_CASES = [
 ]
 
 T = ["--format", "table"]
+#: ``ebpo replay ARGUMENTS`` on the fixture dump in ``run/``: one stderr line matching R + the message
+DUMPS_TABLE = r"""
+    file-given-twice | run/1.jsonl run/../run/1.jsonl --output-dir out
+    | input file 'run/\.\./run/1\.jsonl' is given twice
+    unknown-estimator | run --output-dir out --estimators ebpo,ebpo_typo
+    | unknown variant 'ebpo_typo'; expected one of \[
+    no-estimator | run --output-dir out --estimators ' , ' | --estimators must name at least one estimator
+    output-dir-is-a-file | run --output-dir run/1.jsonl | --output-dir 'run/1\.jsonl' is a file, expected a directory
+    column-option-with-verl-format | run --output-dir out --format verl --reward-column acc
+    | --reward-column name a table's columns: they go with --format table
+    output-dir-is-the-dump | run --output-dir run | --output-dir 'run' is the input 'run': write the report elsewhere$
+    output-dir-inside-the-dump | run --output-dir run/report
+    | --output-dir 'run/report' lies inside the input 'run': write the report outside
+    output-dir-holds-dump-files | run/1.jsonl run/2.jsonl --output-dir run
+    | --output-dir 'run' holds the input 'run/1\.jsonl'
+"""
 TABLE_CASES = [
     CliCase(
         "table-missing-column",
@@ -251,34 +238,16 @@ TABLE_CASES = [
 # refused before any input is read (a broken dump is not even looked at)
 APART_CASES = [
     CliCase(
-        "output-dir-is-the-dump",
-        ["replay", "run", "--output-dir", "run"],
-        R + r"--output-dir 'run' is the input 'run': write the report elsewhere$",
-        setup=dumps(),
-    ),
-    CliCase(
         "output-dir-is-the-dump-spelt-otherwise",
         ["replay", "run", "--output-dir", "{tmp}/./run/"],
         R + r"--output-dir '.*/run' is the input 'run'",
-        setup=dumps(),
-    ),
-    CliCase(
-        "output-dir-inside-the-dump",
-        ["replay", "run", "--output-dir", "run/report"],
-        R + r"--output-dir 'run/report' lies inside the input 'run': write the report outside",
-        setup=dumps(),
+        setup=DUMPS,
     ),
     CliCase(
         "output-dir-holds-the-dump",
         ["replay", "d/run", "--output-dir", "d"],
         R + r"--output-dir 'd' holds the input 'd/run': write the report elsewhere",
         setup=files({f"d/run/{step}.jsonl": text for step, text in DUMP.items()}),
-    ),
-    CliCase(
-        "output-dir-holds-dump-files",
-        ["replay", "run/1.jsonl", "run/2.jsonl", "--output-dir", "run"],
-        R + r"--output-dir 'run' holds the input 'run/1\.jsonl'",
-        setup=dumps(),
     ),
     CliCase(
         "output-dir-is-the-dump-through-a-link",
@@ -520,7 +489,13 @@ CSV_TEXTS = [
     ),
 ]
 
-CASES = VERL_CASES + TABLE_CASES + CSV_CASES + APART_CASES
+CASES = (
+    VERL_CASES
+    + TABLE_CASES
+    + CSV_CASES
+    + APART_CASES
+    + cli_table(["replay"], R, DUMPS_TABLE, DUMPS)
+)
 CASES += [
     CliCase(
         id,
