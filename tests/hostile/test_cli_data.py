@@ -193,30 +193,20 @@ LABEL_ROWS = [
         r"--topic-fn replaces --topic; drop --topic tfidf",
     ),
 ]
-#: (id, ``-o PATH``, message) for ``ebpo data label in.jsonl`` on a good input
-LABEL_OUTPUTS = [
-    (
-        "label-output-below-dev-null",
-        "-o /dev/null/out.jsonl",
-        r"--output '/dev/null/out\.jsonl' lies below '/dev/null', which is not a directory",
-    ),
-    (
-        "label-output-below-a-file",
-        "-o in.jsonl/out.jsonl",
-        r"--output 'in\.jsonl/out\.jsonl' lies below 'in\.jsonl', which is not a directory",
-    ),
-    ("label-output-dev-null", "-o /dev/null", r"--output must end in \.jsonl or \.parquet"),
-    ("label-output-csv", "-o out.csv", r"--output must end in \.jsonl or \.parquet"),
-]
+#: ``ebpo data label in.jsonl ARGUMENTS`` on a good input: where the output goes
+OUTPUT_TABLE = r"""
+    label-output-below-dev-null | -o /dev/null/out.jsonl
+    | --output '/dev/null/out\.jsonl' lies below '/dev/null', which is not a directory
+    label-output-below-a-file | -o in.jsonl/out.jsonl
+    | --output 'in\.jsonl/out\.jsonl' lies below 'in\.jsonl', which is not a directory
+    label-output-dev-null | -o /dev/null | --output must end in \.jsonl or \.parquet
+    label-output-csv | -o out.csv | --output must end in \.jsonl or \.parquet
+    label-output-is-input | -o in.jsonl | --output 'in\.jsonl' is the input file; pass --in-place
+    label-no-output |  | --output is required \(or --in-place
+"""
 
 LABEL_CASES = [
     # output paths: the input itself, a directory, below a file or /dev/null, wrong suffix, none
-    CliCase(
-        "label-output-is-input",
-        ["data", "label", "in.jsonl", "-o", "in.jsonl"],
-        L + r"--output 'in\.jsonl' is the input file; pass --in-place",
-        setup=GOOD_IN,
-    ),
     CliCase(
         "label-output-is-input-other-spelling",
         ["data", "label", "in.jsonl", "-o", "{tmp}/./in.jsonl"],
@@ -228,9 +218,6 @@ LABEL_CASES = [
         LABEL,
         L + r"--output 'out\.jsonl' is a directory, expected a file path",
         setup=files({"in.jsonl": GOOD, "out.jsonl": None}),
-    ),
-    CliCase(
-        "label-no-output", LABEL[:3], L + r"--output is required \(or --in-place", setup=GOOD_IN
     ),
     CliCase(
         "label-in-place-dataset-name",
@@ -637,13 +624,10 @@ TRAIN_DATASET_CASES = [
     ]
 ]
 
-CASES = (
-    cli_table(LABEL, L, LABEL_TABLE, GOOD_IN)
-    + cli_rows(LABEL, L, LABEL_ROWS, GOOD_IN)
-    + cli_rows(LABEL[:3], L, LABEL_OUTPUTS, GOOD_IN)
-)
+CASES = cli_table(LABEL, L, LABEL_TABLE, GOOD_IN) + cli_rows(LABEL, L, LABEL_ROWS, GOOD_IN)
 CASES += cli_table(ORDER[:5], R, ORDER_TABLE, GOOD_IN)
 CASES += LABEL_CASES + ORDER_CASES + DEMO_CASES + SIMULATE_CASES + TRAIN_DATASET_CASES
+CASES += cli_table(LABEL[:3], L, OUTPUT_TABLE, GOOD_IN)
 
 
 @pytest.fixture(autouse=True)
