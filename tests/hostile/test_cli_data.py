@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.hostile.harness import CliCase, check_cli_error, cli_rows, cli_table, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_rows, cli_table, ids, table_rows
 
 HERE = __name__  # importable as tests.hostile.test_cli_data: the --topic-fn functions below
 
@@ -379,6 +379,21 @@ LABEL_CASES = [
     # --topic-fn
 ]
 
+#: (name, row 1's difficulty as JSON, message) for ``ebpo data order in.jsonl --order difficulty``
+ROW_0 = jsonl({"prompt": "a", "difficulty": 1})
+DIFFICULTIES = r"""
+    true | true | difficulty must be numbers \(higher = harder\); row 1 holds True, a boolean
+    false | false | .*row 1 holds False, a boolean
+    string-1 | "1" | .*row 1 holds '1', a str
+    string-empty | "" | .*row 1 holds '', a str
+    string-level | "Level 3" | .*row 1 holds 'Level 3', a str\. Convert level strings
+    list | [1] | .*row 1 holds \[1\], a list
+    object | {"v": 1} | .*row 1 holds \{'v': 1\}, a dict
+    nan | NaN | difficulty has 1 missing or non-finite value\(s\) \(first at row 1\): nan
+    null | null | .*\(first at row 1\): None; fill them
+    infinity | Infinity | .*\(first at row 1\): inf
+    overflowing-float | 1e400 | .*\(first at row 1\): inf
+"""
 #: ``ebpo data order in.jsonl --order topic ARGUMENTS`` on a good input
 ORDER_TABLE = r"""
     order-output-is-input | -o in.jsonl | --output 'in\.jsonl' is the input file; pass --in-place
@@ -452,40 +467,9 @@ ORDER_CASES = [
             f"order-difficulty-{name}",
             ["data", "order", "in.jsonl", "--order", "difficulty", "-o", "out.jsonl"],
             R + match,
-            setup=files(
-                {
-                    "in.jsonl": jsonl({"prompt": "a", "difficulty": 1})
-                    + '{"prompt": "b", "difficulty": '
-                    + token
-                    + "}\n"
-                }
-            ),
+            setup=files({"in.jsonl": ROW_0 + '{"prompt": "b", "difficulty": ' + token + "}\n"}),
         )
-        for name, token, match in [
-            (
-                "true",
-                "true",
-                r"difficulty must be numbers \(higher = harder\); row 1 holds True, a boolean",
-            ),
-            ("false", "false", r".*row 1 holds False, a boolean"),
-            ("string-1", '"1"', r".*row 1 holds '1', a str"),
-            ("string-empty", '""', r".*row 1 holds '', a str"),
-            (
-                "string-level",
-                '"Level 3"',
-                r".*row 1 holds 'Level 3', a str\. Convert level strings",
-            ),
-            ("list", "[1]", r".*row 1 holds \[1\], a list"),
-            ("object", '{"v": 1}', r".*row 1 holds \{'v': 1\}, a dict"),
-            (
-                "nan",
-                "NaN",
-                r"difficulty has 1 missing or non-finite value\(s\) \(first at row 1\): nan",
-            ),
-            ("null", "null", r".*\(first at row 1\): None; fill them"),
-            ("infinity", "Infinity", r".*\(first at row 1\): inf"),
-            ("overflowing-float", "1e400", r".*\(first at row 1\): inf"),
-        ]
+        for name, token, match in table_rows(DIFFICULTIES, 3)
     ],
     CliCase(
         "order-difficulty-column-of-booleans-in-place",
