@@ -19,7 +19,7 @@ pytest.importorskip("trl")
 
 from ebpo.lab.runs.directory import write_manifest  # noqa: E402
 from ebpo.lab.train.job import TrainJobConfig  # noqa: E402
-from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids  # noqa: E402
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids, table_rows  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
 
 T = r"^ebpo train: error: "
@@ -77,7 +77,26 @@ def user_dir(run_json: str | bytes):
     return files({"a/run.json": run_json, "a/precious.txt": "x", "a/results.json": '{"mine": 1}'})
 
 
-NOT_OURS = r"'a/run\.json' is not a run manifest written by ebpo"
+#: issue #21 item 1: a run.json that ebpo did not write makes no run (never deleted). ``ebpo train
+#: *TINY --output-dir a ARGUMENTS`` with the user's ``a/run.json`` holding the JSON given
+NOT_OURS_TABLE = r"""
+    train-not-ours-status-only |  | {"status":"failed"}
+    | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-status-only-overwrite | --overwrite | {"status":"failed"}
+    | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-empty-object-overwrite | --overwrite | {}
+    | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-list-overwrite | --overwrite | [] | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-resume | --resume | {} | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-corrupt-overwrite | --overwrite | {"status": "failed" "global_step": 0}
+    | 'a/run\.json' is not a readable run manifest \(Expecting ',' delimiter
+    train-not-ours-newer-version | --overwrite
+    | {"format": "ebpo-run", "version": 9, "status": "failed", "global_step": 0}
+    | 'a/run\.json' is an ebpo run manifest of version 9; this ebpo reads versions \[1, 2\]
+    train-not-ours-legacy-true | --overwrite
+    | {"ebpo_run": true, "status": "failed", "global_step": 0, "config": {}}
+    | 'a/run\.json' is not a run manifest written by ebpo
+"""
 
 #: ``ebpo train ARGUMENTS``, ``ebpo train *TINY ARGUMENTS`` and ``ebpo bench ARGUMENTS``: one
 #: stderr line matching T (B) + the message
@@ -168,58 +187,6 @@ CASES = [
         ["train", "--output-dir", "run", "--overwrite", "--model", "./no-such-model"],
         T + r"model path './no-such-model' does not exist",
         setup=OLD_RUN,
-    ),
-    # ---- issue #21 item 1: a run.json that ebpo did not write makes no run (never deleted)
-    CliCase(
-        "train-not-ours-status-only",
-        ["train", *TINY, "--output-dir", "a"],
-        T + NOT_OURS,
-        setup=user_dir('{"status":"failed"}'),
-    ),
-    CliCase(
-        "train-not-ours-status-only-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir('{"status":"failed"}'),
-    ),
-    CliCase(
-        "train-not-ours-empty-object-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir("{}"),
-    ),
-    CliCase(
-        "train-not-ours-list-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir("[]"),
-    ),
-    CliCase(
-        "train-not-ours-resume",
-        ["train", *TINY, "--output-dir", "a", "--resume"],
-        T + NOT_OURS,
-        setup=user_dir("{}"),
-    ),
-    CliCase(
-        "train-not-ours-corrupt-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + r"'a/run\.json' is not a readable run manifest \(Expecting ',' delimiter",
-        setup=user_dir('{"status": "failed" "global_step": 0}'),
-    ),
-    CliCase(
-        "train-not-ours-newer-version",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T
-        + r"'a/run\.json' is an ebpo run manifest of version 9; this ebpo reads versions \[1, 2\]",
-        setup=user_dir(
-            '{"format": "ebpo-run", "version": 9, "status": "failed", "global_step": 0}'
-        ),
-    ),
-    CliCase(
-        "train-not-ours-legacy-true",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir('{"ebpo_run": true, "status": "failed", "global_step": 0, "config": {}}'),
     ),
     CliCase(
         "train-manifest-files-escape",
@@ -375,6 +342,15 @@ CASES = [
 ]
 CASES += cli_table(["train"], T, TRAIN_TABLE) + cli_table(["train", *TINY], T, TINY_TABLE)
 CASES += cli_table(["bench"], B, BENCH_TABLE)
+CASES += [
+    CliCase(
+        id,
+        ["train", *TINY, "--output-dir", "a", *extra.split()],
+        T + match,
+        setup=user_dir(run_json),
+    )
+    for id, extra, run_json, match in table_rows(NOT_OURS_TABLE, 4)
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
