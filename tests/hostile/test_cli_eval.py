@@ -98,19 +98,15 @@ CASES = [
         E + r"out_dir \(--out\) 'eval_results' already holds results \(results\.csv\)",
         setup=files({"eval_results/results.csv": "model,metric\n"}),
     ),
-    CliCase(
-        "out-is-file",
-        [*EVAL, "--out", "res"],
-        E + r"out_dir \(--out\) 'res' is a file, expected a directory",
-        setup=files({"res": "precious"}),
+    *cli_table(
+        EVAL,
+        E,
+        r"""
+        out-is-file | --out res | out_dir \(--out\) 'res' is a file, expected a directory
+        out-below-a-file | --out res/sub | out_dir \(--out\) 'res/sub' lies below 'res', which is not a directory
+        """,
+        files({"res": "precious"}),
     ),
-    CliCase(
-        "out-below-a-file",
-        [*EVAL, "--out", "res/sub"],
-        E + r"out_dir \(--out\) 'res/sub' lies below 'res', which is not a directory",
-        setup=files({"res": "precious"}),
-    ),
-    # scoring and generation numbers
     # benchmarks and data files
     CliCase(
         "data-file-is-directory",
@@ -169,9 +165,6 @@ CASES = [
     ),
 ]
 CASES += cli_table(EVAL, E, EVAL_TABLE) + cli_table(EVAL[:4], E, BENCHMARKS_TABLE)
-CASES += [
-    # --device / --dtype: refused before anything loads
-]
 if not torch.cuda.is_available():
     CASES.append(
         CliCase(
