@@ -132,6 +132,13 @@ TINY_TABLE = r"""
     train-seed-2-pow-31 | --seed 2147483648 | seed must be an integer in \[0, 2147483647\], got 2147483648
     train-output-blank | --output-dir '  ' | output_dir must be a non-empty path, or None .*, got ' '
 """
+#: ``ebpo train ARGUMENTS`` over a run ebpo wrote (OLD_RUN)
+OLD_RUN_TABLE = r"""
+    train-output-holds-a-run | --output-dir run | output_dir 'run' already holds a run \(completed, step 5\)
+    train-resume-other-run | --output-dir run --resume | output_dir 'run' holds a different run
+    train-overwrite-missing-model | --output-dir run --overwrite --model ./no-such-model
+    | model path './no-such-model' does not exist
+"""
 BENCH_TABLE = r"""
     bench-report-only-nonexistent | --report-only --output-dir nonexistent
     | --report-only: 'nonexistent' holds no bench cells
@@ -169,24 +176,6 @@ CASES = [
         ["train", "--output-dir", "mine"],
         T + r"output_dir 'mine' is not empty and holds no ebpo run",
         setup=files({"mine/notes.txt": "precious"}),
-    ),
-    CliCase(
-        "train-output-holds-a-run",
-        ["train", "--output-dir", "run"],
-        T + r"output_dir 'run' already holds a run \(completed, step 5\)",
-        setup=OLD_RUN,
-    ),
-    CliCase(
-        "train-resume-other-run",
-        ["train", "--output-dir", "run", "--resume"],
-        T + r"output_dir 'run' holds a different run",
-        setup=OLD_RUN,
-    ),
-    CliCase(
-        "train-overwrite-missing-model",
-        ["train", "--output-dir", "run", "--overwrite", "--model", "./no-such-model"],
-        T + r"model path './no-such-model' does not exist",
-        setup=OLD_RUN,
     ),
     CliCase(
         "train-manifest-files-escape",
@@ -341,7 +330,7 @@ CASES = [
     ),
 ]
 CASES += cli_table(["train"], T, TRAIN_TABLE) + cli_table(["train", *TINY], T, TINY_TABLE)
-CASES += cli_table(["bench"], B, BENCH_TABLE)
+CASES += cli_table(["bench"], B, BENCH_TABLE) + cli_table(["train"], T, OLD_RUN_TABLE, OLD_RUN)
 CASES += [
     CliCase(
         id,
