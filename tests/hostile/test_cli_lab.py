@@ -159,17 +159,15 @@ CASES = [
     CliCase(
         "train-steps-zero", ["train", "--steps", "0"], T + r"steps must be an integer >= 1, got 0"
     ),
-    CliCase(
-        "train-output-is-file",
-        ["train", "--output-dir", "out"],
-        T + r"output_dir 'out' is a file, expected a directory",
-        setup=files({"out": "precious"}),
-    ),
-    CliCase(
-        "train-output-below-file",
-        ["train", "--output-dir", "out/run"],
-        T + r"output_dir 'out/run' lies below 'out', which is not a directory",
-        setup=files({"out": "precious"}),
+    *cli_table(
+        ["train"],
+        T,
+        r"""
+        train-output-is-file | --output-dir out | output_dir 'out' is a file, expected a directory
+        train-output-below-file | --output-dir out/run
+        | output_dir 'out/run' lies below 'out', which is not a directory
+        """,
+        files({"out": "precious"}),
     ),
     CliCase(
         "train-output-holds-other-files",
@@ -302,17 +300,15 @@ CASES = [
         T + r"'run/run\.json' is not a readable run manifest \(Expecting ',' delimiter",
         setup=files({"run/run.json": '{"format": "ebpo-run" "version": 2}'}),
     ),
-    CliCase(
-        "train-cache-dir-is-a-file",
-        ["train", *TINY, "--cache-dir", "cache"],
-        T + r"cache_dir 'cache' is a file, expected a directory",
-        setup=files({"cache": "precious"}),
-    ),
-    CliCase(
-        "train-cache-dir-below-a-file",
-        ["train", *TINY, "--cache-dir", "cache/sub"],
-        T + r"cache_dir 'cache/sub' lies below 'cache', which is not a directory",
-        setup=files({"cache": "precious"}),
+    *cli_table(
+        ["train", *TINY],
+        T,
+        r"""
+        train-cache-dir-is-a-file | --cache-dir cache | cache_dir 'cache' is a file, expected a directory
+        train-cache-dir-below-a-file | --cache-dir cache/sub
+        | cache_dir 'cache/sub' lies below 'cache', which is not a directory
+        """,
+        files({"cache": "precious"}),
     ),
     CliCase(
         "train-ebpo-cache-env-is-a-file",
