@@ -70,28 +70,21 @@ def batch_case(
 # ---------------------------------------------------------------------- bad batches, every estimator
 F16 = torch.tensor([60000.0, -60000.0, -60000.0, -60000.0], dtype=torch.float16)
 R2, Z2 = [1.0, 0.0], [0, 0]
+_ROW_1 = r" on unmasked rows \(first: \[1\]\)"
+_REAL, _NUMBERS = r"rewards must be real numbers, got ", r"rewards must be numbers, got "
+_MASK_NAN, _FLOATS = {"options": {"nan_policy": "mask"}}, torch.tensor([0.0, 1.0])
 #: (label, message, rewards, group_ids[, keyword arguments]) of batches every estimator refuses
 BAD_BATCHES: list[tuple[Any, ...]] = [
     ("huge-int-reward", r"rewards must be finite real numbers.*too large", [10**400, 0], Z2),
     # NaN / inf
-    (
-        "nan-raise",
-        r"rewards contains NaN on unmasked rows \(first: \[1\]\).*nan_policy='mask'",
-        [1.0, math.nan],
-        Z2,
-    ),
-    (
-        "inf",
-        r"rewards must be finite; got inf on unmasked rows \(first: \[1\]\)",
-        [1.0, math.inf],
-        Z2,
-    ),
+    ("nan-raise", r"rewards contains NaN" + _ROW_1 + r".*nan_policy='mask'", [1.0, math.nan], Z2),
+    ("inf", r"rewards must be finite; got inf" + _ROW_1, [1.0, math.inf], Z2),
     (
         "minus-inf-nan-mask",
         r"rewards must be finite; got inf",
         [0.0, -math.inf, 1.0],
         [0, 0, 1],
-        {"options": {"nan_policy": "mask"}},
+        _MASK_NAN,
     ),
     # shapes and lengths
     ("empty", r"rewards is empty", [], []),
@@ -106,24 +99,14 @@ BAD_BATCHES: list[tuple[Any, ...]] = [
     ("mask-2d", r"mask must be 1-D .*got shape \(1, 2\)", R2, Z2, {"mask": torch.ones(1, 2) > 0}),
     ("ids-no-length", r"group_ids must be a 1-D sequence .*got int", [1.0], 7),
     # reward types numpy/torch would convert silently
-    ("complex-list", r"rewards must be real numbers, got complex values", [1 + 1j, 0.0], Z2),
-    (
-        "complex-tensor",
-        r"rewards must be real numbers, got a torch.complex64 tensor",
-        torch.tensor([1 + 1j, 0.0]),
-        Z2,
-    ),
-    ("string-rewards", r"rewards must be numbers, got <U1 values such as \['1'\]", ["1", "0"], Z2),
-    ("none-reward", r"rewards must be real numbers, got NoneType None at row 1", [1.0, None], Z2),
-    (
-        "mixed-string-reward",
-        r"rewards must be numbers, got <U32 values such as \[.1.0.\]",
-        [1.0, "1"],
-        Z2,
-    ),
+    ("complex-list", _REAL + r"complex values", [1 + 1j, 0.0], Z2),
+    ("complex-tensor", _REAL + r"a torch.complex64 tensor", torch.tensor([1 + 1j, 0.0]), Z2),
+    ("string-rewards", _NUMBERS + r"<U1 values such as \['1'\]", ["1", "0"], Z2),
+    ("none-reward", _REAL + r"NoneType None at row 1", [1.0, None], Z2),
+    ("mixed-string-reward", _NUMBERS + r"<U32 values such as \[.1.0.\]", [1.0, "1"], Z2),
     (
         "object-none-reward",
-        r"rewards must be real numbers, got NoneType None at row 0",
+        _REAL + r"NoneType None at row 0",
         np.array([None, 1.0], dtype=object),
         Z2,
     ),
@@ -135,7 +118,7 @@ BAD_BATCHES: list[tuple[Any, ...]] = [
     ),
     (
         "datetime-rewards",
-        r"rewards must be numbers, got datetime64",
+        _NUMBERS + r"datetime64",
         np.array(["2020-01-01"], dtype="datetime64[D]"),
         [0],
     ),
@@ -144,12 +127,7 @@ BAD_BATCHES: list[tuple[Any, ...]] = [
     ("ids-dict", r"group_ids must be a 1-D sequence .*got a dict", R2, {"a": 0, "b": 1}),
     ("ids-string", r"group_ids must be a 1-D sequence .*got a str", R2, "ab"),
     ("ids-floats", r"group_ids must hold integers or hashable ids, got floats", R2, [0.5, 1.5]),
-    (
-        "ids-float-tensor",
-        r"group_ids must hold integers .*torch.float32 tensor",
-        R2,
-        torch.tensor([0.0, 1.0]),
-    ),
+    ("ids-float-tensor", r"group_ids must hold integers .*torch.float32 tensor", R2, _FLOATS),
     ("ids-unhashable", r"group_ids must be hashable", R2, [[0], [1]]),
 ]
 #: (label, message, mask) of masks every estimator refuses, on the rewards R2 in group Z2
