@@ -468,7 +468,8 @@ def ema(*row: Any) -> BadState:
 _STEPS = r"steps must be a non-negative integer, got "
 _AT_MOST = r"steps must be at most 2\*\*53 .*got "
 _MEAN = r"global\.rewards\.mean = "
-_PP = r"invalid jspo_plus_plus state: "
+_PP, _BB = r"invalid jspo_plus_plus state: ", r"invalid ebpo_bb state: "
+_WEIGHT = r"weight must lie in \[1, steps\]"
 _EPS = r"options\.eps: eps must be a positive finite number, got "
 _COUNT = r"must have finite numbers 'count'"
 _M2 = r"count >= 0 and m2 >= 0"
@@ -691,13 +692,8 @@ BAD_STATES += [
     pp("pp-weight-string", "weight", "1", r"weight must be a finite number, got '1'"),
     pp("pp-mean-inf", "mean_sum", math.inf, r"mean_sum must be a finite number, got inf"),
     pp("pp-lambda-bool", "lambda_sum", False, r"lambda_sum must be a finite number, got False"),
-    pp(
-        "pp-weight-above-steps",
-        "weight",
-        2.5,
-        r"weight must lie in \[1, steps\] = \[1, 1\], got 2.5",
-    ),
-    pp("pp-weight-below-1", "weight", 0.5, r"weight must lie in \[1, steps\]"),
+    pp("pp-weight-above-steps", "weight", 2.5, _WEIGHT + r" = \[1, 1\], got 2.5"),
+    pp("pp-weight-below-1", "weight", 0.5, _WEIGHT),
     pp(
         "pp-lambda-above-weight",
         "lambda_sum",
@@ -814,13 +810,7 @@ BAD_STATES += [
         r"invalid ebpo_bb state: options\.warmup_groups: warmup_groups must be a positive integer",
         "ebpo_bb",
     ),
-    ed(
-        "bb-count-1e308",
-        "global.rewards.count",
-        1e308,
-        r"invalid ebpo_bb state: " + _PAST_2_53,
-        "ebpo_bb",
-    ),
+    ed("bb-count-1e308", "global.rewards.count", 1e308, _BB + _PAST_2_53, "ebpo_bb"),
     pp("pp-unknown-key", "lam", 0.5, _PP + r"unknown key 'lam' in the state"),
     pp(
         "pp-unknown-option",
