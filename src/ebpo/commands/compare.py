@@ -5,11 +5,9 @@ folders; :mod:`ebpo.analysis.compare`), pairs each estimator with the baseline s
 writes ``compare.json``, ``compare.csv`` and two PNGs per metric to ``--output-dir``; prints a
 table and one verdict line per estimator and metric. Everything is read and checked before
 anything is written: a bad argument or run ends in one line (exit 2) and the output folder is left
-as it was. The output folder (:mod:`ebpo.utils.output_folder`) is held while the report is written, and
-the report replaces the previous one all or nothing. Because every ``difference_*.png`` and
-``curves_*.png`` there is taken for a previous report's, the folder may hold nothing but a
-previous report (:data:`REPORT_FILES`; :func:`check_output_folder`). docs/compare.md explains the
-numbers.
+as it was. The output folder (:mod:`ebpo.utils.output_folder`) is held while the report replaces
+the previous one all or nothing; it may hold nothing but a previous report (:data:`REPORT_FILES`:
+every PNG of those names is taken for one). docs/compare.md explains the numbers.
 """
 
 from __future__ import annotations
@@ -110,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     plots = not args.no_plots
     if plots:
         import matplotlib  # noqa: F401  (the plot extra: a missing one fails before any reading)
-    check_output_dir(args.output_dir)  # before any run is read
+    check_output_folder(args.output_dir, [])  # before any run is read
     runs = read_runs(args.runs)
     folders = [_run_folder(r.path) for r in runs]
     out_dir = check_output_folder(args.output_dir, folders)
@@ -135,8 +133,6 @@ def run(args: argparse.Namespace) -> int:
         option=OPTION,
         tidy=lambda _: remove_stale_reports(out_dir, REPORT_TAG, (), "ebpo compare"),
     ):
-        # every file of the previous report (the PNGs of metrics this one does not compare, or
-        # of a run with plots when this one has none, included) is replaced, or none is
         previous = previous_report(out_dir)
         write_report(out_dir, writers, tag=REPORT_TAG, replaces=previous, option=OPTION)
     print(text)
@@ -144,22 +140,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_output_dir(out_dir: str | os.PathLike[str]) -> Path:
-    """``--output-dir`` checked as a place for a folder, as an absolute Path with its links
-    resolved (a link to the folder stays a link: the report is written into its target)."""
+def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]) -> Path:
+    """``--output-dir``, links resolved (a link stays: the report goes into its target), once
+    writing the report there loses nothing: apart from the runs, holding nothing but a previous
+    report (or what a killed run of ours left)."""
     folder = check_folder(out_dir, OPTION)
     try:
-        return folder.resolve()
+        target = folder.resolve()
     except (RuntimeError, OSError) as error:  # a loop that stat did not meet
         raise ValueError(f"{OPTION} {os.fspath(out_dir)!r} cannot be resolved ({error})") from None
-
-
-def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]) -> Path:
-    """:func:`check_output_dir` once it is known that writing the report there loses nothing:
-    not inside an input run nor holding one, holding nothing but a previous report (or what a
-    killed run of ours left); ValueError naming ``--output-dir`` otherwise. Reads only."""
-    target = check_output_dir(out_dir)
-    check_apart(check_folder(out_dir, OPTION), run_folders, option=OPTION, noun="input run")
+    check_apart(folder, run_folders, option=OPTION, noun="input run")
     foreign = [
         name for name in entries_of(target, REPORT_TAG) if not _is_report_file(target / name)
     ]
@@ -175,8 +165,7 @@ def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]
 
 
 def previous_report(folder: Path) -> list[str]:
-    """The names of the files of a previous report in ``folder``: the new report replaces them
-    all, so that no PNG of a metric it does not compare remains."""
+    """The files of the previous report: all replaced (no PNG of an old metric remains)."""
     return [name for name in entries_of(folder) if _is_report_file(folder / name)]
 
 

@@ -161,8 +161,6 @@ def run(args: argparse.Namespace) -> int:
         writers = report_writers(content)
         if plots:
             writers.update(plot_writers(records))
-        # every file of an earlier replay (the PNGs of a run with plots included, when this one
-        # has none) is replaced, or none is
         written = write_report(out_dir, writers, tag=REPORT_TAG, replaces=OUTPUTS + PLOTS,
                                option="--output-dir")  # fmt: skip
     print(console_table(summary))

@@ -1,27 +1,15 @@
-"""The output folder of an ``ebpo`` command (``train``, ``grpo``, ``replay``, ``compare``): one
-guard, the same for all; each command says only what marks a folder of its kind.
+"""The one output-folder guard of ``ebpo train``, ``grpo``, ``replay`` and ``compare``; each
+command says only what marks a folder of its kind (a run's manifest, TRL's files, a report's names).
 
-    out = check_folder(args.output_dir, "--output-dir")        # before anything is read
-    check_apart(out, inputs, option="--output-dir")            # not an input, nor around one
-    with holding(out, decide, option="--output-dir", tidy=tidy) as decision:
-        ...                                                    # the slow part
+    out = check_folder(args.output_dir, "--output-dir")  # no file, loop or dead link there
+    check_apart(out, inputs, option="--output-dir")      # not an input, nor around one
+    with holding(out, decide, option="--output-dir", tidy=tidy):  # one command at a time
         write_report(out, writers, tag="replay", replaces=NAMES, option="--output-dir")
 
-* :func:`check_folder`: a place where a folder can be written (not a file, not below one,
-  writable), and not a symbolic link loop or a link to nothing;
-* :func:`entries_of`: what the folder holds besides our lock and the leftovers of our interrupted
-  writes: what the command's own rule (a run's manifest, a report's names, TRL's files) must
-  account for before the folder is taken for one of its kind;
-* :func:`check_apart`: the folder is not an input, does not hold one, does not lie inside one;
-* :func:`holding`: one command at a time (:mod:`ebpo.utils.run_lock`): a folder another process
-  holds is refused at once, creating nothing; the command's decision is taken before the lock and
-  again under it (the folder may have changed meanwhile); then our own leftovers of a killed run
-  go (``tidy``, e.g. :func:`remove_stale_reports`);
-* :func:`check_names_fit` and :func:`write_report`: several files written all or nothing
-  (:mod:`ebpo.utils.file_sets`); a name the file system cannot hold is refused before any
-  writing, a full disk ends in one line and leaves the previous files whole.
-
-Every refusal is a ValueError of one line naming ``option`` (how the user gave the folder).
+What is ours in a folder: our lock (:mod:`ebpo.utils.run_lock`) and the marked leftovers of an
+interrupted :func:`write_report` (:mod:`ebpo.utils.file_sets`), which the next holder clears
+(:func:`remove_stale_reports`); :func:`entries_of` is all the rest. Every refusal is a one-line
+ValueError naming ``option`` (how the user gave the folder) and changes nothing.
 """
 
 from __future__ import annotations
@@ -46,9 +34,8 @@ T = TypeVar("T")
 
 
 def check_folder(path: str | os.PathLike[str], option: str) -> Path:
-    """``path`` (``~`` expanded) once a folder can be written there (:func:`check_output_path`)
-    and it is neither, nor lies below, a symbolic link loop, nor a link to nothing; ValueError
-    naming ``option`` otherwise. Reads only."""
+    """``path`` (``~`` expanded) once a folder can be written there (:func:`check_output_path`):
+    no symbolic link loop on its way, not a link to nothing."""
     given = os.fspath(path)
     try:
         os.stat(given)
@@ -64,9 +51,8 @@ def check_folder(path: str | os.PathLike[str], option: str) -> Path:
 
 
 def entries_of(folder: Path, tag: str | None = None) -> list[str]:
-    """The sorted names in ``folder`` (none where it is no folder) but our lock file and, with
-    ``tag``, the staging and backup folders an interrupted :func:`write_report` of ``tag`` left
-    (:func:`ebpo.utils.file_sets.is_leftover`; the next holder clears them)."""
+    """The sorted names in ``folder`` (if it is one) but our lock file and, with ``tag``, what an
+    interrupted :func:`write_report` of ``tag`` left (:func:`ebpo.utils.file_sets.is_leftover`)."""
     if not folder.is_dir():
         return []
     with os.scandir(folder) as entries:
@@ -79,9 +65,8 @@ def entries_of(folder: Path, tag: str | None = None) -> list[str]:
 
 
 def check_apart(folder: Path, inputs: Iterable[Path], *, option: str, noun: str = "input") -> None:
-    """``folder`` may not be one of ``inputs``, hold one or lie inside one, links resolved: the
-    output would mix with (or replace) the files it is made from. ValueError naming both
-    otherwise; an input that does not exist is left to its reader. Reads no file."""
+    """``folder`` may not be one of ``inputs`` (those that exist), hold one or lie inside one,
+    links resolved: the output would mix with, or replace, what it is made from."""
     target, given = folder.resolve(), str(folder)
     for path in inputs:
         if not path.exists():
@@ -106,10 +91,9 @@ def holding(
     option: str = "output_dir",
     tidy: Callable[[T], object] | None = None,
 ) -> Iterator[T]:
-    """Hold ``folder`` for the block and give what ``decide`` (which refuses with ValueError and
-    changes nothing) says of it. Refused at once, creating nothing, when another process holds
-    it; ``decide`` runs before the lock (nothing is created for a refused folder) and again
-    under it; ``tidy`` (what a killed run of ours left) runs under the lock, before the block."""
+    """Hold ``folder`` for the block, giving what ``decide`` (reads only) says of it: refused at
+    once, creating nothing, when another process holds it; ``decide`` runs before the lock and
+    again under it (the folder may have changed); then ``tidy`` clears what a killed run left."""
     check_not_in_use(folder, option=option)
     decide()
     with lock_run_dir(folder, option=option):
@@ -129,10 +113,9 @@ def remove_stale_reports(folder: Path, tag: str, names: Iterable[str], command: 
 def check_names_fit(
     folder: Path, names: Iterable[str], *, tag: str, option: str, hint: str
 ) -> None:
-    """ValueError naming the first of ``names`` (files of a :func:`write_report` of ``tag``) that
-    the file system of ``folder`` cannot hold: a name longer than its limit (with the temporary
-    file's suffix), or a path inside the staging folder longer than its limit for paths. ``hint``
-    says what to do about a name. Reads only."""
+    """ValueError naming the first of ``names`` (of a :func:`write_report` of ``tag``) that the
+    file system of ``folder`` cannot hold, with the temporary file's suffix or inside the staging
+    folder; ``hint``: what to do about a long name."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -163,9 +146,8 @@ def _limit(folder: Path, key: str, default: int) -> int:
 def write_report(
     folder: Path, writers: Mapping[str, Writer], *, tag: str, replaces: Iterable[str], option: str
 ) -> list[Path]:
-    """:func:`ebpo.utils.file_sets.write_file_set`: every file of the previous report named in
-    ``replaces`` is replaced, or none is; a full disk is a one-line ValueError naming ``option``
-    and the file."""
+    """:func:`ebpo.utils.file_sets.write_file_set` (the previous report's files, ``replaces``, all
+    replaced or none); a full disk is a one-line ValueError naming ``option`` and the file."""
     try:
         return write_file_set(folder, writers, tag=tag, replaces=replaces)
     except OSError as error:
