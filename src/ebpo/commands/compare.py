@@ -131,10 +131,10 @@ def run(args: argparse.Namespace) -> int:
         out_dir,
         lambda: check_output_folder(args.output_dir, folders),
         option=OPTION,
-        tidy=lambda _: remove_stale_reports(out_dir, REPORT_TAG, (), "ebpo compare"),
+        tidy=lambda: remove_stale_reports(out_dir, REPORT_TAG, (), "ebpo compare"),
     ):
-        previous = previous_report(out_dir)
-        write_report(out_dir, writers, tag=REPORT_TAG, replaces=previous, option=OPTION)
+        old = previous_report(out_dir)
+        write_report(out_dir, writers, tag=REPORT_TAG, replaces=old, option=OPTION)
     print(text)
     print(f"wrote {out_dir}/compare.json, compare.csv" + (" and the PNGs" if plots else ""))
     return 0
@@ -142,17 +142,14 @@ def run(args: argparse.Namespace) -> int:
 
 def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]) -> Path:
     """``--output-dir``, links resolved (a link stays: the report goes into its target), once
-    writing the report there loses nothing: apart from the runs, holding nothing but a previous
-    report (or what a killed run of ours left)."""
+    writing there loses nothing: apart from the runs, holding nothing but a previous report."""
     folder = check_folder(out_dir, OPTION)
     try:
         target = folder.resolve()
     except (RuntimeError, OSError) as error:  # a loop that stat did not meet
         raise ValueError(f"{OPTION} {os.fspath(out_dir)!r} cannot be resolved ({error})") from None
     check_apart(folder, run_folders, option=OPTION, noun="input run")
-    foreign = [
-        name for name in entries_of(target, REPORT_TAG) if not _is_report_file(target / name)
-    ]
+    foreign = [n for n in entries_of(target, REPORT_TAG) if not _is_report_file(target / n)]
     if foreign:
         raise ValueError(
             f"{OPTION} {os.fspath(out_dir)!r} holds files that are not an ebpo compare report "

@@ -117,8 +117,7 @@ def check_args(args: argparse.Namespace) -> tuple[str, Columns | None, list[str]
     if not names:
         raise ValueError(f"--estimators must name at least one estimator, got {args.estimators!r}")
     out_dir = check_folder(args.output_dir, "--output-dir")
-    inputs = [Path(p).expanduser() for p in args.paths]
-    check_apart(out_dir, inputs, option="--output-dir")
+    check_apart(out_dir, [Path(p).expanduser() for p in args.paths], option="--output-dir")
     return fmt, columns, names, out_dir
 
 
@@ -152,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir,
         lambda: check_outputs(out_dir, source, plots),
         option="--output-dir",
-        tidy=lambda _: remove_stale_reports(out_dir, REPORT_TAG, OUTPUTS + PLOTS, "replay"),
+        tidy=lambda: remove_stale_reports(out_dir, REPORT_TAG, OUTPUTS + PLOTS, "replay"),
     ):
         total = len(source.files) if source.one_step_per_file else None
         records = replay_steps(source.steps(), replay, total=total)

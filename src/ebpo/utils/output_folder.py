@@ -6,10 +6,9 @@ command says only what marks a folder of its kind (a run's manifest, TRL's files
     with holding(out, decide, option="--output-dir", tidy=tidy):  # one command at a time
         write_report(out, writers, tag="replay", replaces=NAMES, option="--output-dir")
 
-What is ours in a folder: our lock (:mod:`ebpo.utils.run_lock`) and the marked leftovers of an
-interrupted :func:`write_report` (:mod:`ebpo.utils.file_sets`), which the next holder clears
-(:func:`remove_stale_reports`); :func:`entries_of` is all the rest. Every refusal is a one-line
-ValueError naming ``option`` (how the user gave the folder) and changes nothing.
+Ours in a folder: our lock (:mod:`ebpo.utils.run_lock`) and the marked leftovers of an interrupted
+:func:`write_report` (:mod:`ebpo.utils.file_sets`; :func:`remove_stale_reports`); the rest is
+:func:`entries_of`. A refusal is a one-line ValueError naming ``option`` and changes nothing.
 """
 
 from __future__ import annotations
@@ -56,21 +55,15 @@ def entries_of(folder: Path, tag: str | None = None) -> list[str]:
     if not folder.is_dir():
         return []
     with os.scandir(folder) as entries:
-        return sorted(
-            entry.name
-            for entry in entries
-            if not (entry.name == LOCK and entry.is_file())
-            and not (tag is not None and is_leftover(entry.path, tag))
-        )
+        ours = (e for e in entries if not (e.name == LOCK and e.is_file()))
+        return sorted(e.name for e in ours if tag is None or not is_leftover(e.path, tag))
 
 
 def check_apart(folder: Path, inputs: Iterable[Path], *, option: str, noun: str = "input") -> None:
     """``folder`` may not be one of ``inputs`` (those that exist), hold one or lie inside one,
     links resolved: the output would mix with, or replace, what it is made from."""
     target, given = folder.resolve(), str(folder)
-    for path in inputs:
-        if not path.exists():
-            continue
+    for path in (p for p in inputs if p.exists()):
         source = path.resolve()
         if target == source:
             raise ValueError(f"{option} {given!r} is the {noun} {str(path)!r}: write the report "
@@ -89,7 +82,7 @@ def holding(
     decide: Callable[[], T],
     *,
     option: str = "output_dir",
-    tidy: Callable[[T], object] | None = None,
+    tidy: Callable[[], object] | None = None,
 ) -> Iterator[T]:
     """Hold ``folder`` for the block, giving what ``decide`` (reads only) says of it: refused at
     once, creating nothing, when another process holds it; ``decide`` runs before the lock and
@@ -99,7 +92,7 @@ def holding(
     with lock_run_dir(folder, option=option):
         decision = decide()
         if tidy is not None:
-            tidy(decision)
+            tidy()
         yield decision
 
 

@@ -327,8 +327,8 @@ def main(argv: Sequence[str]) -> int:
     what to set (:mod:`.this_machine`), and ``output_dir`` is checked (:mod:`.output_dir`), here
     and in every launched process. The process that holds ``output_dir``
     (:func:`.launcher.holds_output_dir`: this one, not the processes it launches) holds it
-    (:func:`ebpo.utils.output_folder.holding`) for the whole run, launch included: another run on it is refused,
-    naming the holder's pid. A launched process dies with its launcher
+    (:func:`ebpo.utils.output_folder.holding`) for the whole run, launch included: another run on
+    it is refused, naming the holder's pid. A launched process dies with its launcher
     (:func:`.launcher.die_with_launcher`)."""
     die_with_launcher()
     check_this_machine(argv)
@@ -343,8 +343,9 @@ def main(argv: Sequence[str]) -> int:
     with contextlib.ExitStack() as held:
         if holds:  # decided again under the lock: a run that ended between the first check and it
             decide = lambda: check_output_dir(output_dir, resume)  # noqa: E731
-            tidy = lambda _: _tidy_output_dir(output_dir, resume)  # noqa: E731
-            held.enter_context(holding(Path(output_dir), decide, tidy=tidy))
+            held.enter_context(
+                holding(Path(output_dir), decide, tidy=lambda: _tidy_output_dir(output_dir, resume))
+            )
         if planned is not None:
             return launch(planned)
         with ebpo_trainer_in_trl(), splits_checked(arguments[0], arguments[1]):

@@ -9,8 +9,7 @@ here, before anything loads (by every process of a launch: they decide alike, an
 writes into the directory before they have all passed this check — their first exchange, in the
 trainer's construction, comes first):
 
-* a path that is a file, lies below a file, cannot be written, or is a symbolic link loop or a
-  link to nothing: refused (:func:`ebpo.utils.output_folder.check_folder`);
+* a path that is a file, lies below a file, cannot be written, a link loop or a dead link: refused;
 * a directory that is not empty and holds no training run: refused. A training run is what
   transformers' ``Trainer`` leaves behind (:data:`RUN_ENTRIES`: ``checkpoint-N`` folders,
   ``training_args.bin``, ``trainer_state.json``, TensorBoard's ``runs/``); such a directory is
@@ -27,8 +26,7 @@ trainer's construction, comes first):
   that holds the folder removes those folders first (:func:`clear_interrupted_saves`), saying so.
   An unmarked checkpoint without ebpo's files (``trl grpo``'s, a user's) is never removed.
 
-The lock file (:data:`ebpo.utils.run_lock.LOCK`) is not the run's content
-(:func:`ebpo.utils.output_folder.entries_of`). The run that holds the
+The lock file (:data:`ebpo.utils.run_lock.LOCK`) is not the run's content. The run that holds the
 folder also removes our own temporary files that a kill left in its checkpoints
 (``.ebpo_*.<hex>.tmp``, :func:`remove_stale_temporaries`); never another name.
 """
