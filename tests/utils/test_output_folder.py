@@ -66,9 +66,9 @@ def test_holding_refuses_a_held_folder_at_once_and_decides_again_under_the_lock(
         calls.append(("decide", (out / LOCK).exists()))
         return len(calls)
 
-    with holding(out, decide, tidy=lambda d: calls.append(("tidy", d))) as decision:
-        assert decision == 2
-    assert calls == [("decide", False), ("decide", True), ("tidy", 2)]
+    with holding(out, decide, tidy=lambda: calls.append("tidy")) as decision:
+        assert decision == 2 and calls[-1] == "tidy"
+    assert calls == [("decide", False), ("decide", True), "tidy"]
     assert not out.exists()  # made for the lock, removed with it
 
 

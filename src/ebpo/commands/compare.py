@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     plots = not args.no_plots
     if plots:
         import matplotlib  # noqa: F401  (the plot extra: a missing one fails before any reading)
-    check_output_folder(args.output_dir, [])  # before any run is read
+    check_folder(args.output_dir, OPTION)  # before any run is read
     runs = read_runs(args.runs)
     folders = [_run_folder(r.path) for r in runs]
     out_dir = check_output_folder(args.output_dir, folders)
