@@ -18,6 +18,7 @@ from transformers import TrainerState  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import ebpo  # noqa: E402
+from ebpo.analysis.compare.runs import read_run  # noqa: E402
 from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import (  # noqa: E402
     ESTIMATOR_STATE_FILE,
@@ -916,3 +917,6 @@ def test_the_log_history_is_left_in_output_dir_without_any_checkpoint(ebpo_run):
     assert [e["step"] for e in saved.log_history if "loss" in e] == [1, 2, 3]
     assert "train_runtime" in saved.log_history[-1]
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # renamed into place
+    # and the config beside it, as save_model writes it: ebpo compare reads estimator and seed
+    run = read_run(str(out))
+    assert (run.kind, run.estimator, run.seed) == ("trl", "ebpo", str(ebpo_run.trainer.args.seed))
