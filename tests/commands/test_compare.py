@@ -91,7 +91,9 @@ def test_leftovers_of_a_killed_run_are_cleared_before_the_new_report(train_runs,
     (backup / ".manifest.json").write_text(json.dumps(["compare.csv", "difference_reward.png"]))
     capsys.readouterr()
     assert main(["compare", *train_runs, "--output-dir", str(out), "--no-plots"]) == 0
-    assert "removed the temporary files left by an interrupted" in capsys.readouterr().out
+    assert (
+        "removed 2 temporary file(s) left by an interrupted ebpo compare" in capsys.readouterr().out
+    )
     assert sorted(p.name for p in out.iterdir()) == ["compare.csv", "compare.json"]
 
 
@@ -241,7 +243,7 @@ def test_names_longer_than_the_file_system_takes_are_refused_before_writing(
     """A file system that takes shorter names than the report's (eCryptfs: 143 bytes; here 40):
     one line naming the file and the limit, before anything is written."""
     limits = {"PC_NAME_MAX": 40, "PC_PATH_MAX": 4096}
-    monkeypatch.setattr("ebpo.analysis.compare.output.os.pathconf", lambda _, key: limits[key])
+    monkeypatch.setattr("ebpo.utils.output_folder.os.pathconf", lambda _, key: limits[key])
     out = tmp_path / "report"
     assert main(["compare", *train_runs, "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip()

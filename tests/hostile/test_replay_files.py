@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from ebpo.analysis.replay.plots import PLOTS
-from ebpo.commands import replay as command
-from ebpo.utils import file_sets
+from ebpo.utils import file_sets, output_folder
 from ebpo.utils.run_lock import LOCK
 from tests.hostile.harness import CliResult, assert_user_error, run_cli, snapshot, tiny_tmpfs
 
@@ -146,7 +145,7 @@ def test_a_full_disk_at_any_file_keeps_the_previous_report(
     the disk): one line, exit 2, and the folder is the previous run's, byte for byte."""
     monkeypatch.delenv("EBPO_DEBUG", raising=False)
     old = first_report(tmp_path)
-    real = command.write_file_set
+    real = output_folder.write_file_set
 
     def write_file_set(folder, writers, **kwargs):
         def full(path, write=writers[failing]):
@@ -157,7 +156,7 @@ def test_a_full_disk_at_any_file_keeps_the_previous_report(
 
         return real(folder, {**writers, failing: full}, **kwargs)
 
-    monkeypatch.setattr(command, "write_file_set", write_file_set)
+    monkeypatch.setattr(output_folder, "write_file_set", write_file_set)
     argv = ["replay", str(FIXTURES), "--output-dir", str(tmp_path / "out")]
     result = run_cli([*argv, "--estimators", "ebpo_within,jspo_plus_plus"])
     assert_user_error(

@@ -5,31 +5,34 @@ folders; :mod:`ebpo.analysis.compare`), pairs each estimator with the baseline s
 writes ``compare.json``, ``compare.csv`` and two PNGs per metric to ``--output-dir``; prints a
 table and one verdict line per estimator and metric. Everything is read and checked before
 anything is written: a bad argument or run ends in one line (exit 2) and the output folder is left
-as it was. The output folder is held for the command's run (:mod:`ebpo.utils.run_lock`) and the
-report replaces the previous one all or nothing (:mod:`ebpo.utils.file_sets`,
-:mod:`ebpo.analysis.compare.output`). docs/compare.md explains the numbers.
+as it was. The output folder (:mod:`ebpo.utils.output_folder`) is held while the report replaces
+the previous one all or nothing; it may hold nothing but a previous report (:data:`REPORT_FILES`:
+every PNG of those names is taken for one). docs/compare.md explains the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import os
 from pathlib import Path
 from typing import Any
 
 from ebpo.analysis.compare import compare_runs, read_runs
-from ebpo.analysis.compare.output import (
-    REPORT_TAG,
-    check_names_fit,
-    check_output_dir,
-    check_output_folder,
-    previous_report,
-)
 from ebpo.analysis.compare.plots import plot_writers
 from ebpo.analysis.compare.report import compare_csv, console_table
 from ebpo.utils.checks import check_positive_int
-from ebpo.utils.file_sets import Writer, remove_stale, write_file_set
-from ebpo.utils.files import storage_error, write_json
-from ebpo.utils.run_lock import lock_run_dir
+from ebpo.utils.file_sets import Writer, check_leftovers
+from ebpo.utils.files import write_json
+from ebpo.utils.output_folder import (
+    check_apart,
+    check_folder,
+    check_names_fit,
+    entries_of,
+    holding,
+    remove_stale_reports,
+    write_report,
+)
 
 DESCRIPTION = (
     "Compare estimators on your own finished runs: each estimator against the baseline (GRPO by "
@@ -42,6 +45,11 @@ DESCRIPTION = (
     "final value; how many intervals were computed and how many exclude 0 after Holm's "
     "correction. Writes compare.json, compare.csv and PNGs to --output-dir. See `ebpo docs compare`."
 )
+OPTION = "--output-dir"
+#: what a report holds (fnmatch patterns); anything else in the folder makes it the user's
+REPORT_FILES = ("compare.json", "compare.csv", "difference_*.png", "curves_*.png")
+#: names the hidden staging folders of the report (ebpo.utils.file_sets)
+REPORT_TAG = "compare"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -100,9 +108,10 @@ def run(args: argparse.Namespace) -> int:
     plots = not args.no_plots
     if plots:
         import matplotlib  # noqa: F401  (the plot extra: a missing one fails before any reading)
-    check_output_dir(args.output_dir)  # before any run is read
+    check_folder(args.output_dir, OPTION)  # before any run is read
     runs = read_runs(args.runs)
-    out_dir = check_output_folder(args.output_dir, [_run_folder(r.path) for r in runs])
+    folders = [_run_folder(r.path) for r in runs]
+    out_dir = check_output_folder(args.output_dir, folders)
     content = compare_runs(
         runs, baseline=args.baseline, metrics=metrics, smooth=smooth, ignore=args.ignore
     )
@@ -112,33 +121,55 @@ def run(args: argparse.Namespace) -> int:
     }
     if plots:
         writers.update(plot_writers(content))
-    check_names_fit(out_dir, writers)
+    check_names_fit(out_dir, writers, tag=REPORT_TAG, option=OPTION,
+                    hint="shorten the metric's name or compare with --no-plots")  # fmt: skip
     text = "\n".join(  # all that is printed made before anything is written
         [console_table(content), "", content["metric_note"]]
         + ["verdict: " + line for line in content["verdict"]]
     )
-    with lock_run_dir(out_dir, option="--output-dir"):
-        if remove_stale(out_dir, REPORT_TAG):
-            print("removed the temporary files left by an interrupted ebpo compare")
-        _write(out_dir, writers)
+    with holding(
+        out_dir,
+        lambda: check_output_folder(args.output_dir, folders),
+        option=OPTION,
+        tidy=lambda: remove_stale_reports(out_dir, REPORT_TAG, (), "ebpo compare"),
+    ):
+        old = previous_report(out_dir)
+        write_report(out_dir, writers, tag=REPORT_TAG, replaces=old, option=OPTION)
     print(text)
     print(f"wrote {out_dir}/compare.json, compare.csv" + (" and the PNGs" if plots else ""))
     return 0
 
 
+def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]) -> Path:
+    """``--output-dir``, links resolved (a link stays: the report goes into its target), once
+    writing there loses nothing: apart from the runs, holding nothing but a previous report."""
+    folder = check_folder(out_dir, OPTION)
+    try:
+        target = folder.resolve()
+    except (RuntimeError, OSError) as error:  # a loop that stat did not meet
+        raise ValueError(f"{OPTION} {os.fspath(out_dir)!r} cannot be resolved ({error})") from None
+    check_apart(folder, run_folders, option=OPTION, noun="input run")
+    foreign = [n for n in entries_of(target, REPORT_TAG) if not _is_report_file(target / n)]
+    if foreign:
+        raise ValueError(
+            f"{OPTION} {os.fspath(out_dir)!r} holds files that are not an ebpo compare report "
+            f"({', '.join(foreign[:4])}{' ...' if len(foreign) > 4 else ''}): the report "
+            "replaces every report file there; give an empty or new folder"
+        )
+    if target.is_dir():
+        check_leftovers(target, REPORT_TAG)
+    return target
+
+
+def previous_report(folder: Path) -> list[str]:
+    """The files of the previous report: all replaced (no PNG of an old metric remains)."""
+    return [name for name in entries_of(folder) if _is_report_file(folder / name)]
+
+
+def _is_report_file(path: Path) -> bool:
+    return path.is_file() and any(fnmatch.fnmatchcase(path.name, p) for p in REPORT_FILES)
+
+
 def _run_folder(path: Path) -> Path:
     """The folder a run lives in (a verl log file: its folder)."""
     return path.parent if path.is_file() else path
-
-
-def _write(out_dir: Path, writers: dict[str, Writer]) -> None:
-    """The report, all or nothing: every file of the previous report in ``out_dir`` (the PNGs of
-    metrics this one does not compare, or of a run with plots when this one has none, included)
-    is replaced, or none is."""
-    try:
-        write_file_set(out_dir, writers, tag=REPORT_TAG, replaces=previous_report(out_dir))
-    except OSError as error:  # a full disk: one line, exit 2; the previous report stays
-        failure = storage_error(error)
-        if failure is None:
-            raise
-        raise failure from error

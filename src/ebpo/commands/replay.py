@@ -3,8 +3,8 @@
 Reads verl's rollout dumps (``trainer.rollout_data_dir``: ``{step}.jsonl`` files) or a table of
 prompt id, reward and step from another trainer, replays the steps in order through GRPO and the
 estimators asked for (:mod:`ebpo.analysis.replay`), and writes ``replay.json``, ``replay.csv``
-and the PNGs to ``--output-dir``, all or nothing (:mod:`ebpo.utils.file_sets`), holding that folder
-(:mod:`ebpo.utils.run_lock`) for the whole run; prints a table and a one-line verdict. Every
+and the PNGs to ``--output-dir``, all or nothing, holding that folder for the whole run
+(:mod:`ebpo.utils.output_folder`); prints a table and a one-line verdict. Every
 argument and every input file is checked before anything is written: a bad row ends in one line
 naming the file and the line (exit 2), and the output directory is left as it was. The output
 directory may not be an input, hold one or lie inside one (links resolved): refused before any
@@ -15,8 +15,6 @@ docs/replay.md explains the numbers.
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,15 @@ from ebpo.analysis.replay.plots import PLOTS, plot_writers
 from ebpo.analysis.replay.readers import Columns
 from ebpo.analysis.replay.report import console_table, report, report_writers
 from ebpo.analysis.replay.sources import INPUT_FORMATS, Source
-from ebpo.utils.file_sets import Writer, remove_stale, write_file_set
-from ebpo.utils.files import STORAGE_ERRNOS, check_output_path
-from ebpo.utils.run_lock import check_not_in_use, lock_run_dir
+from ebpo.utils.files import check_output_path
+from ebpo.utils.output_folder import (
+    check_apart,
+    check_folder,
+    check_names_fit,
+    holding,
+    remove_stale_reports,
+    write_report,
+)
 
 DESCRIPTION = (
     "Read the rewards a finished run wrote — verl's rollout dumps (trainer.rollout_data_dir: "
@@ -112,42 +116,15 @@ def check_args(args: argparse.Namespace) -> tuple[str, Columns | None, list[str]
     names = [n.strip() for n in str(args.estimators).split(",") if n.strip()]
     if not names:
         raise ValueError(f"--estimators must name at least one estimator, got {args.estimators!r}")
-    out_dir = check_output_path(args.output_dir, "--output-dir", kind="dir")
-    check_apart(out_dir, [Path(p).expanduser() for p in args.paths])
+    out_dir = check_folder(args.output_dir, "--output-dir")
+    check_apart(out_dir, [Path(p).expanduser() for p in args.paths], option="--output-dir")
     return fmt, columns, names, out_dir
-
-
-def check_apart(out_dir: Path, inputs: Iterable[Path]) -> None:
-    """``--output-dir`` may not be an input, hold one or lie inside one, links resolved: the
-    report would mix with the run's files (a dump directory would then hold replay.csv; the
-    next replay of a table directory would read it as a table; an output would replace an
-    input). ValueError naming both otherwise. Reads no file."""
-    target = out_dir.resolve()
-    given = str(out_dir)
-    for path in inputs:
-        if not path.exists():
-            continue  # Source names it
-        source = path.resolve()
-        if target == source:
-            raise ValueError(
-                f"--output-dir {given!r} is the input {str(path)!r}: write the report elsewhere"
-            )
-        if source in target.parents:
-            raise ValueError(
-                f"--output-dir {given!r} lies inside the input {str(path)!r}: write the report "
-                "outside the inputs"
-            )
-        if target in source.parents:
-            raise ValueError(
-                f"--output-dir {given!r} holds the input {str(path)!r}: write the report "
-                "elsewhere (it would mix with the run's files)"
-            )
 
 
 def check_outputs(out_dir: Path, source: Source, plots: bool) -> None:
     """No input file may lie in ``out_dir`` (a file of the input directories may link there) and
-    no output may be an input (a link in ``out_dir`` to one)."""
-    check_apart(out_dir, (file.path for file in source.files))
+    no output may be an input (a link in ``out_dir`` to one); every name fits its file system."""
+    check_apart(out_dir, (file.path for file in source.files), option="--output-dir")
     inputs = {(info.st_dev, info.st_ino) for info in (f.path.stat() for f in source.files)}
     for name in OUTPUTS + (PLOTS if plots else ()):
         path = check_output_path(out_dir / name, "--output-dir", kind="file")
@@ -155,6 +132,8 @@ def check_outputs(out_dir: Path, source: Source, plots: bool) -> None:
             raise ValueError(
                 f"--output-dir {str(out_dir)!r}: {name} would overwrite an input of this replay"
             )
+    check_names_fit(out_dir, OUTPUTS + (PLOTS if plots else ()), tag=REPORT_TAG,
+                    option="--output-dir", hint="write it to another file system")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,13 +145,14 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401  (the plot extra, likewise)
     replay = Replay(names)
     source = Source(args.paths, fmt, columns)
-    check_outputs(out_dir, source, plots)
-    check_not_in_use(out_dir, option="--output-dir")  # refused before any reading
-    # the folder is ours for the whole run: a second replay into it waits for nothing, it is refused
-    with lock_run_dir(out_dir, option="--output-dir"):
-        stale = remove_stale(out_dir, REPORT_TAG, OUTPUTS + PLOTS)
-        if stale:
-            print(f"removed {len(stale)} temporary file(s) left by an interrupted replay")
+    # the folder is ours for the whole run: a second replay into it waits for nothing, it is
+    # refused, before any reading
+    with holding(
+        out_dir,
+        lambda: check_outputs(out_dir, source, plots),
+        option="--output-dir",
+        tidy=lambda: remove_stale_reports(out_dir, REPORT_TAG, OUTPUTS + PLOTS, "replay"),
+    ):
         total = len(source.files) if source.one_step_per_file else None
         records = replay_steps(source.steps(), replay, total=total)
         summary = summarize(records)
@@ -180,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         writers = report_writers(content)
         if plots:
             writers.update(plot_writers(records))
-        written = _write(out_dir, writers)
+        written = write_report(out_dir, writers, tag=REPORT_TAG, replaces=OUTPUTS + PLOTS,
+                               option="--output-dir")  # fmt: skip
     print(console_table(summary))
     print()
     print("verdict: " + content["verdict"])
@@ -198,19 +179,3 @@ def _inputs(args: argparse.Namespace, fmt: str, source: Source) -> dict[str, Any
         "reward_column": source.columns[0].reward,
         "step_column": source.columns[0].step,
     }
-
-
-def _write(out_dir: Path, writers: dict[str, Writer]) -> list[Path]:
-    """The report, all or nothing: every file of an earlier replay in ``out_dir`` (the PNGs of a
-    run with plots included, when this one has none) is replaced, or none is."""
-    try:
-        return write_file_set(out_dir, writers, tag=REPORT_TAG, replaces=OUTPUTS + PLOTS)
-    except OSError as error:  # a full disk: one line, exit 2
-        if error.errno not in STORAGE_ERRNOS:
-            raise
-        reason = error.strerror or os.strerror(error.errno or 0)
-        where = f"cannot write {error.filename!r}" if error.filename else "cannot write"
-        raise ValueError(
-            f"--output-dir {str(out_dir)!r}: {where}: {reason}; nothing was changed there "
-            "(the previous report, if any, is whole)"
-        ) from error

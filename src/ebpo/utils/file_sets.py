@@ -1,13 +1,8 @@
 """A set of files written into a folder all-or-nothing: a report of several files (``replay.json``,
 ``replay.csv``, the PNGs) is either the new run's, every file, or the old run's, every file — never
-some of each, whatever fails (a full disk, an error in a writer, an interrupt).
-
-    from ebpo.utils.file_sets import remove_stale, write_file_set
-    with lock_run_dir(out):                       # one writer per folder (ebpo.utils.run_lock)
-        remove_stale(out, "replay", NAMES)        # what a killed run of ours left behind
-        ...                                       # the slow part
-        write_file_set(out, {"a.json": lambda p: write_json(p, x), "b.png": plot}, tag="replay",
-                       replaces=NAMES)
+some of each, whatever fails (a full disk, an error in a writer, an interrupt). The commands
+use it through :mod:`ebpo.utils.output_folder`, which holds the folder while they write (two
+writers of one tag in one folder would remove each other's staging folders).
 
 How: every file is first written into a staging folder inside ``folder`` (``.{tag}.{token}.new``;
 inside, not beside, so that it is on the same file system even when ``folder`` is a mount point)
@@ -27,8 +22,7 @@ is a ValueError naming it and saying what to do, and nothing is moved.
 
 What a replaced file keeps: its permission bits. A symbolic link at one of the names is replaced by
 the new file (the link's target is left as it was), because a file elsewhere cannot be part of an
-atomic swap. Callers hold the folder (:func:`ebpo.utils.run_lock.lock_run_dir`) while they write:
-two writers of one tag in one folder would remove each other's staging folders.
+atomic swap.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ to the baseline's final value, with the count of intervals and what Holm's corre
   unpickling, bounded);
 * :mod:`.pairing` — pairs by seed, the settings check, the metrics and their common steps;
 * :mod:`.differences` — the paired statistics (:mod:`ebpo.analysis.paired`);
-* :mod:`.report`, :mod:`.plots`, :mod:`.output` — compare.json / compare.csv / the verdict, the
-  PNGs, the output folder written all or nothing;
+* :mod:`.report`, :mod:`.plots` — compare.json / compare.csv / the verdict, the PNGs (the output
+  folder: :mod:`ebpo.commands.compare` over :mod:`ebpo.utils.output_folder`);
 * :mod:`.engine` — the steps in order.
 """
 

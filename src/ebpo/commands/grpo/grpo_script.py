@@ -57,7 +57,8 @@ from ebpo.commands.grpo.recipe_file import check_recipe_file
 from ebpo.commands.grpo.this_machine import RECIPE_KEYS, cpu_parse_flags, this_machine_line
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.trainer import EBPOTrainer
-from ebpo.utils.run_lock import check_not_in_use, lock_run_dir
+from ebpo.utils.output_folder import holding
+from ebpo.utils.run_lock import check_not_in_use
 from ebpo.utils.structured_input import read_yaml_file
 
 __all__ = [
@@ -325,25 +326,26 @@ def main(argv: Sequence[str]) -> int:
     Before anything loads: a recipe this machine cannot run as it is stops with the line naming
     what to set (:mod:`.this_machine`), and ``output_dir`` is checked (:mod:`.output_dir`), here
     and in every launched process. The process that holds ``output_dir``
-    (:func:`.launcher.holds_output_dir`: this one, not the processes it launches) holds its lock
-    (:mod:`ebpo.utils.run_lock`) for the whole run, launch included: another run on it is refused,
-    naming the holder's pid. A launched process dies with its launcher
+    (:func:`.launcher.holds_output_dir`: this one, not the processes it launches) holds it
+    (:func:`ebpo.utils.output_folder.holding`) for the whole run, launch included: another run on
+    it is refused, naming the holder's pid. A launched process dies with its launcher
     (:func:`.launcher.die_with_launcher`)."""
     die_with_launcher()
     check_this_machine(argv)
     arguments, launch_args, script_argv = parse_run(argv)
     config = arguments[1]
     holds = holds_output_dir()
+    output_dir, resume = config.output_dir, config.resume_from_checkpoint
     if holds:
-        check_not_in_use(Path(config.output_dir))  # refused before anything is touched
-    check_output_dir(config.output_dir, config.resume_from_checkpoint)
+        check_not_in_use(Path(output_dir))  # refused before anything is touched
+    check_output_dir(output_dir, resume)
     planned = plan(launch_args, script_argv)
     with contextlib.ExitStack() as held:
-        if holds:
-            held.enter_context(lock_run_dir(Path(config.output_dir)))
-            # again under the lock: a run that ended between the first check and the lock
-            check_output_dir(config.output_dir, config.resume_from_checkpoint)
-            _tidy_output_dir(config.output_dir, config.resume_from_checkpoint)
+        if holds:  # decided again under the lock: a run that ended between the first check and it
+            decide = lambda: check_output_dir(output_dir, resume)  # noqa: E731
+            held.enter_context(
+                holding(Path(output_dir), decide, tidy=lambda: _tidy_output_dir(output_dir, resume))
+            )
         if planned is not None:
             return launch(planned)
         with ebpo_trainer_in_trl(), splits_checked(arguments[0], arguments[1]):

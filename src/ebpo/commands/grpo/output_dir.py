@@ -9,7 +9,7 @@ here, before anything loads (by every process of a launch: they decide alike, an
 writes into the directory before they have all passed this check — their first exchange, in the
 trainer's construction, comes first):
 
-* a path that is a file, lies below a file or cannot be written: refused;
+* a path that is a file, lies below a file, cannot be written, a link loop or a dead link: refused;
 * a directory that is not empty and holds no training run: refused. A training run is what
   transformers' ``Trainer`` leaves behind (:data:`RUN_ENTRIES`: ``checkpoint-N`` folders,
   ``training_args.bin``, ``trainer_state.json``, TensorBoard's ``runs/``); such a directory is
@@ -45,8 +45,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ebpo.integrations.trl.checkpoint import REQUIRED_FILES
 from ebpo.integrations.trl.checkpointing import resolve_checkpoint
 from ebpo.utils.checkpoints import MARKER, checkpoint_dirs, incomplete_reason, newest_complete
-from ebpo.utils.files import check_output_path
-from ebpo.utils.run_lock import LOCK
+from ebpo.utils.output_folder import check_folder, entries_of
 
 __all__ = [
     "RUN_ENTRIES",
@@ -72,9 +71,9 @@ def check_output_dir(output_dir: Any, resume_from_checkpoint: Any = None) -> Non
     (see the module). Creates and changes nothing."""
     if not isinstance(output_dir, (str, os.PathLike)):
         raise ValueError(f"output_dir must be a path, got {output_dir!r}")
-    path = check_output_path(output_dir, "output_dir", kind="dir")
+    path = check_folder(output_dir, "output_dir")
     name = os.fspath(output_dir)
-    if path.is_dir() and not _is_training_run(path) and _content(path):
+    if not _is_training_run(path) and entries_of(path):
         raise ValueError(
             f"output_dir {name!r} is not empty and holds no training run (no "
             f"{PREFIX_CHECKPOINT_DIR}-N, no training_args.bin); TRL would write its model, "
@@ -174,10 +173,6 @@ def _interrupted_save(folder: Path) -> bool:
         return False
     names = [entry.name for entry in folder.iterdir()]
     return not names or any(n.startswith(("ebpo_", ".ebpo_")) for n in names)
-
-
-def _content(path: Path) -> list[str]:
-    return [entry.name for entry in path.iterdir() if entry.name != LOCK]
 
 
 def _is_training_run(path: Path) -> bool:

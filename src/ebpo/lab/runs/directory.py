@@ -21,8 +21,8 @@ user's own files beside them survive; the run's own folders (``checkpoints/``, `
 whole. :func:`check_run_dir` only decides; the job clears once every option and the model have
 loaded.
 
-**One job at a time.** The job holds the directory's lock (:mod:`ebpo.utils.run_lock`) for its
-life, and decides (:func:`check_run_dir`) again once it holds it.
+**One job at a time.** The job holds the directory (:func:`ebpo.utils.output_folder.holding`)
+for its life, and decides (:func:`check_run_dir`) again once it holds it.
 
 **Several processes.** A run of a launch with N > 1 processes records ``num_processes`` among
 its options (a run without it had one process); it is resumed only by a launch of as many.
@@ -34,7 +34,6 @@ import contextlib
 import datetime as _dt
 import json
 import math
-import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -44,8 +43,8 @@ from typing import Any
 
 from ebpo.utils.checkpoints import checkpoint_dirs, newest_complete
 from ebpo.utils.checks import is_integer, is_real
-from ebpo.utils.files import atomic_write, check_output_path, read_json, write_json
-from ebpo.utils.run_lock import LOCK
+from ebpo.utils.files import atomic_write, read_json, write_json
+from ebpo.utils.output_folder import check_folder, entries_of
 from ebpo.utils.structured_input import parse_json
 
 __all__ = [
@@ -110,13 +109,9 @@ def check_run_dir(
     """Decide what to do with ``path``; raise ValueError (naming ``output_dir`` or the file at
     fault) when it cannot be used. Changes nothing on disk. ``identity`` is the JSON form of the
     options that define the run. A symbolic link is followed: the run goes into its target."""
-    check_output_path(path, "output_dir", kind="dir")  # a file, a path below a file, not writable
-    if path.is_symlink() and not path.exists():
-        raise ValueError(
-            f"output_dir {str(path)!r} is a symbolic link to {os.readlink(path)!r}, which does not exist"
-        )
+    check_folder(path, "output_dir")  # a file, below a file, not writable, a loop, a dead link
     manifest = _read_manifest(path / MANIFEST)
-    entries = sorted(p.name for p in path.iterdir() if p.name != LOCK) if path.is_dir() else []
+    entries = entries_of(path)
     if resume:
         if manifest is None:
             raise ValueError(

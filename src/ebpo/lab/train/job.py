@@ -87,10 +87,10 @@ from ebpo.lab.train.warm_start import (
     warm_start_pending,
     warm_start_recipe,
 )
-from ebpo.utils import run_lock as runlock
 from ebpo.utils.checkpoints import newest_complete
 from ebpo.utils.checks import is_real
 from ebpo.utils.files import write_json
+from ebpo.utils.output_folder import holding
 from ebpo.utils.runtime import torch_threads
 
 __all__ = [
@@ -155,11 +155,11 @@ def _claim(
     """The run directory, locked for as long as ``held`` lasts, and what to do with it."""
     path = _output_dir(config)
     options = {"resume": config.resume, "overwrite": config.overwrite}
-    runlock.check_not_in_use(path)  # refused before anything is touched
-    rundir.check_run_dir(path, identity, **options)
-    held.enter_context(runlock.lock_run_dir(path))
-    # decided again under the lock: another job may have changed the directory meanwhile
-    return RunLifecycle(rundir.check_run_dir(path, identity, **options), identity)
+    # refused before anything is touched; decided again under the lock
+    decided = held.enter_context(
+        holding(path, lambda: rundir.check_run_dir(path, identity, **options))
+    )
+    return RunLifecycle(decided, identity)
 
 
 @dataclass(frozen=True)
