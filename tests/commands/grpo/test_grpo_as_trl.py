@@ -153,7 +153,9 @@ def test_a_trl_docs_yaml_with_launcher_keys_runs_as_trl_grpo_runs_it(root):
         "ebpo_estimator_state.json",
         "ebpo_generation_state.json",
         "ebpo_checkpoint_complete.json",
+        "trainer_state.json",  # the log history at the top too (TRL: in checkpoints only)
     }
+    assert "trainer_state.json" in ours - theirs
 
 
 def test_an_open_r1_recipe_runs_as_trl_grpo_runs_it(root, monkeypatch):
