@@ -76,7 +76,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType(
             Variant(
                 "ebpo_batch",
                 "ebpo",
-                {"prior": "batch", "prior_mean": "group_means"},
+                {"prior": "batch", "prior_mean_from": "group_means"},
                 "EBPO as the authors' released verl code: batch prior, μ = mean of group means",
             ),
             Variant(
@@ -88,7 +88,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType(
             Variant(
                 "ebpo_within",
                 "ebpo",
-                {"within_variance": "within", "tau2": "corrected"},
+                {"within_variance": "within", "tau2_mode": "corrected"},
                 "EBPO, within-group σ² and corrected τ² (the revision's variant)",
             ),
             Variant(

@@ -4,7 +4,7 @@
 Three rules, so that a TRL user's own GRPO configuration keeps its meaning:
 
 1. **A name is an estimator or a named variant** (:data:`ebpo.estimators.VARIANTS`: ``ebpo_batch``
-   is ``ebpo`` with ``prior="batch", prior_mean="group_means"``; ``estimator_options`` given too win
+   is ``ebpo`` with ``prior="batch", prior_mean_from="group_means"``; ``estimator_options`` given too win
    key by key, as in :func:`ebpo.estimators.make_variant`). A paper preset that also sets the
    trainer (``dapo``, ``entropy_mech``: :data:`.paper_methods.PAPER_METHODS`) is not an estimator:
    it is refused with the lines that write it out.

@@ -24,7 +24,7 @@ preset                    variant, and what changes in the trainer
                           Algorithm 1: history prior, pooled σ², raw τ², batch normalisation)
 ``ebpo_batch``            variant ``ebpo_batch``: ``ebpo`` with the prior of the authors'
                           released verl code: ``prior="batch"`` (μ, σ², τ² from the current
-                          generation batch only), ``prior_mean="group_means"`` (μ = mean of the
+                          generation batch only), ``prior_mean_from="group_means"`` (μ = mean of the
                           group means)
 ========================  =====================================================================
 

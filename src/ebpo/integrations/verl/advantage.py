@@ -77,7 +77,7 @@ logger = logging.getLogger(__name__)
 #: The names the plug-in registers in verl, each the variant of that name in
 #: ``ebpo.estimators.VARIANTS``, and why. verl computes GRPO, Dr. GRPO (``grpo`` with
 #: ``norm_adv_by_std_in_grpo=False``), RLOO and REINFORCE++ itself; the plug-in adds the estimators
-#: that keep state across steps (``keeps_history``: the state must live in the process that
+#: that keep state across steps (their ``state_dict``: the state must live in the process that
 #: computes advantages and be checkpointed with the run, see :mod:`ebpo.integrations.verl.state`)
 #: and those verl lacks.
 REGISTERED = {
