@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tests.estimators.counting import count_estimators
 from tests.integrations.verl.conftest import verl_batch
 
 import ebpo
@@ -188,6 +189,16 @@ def test_running_prior_persists_between_calls_per_configuration():
     from ebpo.integrations.verl.state import STORE
 
     assert len(STORE) == 2  # one estimator per configuration
+
+
+def test_the_estimator_is_built_once_per_run_not_per_call(monkeypatch):
+    """Three advantage calls with one configuration build one estimator: the store's (before: four,
+    one thrown away on every call to check for per-cluster priors)."""
+    built = count_estimators(monkeypatch)
+    for step in range(3):
+        data, *_ = verl_batch(GROUPS, seed=step, step=step)
+        _compute(data, "ebpo")
+    assert built == ["ebpo"]
 
 
 def test_bad_options_raise_naming_the_key():
