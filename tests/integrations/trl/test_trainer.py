@@ -29,6 +29,7 @@ from ebpo.integrations.trl import (  # noqa: E402
     zero_variance_groups,
 )
 from ebpo.utils.checkpoints import incomplete_reason  # noqa: E402
+from tests.estimators.counting import count_estimators  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -750,6 +751,25 @@ def test_args_none_builds_the_default_config_as_grpo_trainer_does(tokenizer, tmp
     differ = {"output_dir", "logging_dir", "scale_rewards"}
     mine, trls = ours.to_dict(), theirs.to_dict()
     assert {k for k in trls if k not in differ and mine[k] != trls[k]} == set()
+
+
+def test_the_estimator_is_built_once_per_trainer(tokenizer, tmp_path, monkeypatch):
+    """The estimator EBPOConfig builds to check its settings is the trainer's (before: two, one
+    thrown away); a second trainer of the same configuration gets its own, and so does a trainer
+    of a configuration whose estimator settings changed after it was built."""
+    built = count_estimators(monkeypatch)
+    args = tiny_args(tmp_path, "ebpo_batch")
+    first = build(tokenizer, args, RecordingReward(), cls=EBPOTrainer)
+    assert built == ["ebpo"]
+    assert "_ebpo_estimator" not in vars(args)  # nothing of it left to pickle with the config
+    second = build(tokenizer, args, RecordingReward(), cls=EBPOTrainer)
+    assert built == ["ebpo", "ebpo"] and second.estimator is not first.estimator
+    changed = tiny_args(tmp_path, "ebpo_batch")
+    changed.estimator_options = {**changed.estimator_options, "normalize": "center"}
+    assert build(tokenizer, changed, RecordingReward(), cls=EBPOTrainer).estimator.normalize == (
+        "center"
+    )
+    assert built == ["ebpo"] * 4  # the config's (checked, not handed on) and the trainer's
 
 
 # ---------------------------------------------------------------------- Clip-Cov

@@ -180,6 +180,8 @@ class EBPOConfig(GRPOConfig):
             self.shuffle_dataset = False
         check_trl_values(self)  # what TRL would refuse (or misuse) only once training runs
         super().__post_init__()
+        # Handed to the trainer by build_estimator(): built once per trainer, not twice.
+        self._ebpo_estimator = (self._estimator_recipe(), estimator)
 
     def _resolve_estimator(self) -> AdvantageEstimator:
         """A variant name becomes its estimator and options; ``scale_rewards`` maps to the
@@ -271,6 +273,20 @@ class EBPOConfig(GRPOConfig):
             raise ValueError(
                 f"filter_groups_metric must be one of {list(FILTER_GROUPS_METRICS)}, got {self.filter_groups_metric!r}"
             )
+
+    def build_estimator(self) -> AdvantageEstimator:
+        """The estimator of these settings, for one :class:`EBPOTrainer`: the one ``__post_init__``
+        built to check them, the first time (unless a field it depends on changed since); a new
+        one after that, so that two trainers of one configuration never share running statistics.
+        Nothing of it stays on the configuration (``training_args.bin`` does not pickle it)."""
+        built = self.__dict__.pop("_ebpo_estimator", None)
+        if built is not None and built[0] == self._estimator_recipe():
+            return built[1]
+        return ebpo.make_estimator(self.advantage_estimator, **self.estimator_kwargs)
+
+    def _estimator_recipe(self) -> str:
+        """What the estimator is built from, as text (``1`` and ``1.0`` tell apart)."""
+        return repr((self.advantage_estimator, self.estimator_kwargs))
 
     @property
     def estimator_kwargs(self) -> dict[str, Any]:

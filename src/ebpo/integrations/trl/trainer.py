@@ -156,7 +156,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
                 f"args must be an EBPOConfig (ebpo.integrations.trl.make_config builds one), got {type(args).__name__}"
             )
         # Everything that can fail on the user's input fails here, before the model is touched.
-        estimator = ebpo.make_estimator(args.advantage_estimator, **args.estimator_kwargs)
+        estimator = args.build_estimator()  # the one the config built to check its settings
         if args.cluster_column is not None:
             check_columns("train_dataset", train_dataset, [args.cluster_column], "cluster_column")
             for split_name, split in eval_splits(eval_dataset):
