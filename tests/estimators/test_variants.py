@@ -102,7 +102,7 @@ def test_every_variant_is_a_trl_preset_training_that_variant(name):
 
 @pytest.mark.trl
 def test_the_papers_trl_presets_train_their_variant():
-    presets = pytest.importorskip("ebpo.integrations.trl.presets")
+    presets = pytest.importorskip("ebpo.integrations.trl.paper_methods")
     for preset, (variant, _) in presets.PAPER_METHODS.items():
         assert options_of(trl_estimator(preset)) == options_of(make_variant(variant)), preset
 

@@ -2,7 +2,7 @@
 method of the paper (or of our experiments).
 
 Every layer that names methods reads this table — the simulation (``ebpo simulate``), the TRL
-presets (:mod:`ebpo.integrations.trl.presets`), the CPU bench (``ebpo bench``) and the verl
+presets (:mod:`ebpo.integrations.trl.paper_methods`), the CPU bench (``ebpo bench``) and the verl
 plug-in — so ``ebpo_within`` means the same estimator everywhere::
 
     est = ebpo.estimators.make_variant("ebpo_within")           # EBPO(within_variance="within", ...)

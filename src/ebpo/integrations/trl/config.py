@@ -32,9 +32,10 @@ from ebpo.integrations.trl.estimator_settings import (
     scale_rewards_name,
     trl_estimator_kwargs,
 )
+from ebpo.integrations.trl.paper_methods import preset_fields
 from ebpo.utils.structured_input import parse_json
 
-__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig"]
+__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig", "make_config"]
 
 #: accepted values of ``EBPOConfig.data_order``: those of ``ebpo.curriculum.order_indices``
 DATA_ORDERS = ORDERS
@@ -46,7 +47,7 @@ FILTER_GROUPS_METRICS = FILTER_METRICS
 class EBPOConfig(GRPOConfig):
     r"""Configuration of :class:`ebpo.integrations.trl.EBPOTrainer`: a ``trl.GRPOConfig`` with the fields below.
 
-    Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
+    Use :func:`make_config` to start from a preset that reproduces one of the
     paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
     ``ebpo_bb``, ``ebpo_batch``) or trains any variant of ``ebpo.estimators.VARIANTS``.
     docs/trl.md describes how TRL's options carry over.
@@ -299,6 +300,28 @@ class EBPOConfig(GRPOConfig):
             self.scale_rewards,
             self.multi_objective_aggregation,
         )
+
+
+def make_config(preset: str, **overrides: Any) -> EBPOConfig:
+    """An :class:`EBPOConfig` for ``preset`` (a key of :data:`.paper_methods.PRESETS`, or any variant or
+    estimator name of :func:`ebpo.estimators.available_variants`).
+
+    ``overrides`` are EBPOConfig fields and win over the preset's values; ``estimator_options``
+    (dict, JSON string or None) is merged into the preset's, key by key, so that
+    ``make_config("ebpo_batch", estimator_options={"normalize": "center"})`` keeps the batch prior
+    (and so does ``estimator_options=None``).
+
+    Raises:
+        ValueError: unknown preset (the message lists presets, variants and estimators), or any
+            invalid field.
+    """
+    base = preset_fields(preset)
+    if "estimator_options" in overrides:
+        # None adds nothing: it must not erase the preset's own options (ebpo_batch's prior)
+        given = parse_estimator_options(overrides["estimator_options"])
+        merged = {**base.get("estimator_options", {}), **given}
+        overrides = {**overrides, "estimator_options": merged}
+    return EBPOConfig(**{**base, **overrides})
 
 
 def parse_estimator_options(value: Any) -> dict[str, Any]:

@@ -27,8 +27,8 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
 5. The estimator state is written as JSON into every checkpoint and read back on
    ``resume_from_checkpoint``, like TRL's own adaptive-entropy state; with TRL's position in its
    generation cycle and, for a checkpoint inside a generation batch, the batch itself, so that
-   resuming is exact (see :mod:`.checkpoint`). A checkpoint is marked complete once every file is
-   written, and only a complete one is resumed from (see :mod:`.checkpointing`).
+   resuming is exact (see :mod:`.checkpoint_files`). A checkpoint is marked complete once every file is
+   written, and only a complete one is resumed from (see :mod:`.save_and_resume`).
 6. In a multi-process run, every process checks after each estimator update (and after a resume)
    that all processes hold the same estimator state: one all-gather of a 64-bit digest a
    generation batch; a difference raises an error naming the ranks and the step (see
@@ -54,14 +54,14 @@ import ebpo
 from ebpo.estimators import GRPO
 from ebpo.integrations.trl.aggregation import unscorable_rows, zero_variance_groups
 from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages
-from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE
-from ebpo.integrations.trl.checkpointing import CheckpointingMixin
+from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.estimator_settings import lone_row_policy
 from ebpo.integrations.trl.reference_model import reference_from_policy
 from ebpo.integrations.trl.reward_calls import checked_rewards
+from ebpo.integrations.trl.save_and_resume import CheckpointingMixin
 from ebpo.integrations.trl.signal import NoSignalWatch
 from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.integrations.trl.trace import RankTrace
