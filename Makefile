@@ -46,7 +46,7 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -q -p no:xdist -m gpu tests/gpu $(ARGS)
 
 # The same checks as .pre-commit-config.yaml: lint, formatting, the layers (import-linter
-# contracts in pyproject.toml) and types (mypy on the core and the toolkit).
+# contracts in pyproject.toml) and types (mypy on all of src/ebpo).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks

@@ -142,13 +142,21 @@ TODAY = [
     (["--output-dir", "runs/x", "--resume"], TrainJobConfig(output_dir="runs/x", resume=True)),
     (
         ["--model", "smollm2-135m", "--dataset", "arithmetic-word", "--reward", "math"]
-        + ["--steps", "2", "--prompts-per-step", "2"],
+        + ["--topics", "add", "--tiers", "1", "--steps", "2", "--prompts-per-step", "2"]
+        + ["--max-completion-length", "32", "--eval-problems", "1", "--eval-samples", "8"]
+        + ["--learning-rate", "1e-5"],
         TrainJobConfig(
             model="smollm2-135m",
             dataset="arithmetic-word",
             reward="math",
+            topics=("add",),
+            tiers=(1,),
             steps=2,
             prompts_per_step=2,
+            max_completion_length=32,
+            eval_problems=1,
+            eval_samples=8,
+            learning_rate=1e-5,
         ),
     ),
     (

@@ -233,3 +233,40 @@ def test_no_progress_bars_turns_every_library_off_and_back(hub_on):
         assert settings() == before == (True, hub_on, True)
     finally:
         hub.enable_progress_bars()
+
+
+# ----------------------------------------------------------------------------- one resolver
+def test_pretrained_source_gives_the_arguments_of_from_pretrained(tmp_path, monkeypatch):
+    gguf = tmp_path / "weights" / "m.Q4.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    assert models.pretrained_source(str(gguf)) == (str(gguf.parent), {"gguf_file": "m.Q4.gguf"})
+    monkeypatch.chdir(gguf.parent)
+    assert models.pretrained_source("m.Q4.gguf") == (".", {"gguf_file": "m.Q4.gguf"})
+    assert models.pretrained_source(str(tmp_path)) == (str(tmp_path), {})
+    assert models.pretrained_source("org/model") == ("org/model", {})
+    monkeypatch.setattr(models, "smollm2_gguf_path", lambda: gguf)
+    assert models.pretrained_source("smollm2-135m") == (str(gguf.parent), {"gguf_file": gguf.name})
+    with pytest.raises(ValueError, match="model path 'gone.gguf' does not exist"):
+        models.pretrained_source("gone.gguf")
+    assert models.names_a_gguf("smollm2-135m") and models.names_a_gguf("a/b.gguf")
+    assert not models.names_a_gguf("org/model") and not models.names_a_gguf(str(tmp_path))
+
+
+def test_check_model_resolves_loads_the_config_and_tokenizer_only(tmp_path, monkeypatch):
+    models.save_tiny_llama(tmp_path / "tiny", num_layers=1, hidden_size=32, num_heads=2)
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded")
+    )
+    assert models.check_model_resolves(str(tmp_path / "tiny")) == (
+        "LlamaForCausalLM, 1 layers, 32 hidden units, a tokenizer of 104 tokens"
+    )
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text((tmp_path / "tiny" / "config.json").read_text())
+    with pytest.raises(ValueError, match=r"^model '.*half' does not resolve \("):
+        models.check_model_resolves(str(tmp_path / "half"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="model 'no-org/no-such-model' does not resolve"):
+        models.check_model_resolves("no-org/no-such-model", local_files_only=True)

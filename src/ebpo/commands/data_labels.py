@@ -67,6 +67,7 @@ def topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) -> 
         args.topic, complete_columns, topic_column=args.topic_column, candidates=TOPIC_COLUMNS
     )
     if method == "metadata":
+        assert column is not None  # choose_topic_method names the column it chose
         values = column_values(frame, column)
         topics: list = curriculum.topics_from_metadata(values, column=column)
         if column == args.topic_output:  # written over itself: a number stays the number
@@ -74,7 +75,9 @@ def topic_labels(frame: Any, args: argparse.Namespace, topic_fn: Any = None) -> 
         return topics, f"metadata column {column!r}"
     texts = [curriculum.prompt_text(p) for p in _prompts(frame, args)]
     if method == "tfidf":
-        labels = curriculum.tfidf_kmeans_topics(texts, args.num_topics, seed=args.seed)
+        labels: list[int] | list[str] = curriculum.tfidf_kmeans_topics(
+            texts, args.num_topics, seed=args.seed
+        )
         return labels, f"TF-IDF + KMeans (K={args.num_topics}, seed {args.seed})"
     if method == "embed":
         labels = curriculum.embedding_umap_kmeans_topics(

@@ -308,9 +308,8 @@ def _percent(text: str) -> str:
 
 
 def _kind(value: Any) -> str:
-    return {list: "a list", dict: "a mapping", str: "a string"}.get(
-        type(value), f"{type(value).__name__} {reprlib.repr(value)}"
-    )
+    kinds: dict[type, str] = {list: "a list", dict: "a mapping", str: "a string"}
+    return kinds.get(type(value), f"{type(value).__name__} {reprlib.repr(value)}")
 
 
 def _field_hint(key: Any) -> str:

@@ -26,9 +26,13 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
     "build_tiny_llama",
+    "check_model_here",
+    "check_model_resolves",
     "load_model_and_tokenizer",
     "no_progress_bars",
+    "names_a_gguf",
     "placement",
+    "pretrained_source",
     "resolve_model_path",
     "resolve_placement",
     "smollm2_gguf_path",
@@ -224,15 +228,89 @@ def placement(model: Any) -> str:
     return f"{weight.device} ({str(weight.dtype).removeprefix('torch.')})"
 
 
+def names_a_gguf(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` names a GGUF file: an alias of :data:`SMOLLM2_ALIASES` or a path
+    ending in ``.gguf`` (what TRL's own loading cannot read: ``from_pretrained`` needs the
+    ``gguf_file`` argument, :func:`pretrained_source`)."""
+    return name_or_path in SMOLLM2_ALIASES or name_or_path.endswith(".gguf")
+
+
+def pretrained_source(name_or_path: str) -> tuple[str, dict[str, str]]:
+    """``(source, kwargs)`` such that ``from_pretrained(source, **kwargs)`` loads ``name_or_path``
+    (config, tokenizer or model): the one resolver of model names behind ``ebpo eval``,
+    ``ebpo train`` and ``ebpo grpo``. Aliases expand (:func:`resolve_model_path`); a ``.gguf``
+    file is its directory with ``gguf_file=<file name>`` (transformers de-quantises it; needs the
+    ``gguf`` package). ValueError for a missing local path or a missing model package."""
+    resolved = resolve_model_path(name_or_path)
+    if resolved.endswith(".gguf"):
+        directory, name = os.path.split(resolved)
+        return directory or ".", {"gguf_file": name}
+    return resolved, {}
+
+
+def check_model_resolves(name_or_path: str, *, local_files_only: bool = False) -> str:
+    """Load ``name_or_path``'s config and tokenizer (not its weights), as
+    :func:`load_model_and_tokenizer` would find them; a one-line description of what was found
+    (``LlamaConfig, 30 layers, 576 hidden units, a tokenizer of 49152 tokens``). ``local_files_only``:
+    from this disk only (a hub id then resolves only from the Hugging Face cache). ValueError
+    naming the model when either does not load."""
+    from transformers import AutoConfig, AutoTokenizer  # optional heavy dependency
+
+    source, kwargs = pretrained_source(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=local_files_only, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, local_files_only=local_files_only, **kwargs
+        )
+    except (OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"model {name_or_path!r} does not resolve ({source}): {first}") from error
+    architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
+    sizes = [
+        f"{getattr(config, key)} {label}"
+        for key, label in (("num_hidden_layers", "layers"), ("hidden_size", "hidden units"))
+        if getattr(config, key, None) is not None
+    ]
+    return ", ".join([architecture, *sizes, f"a tokenizer of {len(tokenizer)} tokens"])
+
+
+def check_model_here(name: str | None) -> str:
+    """What this machine can say of model ``name`` without loading its weights (``ebpo grpo
+    --dry-run``'s model line): its config and tokenizer through :func:`pretrained_source` — a GGUF
+    file (``smollm2-135m``, ``.gguf``) or a local directory always, a hub id only from the
+    Hugging Face cache (never the Hub) — or why it was not checked (a hub id not in the cache, a
+    local path not on this machine). ValueError (one line) for a missing name, and for a model
+    that is here and does not resolve: a run would fail on it."""
+    if not name:
+        raise ValueError("model_name_or_path: not set; name the model to train")
+    if names_a_gguf(name) or Path(name).expanduser().exists():
+        source, kwargs = pretrained_source(name)  # ValueError: a missing file or package
+        where = str(Path(source, kwargs["gguf_file"])) + " (GGUF)" if kwargs else source
+        found = check_model_resolves(name)
+        return f"resolves to {where}: {found}; config and tokenizer checked, weights not loaded"
+    try:
+        pretrained_source(name)
+    except ValueError:
+        return "not checked: no such path on this machine"
+    try:
+        found = check_model_resolves(name, local_files_only=True)
+    except ValueError:
+        return "not checked: a hub id not in this machine's Hugging Face cache (a dry run never reaches the Hub)"
+    return (
+        f"resolves from the Hugging Face cache: {found}; config and tokenizer checked, weights "
+        "not loaded"
+    )
+
+
 def load_model_and_tokenizer(
     name_or_path: str,
     *,
     dtype: str | torch.dtype = "auto",
     device: str | torch.device = "auto",
 ):
-    """Load a causal LM and its tokenizer from a hub id, a local directory or a ``.gguf`` file,
-    the model on ``device`` in ``dtype`` (:func:`resolve_placement`: by default the GPU in
-    bfloat16 when there is one, else the CPU in float32).
+    """Load a causal LM and its tokenizer from a hub id, a local directory or a ``.gguf`` file
+    (:func:`pretrained_source`), the model on ``device`` in ``dtype`` (:func:`resolve_placement`:
+    by default the GPU in bfloat16 when there is one, else the CPU in float32).
 
     GGUF files are de-quantised by transformers (needs the ``gguf`` package). A tokenizer without a
     pad token gets its eos token as pad. Raises ValueError for a missing path, and for a hub id
@@ -241,11 +319,8 @@ def load_model_and_tokenizer(
     from transformers import AutoModelForCausalLM, AutoTokenizer  # optional heavy dependency
 
     where, chosen = resolve_placement(device, dtype)  # checked before anything loads
-    resolved = resolve_model_path(name_or_path)
-    kwargs: dict[str, Any] = {}
-    source = resolved
-    if resolved.endswith(".gguf"):
-        source, kwargs["gguf_file"] = os.path.split(resolved)
+    source, kwargs = pretrained_source(name_or_path)
+    resolved = os.path.join(source, kwargs["gguf_file"]) if kwargs else source
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=chosen, **kwargs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "check_choice",
@@ -25,13 +25,13 @@ __all__ = [
 ]
 
 
-def is_integer(value: Any) -> bool:
-    """An integer (Python or numpy), not a bool."""
+def is_integer(value: Any) -> TypeGuard[int]:
+    """An integer (Python or numpy), not a bool (to mypy, an ``int`` from here on)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def is_real(value: Any) -> bool:
-    """A real number (Python or numpy), not a bool."""
+def is_real(value: Any) -> TypeGuard[float]:
+    """A real number (Python or numpy), not a bool (to mypy, a ``float`` from here on)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

@@ -166,3 +166,72 @@ def test_trls_resume_from_its_own_checkpoints_passes_the_output_dir_guard(local_
     assert state["global_step"] == 2
     saved = json.loads((out / "checkpoint-2" / "ebpo_estimator_state.json").read_text())
     assert saved["steps"] == 2  # the estimator went on from checkpoint-1's state
+
+
+def test_a_run_that_saves_no_checkpoint_leaves_its_log_history(local_model_and_data):
+    """save_strategy "no": TRL writes trainer_state.json only inside checkpoints; ebpo grpo leaves
+    it in output_dir (transformers' format, the log history of every step), for ebpo compare."""
+    root = local_model_and_data
+    config = write_yaml(root, "nosave", "save_strategy: 'no'\n")
+    assert main(["grpo", "--config", str(config)]) == 0
+    out = root / "nosave"
+    assert not list(out.glob("checkpoint-*"))
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    logged = [e for e in state["log_history"] if "loss" in e]
+    assert [e["step"] for e in logged] == [1, 2]
+    assert all("ebpo/prior_count" in e for e in logged)
+
+
+def test_the_dry_run_checks_the_real_model_and_says_what_stood_in(
+    local_model_and_data, capsys, monkeypatch
+):
+    """The model's config and tokenizer are loaded here through the resolver of the real run
+    (never its weights), and the summary says a tiny model stood in for it."""
+    import transformers
+
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM,
+        "from_pretrained",
+        lambda *a, **k: pytest.fail("the real model's weights were loaded"),
+    )
+    root = local_model_and_data
+    config = write_yaml(root, "dry")
+    assert main(["grpo", "--config", str(config), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    model = root / "model"
+    assert (
+        f"\n              resolves to {model}: LlamaForCausalLM, 1 layers, 32 hidden units, a "
+        "tokenizer of 104 tokens; config and tokenizer checked, weights not loaded\n"
+    ) in out
+    assert f"substituted here: a tiny random Llama in place of {model} (the trainer" in out
+
+
+@pytest.mark.parametrize(
+    "model, said",
+    [
+        ("no-org/no-such-model", "not checked: a hub id not in this machine's Hugging Face cache"),
+        ("/no/such/model", "not checked: no such path on this machine"),
+    ],
+)
+def test_a_model_the_dry_run_cannot_see_is_said_unchecked(
+    local_model_and_data, capsys, monkeypatch, model, said
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = write_yaml(local_model_and_data, "dry")
+    assert main(["grpo", "--config", str(config), "--model_name_or_path", model, "--dry-run"]) == 0
+    assert f"  model       {model} (dtype float32)" in (out := capsys.readouterr().out)
+    assert f"\n              {said}" in out
+
+
+def test_a_local_model_that_does_not_resolve_stops_the_dry_run(local_model_and_data, capsys):
+    """A local directory without a tokenizer: the real run would fail on it, so does its dry run."""
+    root = local_model_and_data
+    broken = root / "no-tokenizer"
+    broken.mkdir(exist_ok=True)
+    (broken / "config.json").write_text((root / "model" / "config.json").read_text())
+    config = write_yaml(root, "dry")
+    code = main(["grpo", "--config", str(config), "--model_name_or_path", str(broken), "--dry-run"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"ebpo grpo: error: model {str(broken)!r} does not resolve")

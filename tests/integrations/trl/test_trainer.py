@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("trl")
 
 from datasets import Dataset  # noqa: E402
+from transformers import TrainerState  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import ebpo  # noqa: E402
@@ -920,3 +921,18 @@ def test_the_summary_gives_the_fraction_of_batches_without_signal(ebpo_run):
     assert len(per_step) == 3
     (summary,) = [e for e in history if "train_runtime" in e]
     assert summary["ebpo/no_signal_batch_frac"] == sum(f == 1 for f in per_step) / 3 < 1
+
+
+def test_the_log_history_is_left_in_output_dir_without_any_checkpoint(ebpo_run):
+    """save_strategy "no": no checkpoint, yet <output_dir>/trainer_state.json holds the run's log
+    history in transformers' own format (what ``ebpo compare`` reads), written at the end of
+    train() (the fixture's evaluate() afterwards is not in it)."""
+    out = ebpo_run.output_dir
+    assert not list(out.glob("checkpoint-*"))
+    saved = TrainerState.load_from_json(str(out / "trainer_state.json"))
+    assert saved.global_step == 3
+    train_history = [e for e in ebpo_run.trainer.state.log_history if "eval_loss" not in e]
+    assert saved.log_history == json.loads(json.dumps(train_history))
+    assert [e["step"] for e in saved.log_history if "loss" in e] == [1, 2, 3]
+    assert "train_runtime" in saved.log_history[-1]
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # renamed into place

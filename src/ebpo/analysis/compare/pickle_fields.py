@@ -152,6 +152,7 @@ def _walk(data: bytes) -> Any:
     """The value the pickle ``data`` builds, on plain values and :class:`Opaque` placeholders."""
     stack: list[Any] = []
     memo: dict[int, Any] = {}
+    arg: Any  # the opcode's argument, of the type its opcode takes (typeshed: Any | None)
     for opcode, arg, _ in pickletools.genops(data):
         name = opcode.name
         if name in _IGNORED:

@@ -107,7 +107,7 @@ def _headline_estimator(estimators: dict[str, AdvantageEstimator]) -> str | None
     family), else the first besides GRPO, else none."""
     others = [name for name in estimators if name != REFERENCE]
     with_prior = [name for name in others if estimators[name].uses_prior]
-    return (with_prior or others or [None])[0]
+    return next(iter(with_prior or others), None)
 
 
 def verdict(summary: dict[str, Any], estimators: dict[str, AdvantageEstimator]) -> str:

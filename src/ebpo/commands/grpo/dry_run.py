@@ -15,9 +15,10 @@ three things are swapped while it runs, and the run stops inside ``main`` when t
   data (``ebpo grpo prepare-data``: the DAPO template as a chat message,
   ``reward_model.ground_truth``, ``topic``, ``difficulty``);
 * command-line flags appended after the user's (they win, as any flag over ``--config``): a tiny
-  random Llama saved to a temporary directory in place of the model, ``use_cpu``, ``bf16`` /
-  ``fp16`` / ``tf32`` off, ``use_vllm`` off, no reporting, no Hub push, no 4/8-bit loading, and a
-  temporary ``output_dir``.
+  random Llama saved to a temporary directory in place of the model (whose config and tokenizer
+  are checked first, :func:`ebpo.evaluation.models.check_model_here`: the summary says what
+  resolved and what stood in), ``use_cpu``, ``bf16`` / ``fp16`` / ``tf32`` off, ``use_vllm``
+  off, no reporting, no Hub push, no 4/8-bit loading, and a temporary ``output_dir``.
 
 The recipe itself is also parsed with only ``--use_cpu true`` added (TrainingArguments refuses
 ``bf16`` on a machine without a GPU otherwise): that is the configuration a real run gets, the one
@@ -52,12 +53,18 @@ from ebpo.commands.grpo.grpo_script import (
 )
 from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
-from ebpo.evaluation.models import no_progress_bars, save_tiny_llama
+from ebpo.evaluation.models import check_model_here, no_progress_bars, save_tiny_llama
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
 from ebpo.integrations.trl.paper_methods import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
-__all__ = ["METHOD_FIELDS", "DryRun", "dry_run", "paper_preset", "score_correct_answers"]
+__all__ = [
+    "METHOD_FIELDS",
+    "DryRun",
+    "dry_run",
+    "paper_preset",
+    "score_correct_answers",
+]
 
 #: the loaders TRL's script calls, as imported before any swap
 _GET_DATASET = trl.get_dataset
@@ -105,6 +112,8 @@ class DryRun:
     #: whether the recipe sets ``generation_batch_size`` (else TRL derives it from the number of
     #: processes: ``per_device_train_batch_size x processes x steps_per_generation``)
     generation_batch_given: bool = False
+    #: what :func:`ebpo.evaluation.models.check_model_here` found of the recipe's model on this machine
+    model_check: str = ""
 
     def summary(self, source: str, processes: int = 1) -> list[str]:
         """The lines ``ebpo grpo --dry-run`` prints: what a real run of ``source`` would do, on
@@ -131,6 +140,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
     argv = list(argv)
     (script_args, config, model_args, dataset_args), *_ = parse_here(argv)
     check_output_dir(config.output_dir, config.resume_from_checkpoint)  # as the real run does
+    model_check = check_model_here(model_args.model_name_or_path)
     if (
         script_args.reward_model_name_or_path
         and not Path(script_args.reward_model_name_or_path).exists()
@@ -174,6 +184,7 @@ def dry_run(argv: Sequence[str], workdir: str | Path | None = None) -> DryRun:
             "generation_batch_size"
         ]
         is not None,
+        model_check=model_check,
     )
 
 
@@ -209,7 +220,7 @@ def score_correct_answers(
         [{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
         for prompt, text in zip(prompts, texts, strict=True)
     ]
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    tokenizer: Any = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
     ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     # TRL's method, not EBPOTrainer's wrapper: nothing of the estimator's hand-off is touched.
     rewards = GRPOTrainer._calculate_rewards(trainer, rows, prompts, completions, ids)
@@ -374,6 +385,7 @@ def _summary(run: DryRun, source: str, processes: int) -> list[str]:
             if m.use_peft
             else ", full fine-tune"
         ),
+        f"              {run.model_check}",
         f"  data        {_data_source(s, run.dataset_args)}",
         f"              here: {run.data}",
         f"  order       data_order={c.data_order}, shuffle_dataset={c.shuffle_dataset}, "
@@ -417,8 +429,9 @@ def _summary(run: DryRun, source: str, processes: int) -> list[str]:
             else "transformers generate (no vLLM)"
         )
         + f"; bf16={c.bf16}",
-        "  substituted here: the tiny model, the sample rows, use_cpu, bf16/fp16/tf32 off, "
-        "use_vllm off, report_to none, a temporary output_dir",
+        f"  substituted here: a tiny random Llama in place of {m.model_name_or_path} (the trainer "
+        "above was built on it), the sample rows, use_cpu, bf16/fp16/tf32 off, use_vllm off, "
+        "report_to none, a temporary output_dir",
     ]
     return lines
 

@@ -24,12 +24,13 @@ runs the same ``main`` up to the trainer's construction, on a tiny local model.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import datasets
 import trl
@@ -88,7 +89,10 @@ class GrpoParser(TrlParser):
     """TRL's parser whose errors are one line (``ebpo grpo: error: ...``) and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+        parser = cast(argparse.ArgumentParser, self)  # TrlParser is Any to mypy (trl unfollowed)
+        parser.exit(
+            2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n"
+        )
 
 
 #: what ``ebpo grpo --help`` says above TRL's flags
@@ -202,11 +206,11 @@ def ebpo_trainer_in_trl() -> Iterator[None]:
     """``trl.GRPOTrainer`` is :class:`EBPOTrainer` inside the block (TRL's script imports the
     trainer from ``trl`` when it runs); the original is restored on exit."""
     original = trl.GRPOTrainer
-    trl.GRPOTrainer = EBPOTrainer  # type: ignore[misc]
+    trl.GRPOTrainer = EBPOTrainer
     try:
         yield
     finally:
-        trl.GRPOTrainer = original  # type: ignore[misc]
+        trl.GRPOTrainer = original
 
 
 def splits_read(script_args: Any, training_args: EBPOConfig) -> list[str]:

@@ -285,7 +285,7 @@ def _parser() -> argparse.ArgumentParser:
     def error(message: str) -> NoReturn:
         raise ValueError(f"accelerate launch: {message}")
 
-    parser.error = error  # type: ignore[method-assign]
+    parser.error = error
     return parser
 
 
@@ -313,7 +313,7 @@ def _cli_launcher_arguments(tokens: list[str], options: Mapping[str, Any]) -> li
             raise ValueError(
                 f"unexpected argument {tokens[i]!r}: ebpo grpo takes --flags (and --config FILE) only"
             )
-        action = options.get(name)
+        action: Any = options.get(name)  # None past here only for ACCELERATE_CONFIG
         if name != ACCELERATE_CONFIG and action is None:
             unknown.append(name)  # and its value, if one follows
             following = tokens[i + 1] if i + 1 < len(tokens) else "-"

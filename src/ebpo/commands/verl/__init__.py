@@ -307,8 +307,8 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"       {line}")
     broken = [check for check in checks if not check.ok and check.fatal]
     if broken:
-        first = broken[0]
-        print(f"verl plug-in is BROKEN: {first.name}: {(first.detail.splitlines() or [''])[-1]}")
+        worst = broken[0]
+        print(f"verl plug-in is BROKEN: {worst.name}: {(worst.detail.splitlines() or [''])[-1]}")
     else:
         print("verl plug-in OK")
     if not failed:

@@ -190,7 +190,9 @@ def check_overrides(overrides: Sequence[str]) -> None:
         ValueError: naming the bad override, key or value.
     """
     parsed = parsed_overrides(overrides)
-    algorithm = parsed.get("algorithm") if isinstance(parsed.get("algorithm"), dict) else {}
+    algorithm = parsed.get("algorithm")
+    if not isinstance(algorithm, dict):
+        algorithm = {}
     estimator = algorithm.get("adv_estimator", "gae")  # verl's default when none is given
     check_options_read(estimator, algorithm)
     if estimator not in OUR_ESTIMATORS:

@@ -17,8 +17,16 @@ A save, on every process, in this order:
    of complete ones.
 
 On resume, every process checks that all processes restored the same estimator state (see
-:mod:`.consistency`). The optimizer state of a multi-process run on CPUs is loaded onto the CPU
+:mod:`.consistency`); the main process prints where the state came from and what it holds
+(:func:`.notices.restored_line`), and transformers' notice of a missing ``lm_head.weight`` is
+left out when that tensor is tied to a loaded one (:func:`.notices.tied_missing_keys`). The
+optimizer state of a multi-process run on CPUs is loaded onto the CPU
 (:meth:`CheckpointingMixin._load_optimizer_and_scheduler`).
+
+At the end of ``train()``, whatever ``save_strategy`` is, the main process writes the run's
+``trainer_state.json`` (transformers' ``TrainerState``, the log history included) into
+``output_dir``, atomically (a temporary file renamed): TRL writes it only inside checkpoints, so a
+run that saved none (``save_strategy: "no"``) would leave no record of its metrics.
 
 A kill, a full disk or any error at any point leaves the new checkpoint unmarked. On resume,
 ``train(resume_from_checkpoint=path)`` refuses a checkpoint that is not complete (ValueError naming
@@ -38,13 +46,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_pt_utils import reissue_pt_warnings
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 from transformers.utils.import_utils import check_torch_load_is_safe
 
 from ebpo.integrations.trl import checkpoint_files as ckpt
 from ebpo.integrations.trl.checkpoint_files import REQUIRED_FILES, GenerationCycle
+from ebpo.integrations.trl.notices import restored_line, tied_missing_keys
 from ebpo.utils.checkpoints import (
     checkpoint_dirs,
     incomplete_reason,
@@ -52,6 +61,7 @@ from ebpo.utils.checkpoints import (
     newest_complete,
     unmark,
 )
+from ebpo.utils.files import atomic_path
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer as _Trainer  # what the mixin is mixed into, for the type checker
@@ -130,6 +140,9 @@ class CheckpointingMixin(_Trainer):
 
     estimator: Any
     _ebpo_state_before_batch: dict[str, Any]
+    #: whether the main process prints the estimator line at the start of ``train()`` and the
+    #: restored state on resume (:mod:`.notices`); a caller that owns the console turns it off
+    announce: bool = True
     _ebpo_check_state: Any  # EBPOTrainer._ebpo_check_state
 
     def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -138,7 +151,17 @@ class CheckpointingMixin(_Trainer):
         checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if isinstance(checkpoint, str):
             self.check_checkpoint(checkpoint)
-        return super().train(checkpoint, *args, **kwargs)
+        output = super().train(checkpoint, *args, **kwargs)
+        self.save_log_history()
+        return output
+
+    def save_log_history(self) -> None:
+        """Write ``<output_dir>/trainer_state.json`` (transformers' format, the log history
+        included): main process only, atomically (see the module)."""
+        if not self.is_world_process_zero():
+            return
+        with atomic_path(os.path.join(self.args.output_dir, TRAINER_STATE_NAME)) as tmp:
+            self.state.save_to_json(os.fspath(tmp))
 
     def check_checkpoint(self, checkpoint: str) -> None:
         """Raise ValueError naming the file when ``checkpoint``'s ebpo files cannot be restored
@@ -253,6 +276,7 @@ class CheckpointingMixin(_Trainer):
             self.estimator.load_state_dict(estimator_state)
             if saved.same_layout(current):
                 self._step = saved.micro_step
+            self._say_restored(checkpoint, estimator_state)
             return
         if state_before_batch is None:
             raise ValueError(
@@ -271,8 +295,10 @@ class CheckpointingMixin(_Trainer):
             self._ebpo_state_before_batch = (
                 state_before_batch  # for checkpoints later in this batch
             )
+            self._say_restored(checkpoint, estimator_state, ", its generation batch replayed")
             return
         self.estimator.load_state_dict(state_before_batch)
+        self._say_restored(checkpoint, state_before_batch, ", as it was before its last batch")
         if same_layout:
             self._step = saved.micro_step
         reason = (
@@ -291,3 +317,16 @@ class CheckpointingMixin(_Trainer):
             saved.generate_every,
             reason,
         )
+
+    def _say_restored(self, checkpoint: str, state: dict[str, Any], note: str = "") -> None:
+        if self.announce and self.accelerator.is_main_process:
+            print(restored_line(os.fspath(checkpoint), state, note), flush=True)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """transformers' notice of missing and unexpected keys, without the tied keys whose tensor
+        was loaded under its other name (see the module)."""
+        tied = tied_missing_keys(self.model, load_result.missing_keys)
+        if tied:
+            missing = [key for key in load_result.missing_keys if key not in tied]
+            load_result = load_result._replace(missing_keys=missing)
+        super()._issue_warnings_after_load(load_result)

@@ -59,6 +59,8 @@ from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.estimator_settings import lone_row_policy
+from ebpo.integrations.trl.gguf_policy import load_gguf_policy, model_init_kwargs_used
+from ebpo.integrations.trl.notices import estimator_line
 from ebpo.integrations.trl.reference_model import reference_from_policy
 from ebpo.integrations.trl.reward_calls import checked_rewards
 from ebpo.integrations.trl.save_and_resume import CheckpointingMixin
@@ -104,7 +106,9 @@ def has_lone_response_baseline(estimator_name: str) -> bool:
 class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from ``ebpo.make_estimator(args.advantage_estimator)``.
 
-    Same constructor as ``GRPOTrainer``; ``args`` must be an :class:`EBPOConfig`. ``args=None`` does
+    Same constructor as ``GRPOTrainer``; ``model`` may also name a GGUF file (``smollm2-135m``, a
+    ``.gguf`` path), which ebpo loads for TRL (:mod:`.gguf_policy`). ``args`` must be an
+    :class:`EBPOConfig`. ``args=None`` does
     what ``GRPOTrainer(args=None)`` does with ``GRPOConfig``: ``EBPOConfig("<model name>-EBPO")``,
     i.e. TRL's defaults (for TRL 1.16: ``loss_type="dapo"``, ``beta=0``, ``num_generations=8``,
     ``bf16=True``, which needs ``use_cpu=True, bf16=False`` on a CPU-only machine, as with TRL) plus
@@ -163,8 +167,10 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
                 check_columns(split_name, split, [args.cluster_column], "cluster_column")
         if args.data_order != "shuffle":
             train_dataset = reorder(train_dataset, args.data_order, args.seed)
+        # A GGUF file (smollm2-135m, *.gguf), which TRL cannot load by name: loaded here.
+        model, processing_class, loaded = load_gguf_policy(model, args, processing_class)
 
-        with reference_from_policy(model, args):
+        with reference_from_policy(model, args), model_init_kwargs_used(loaded):
             super().__init__(
                 model=model,
                 reward_funcs=reward_funcs,
@@ -314,6 +320,16 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         )
         if notice is not None and self.accelerator.is_main_process:
             signal_logger.warning("EBPOTrainer: %s", notice)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``GRPOTrainer.train`` (resuming as :class:`.checkpointing.CheckpointingMixin` says),
+        after the main process printed the estimator and its settings
+        (:func:`.notices.estimator_line`)."""
+        if self.announce and self.accelerator.is_main_process:
+            print(
+                estimator_line(self.args.advantage_estimator, self.estimator, self.args), flush=True
+            )
+        return super().train(*args, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "train_runtime" in logs:  # transformers' summary at the end of train()

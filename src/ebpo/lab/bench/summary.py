@@ -149,10 +149,10 @@ def paired_rows(cells: Iterable[Mapping[str, Any]], config: BenchConfig) -> list
             "seeds": len(seeds),
         }
         for checkpoint in checkpoints:
-            pairs = [
+            scored = [
                 (_pass1_at(mine[s], checkpoint), _pass1_at(theirs[s], checkpoint)) for s in seeds
             ]
-            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+            pairs = [(a, b) for a, b in scored if a is not None and b is not None]
             if pairs:
                 stats = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
                 rows.append(

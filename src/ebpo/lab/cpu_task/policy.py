@@ -217,7 +217,7 @@ def _supervised(
     eos, pad = tokenizer.eos_token or "", tokenizer.pad_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     if steps >= 10:
-        schedule = torch.optim.lr_scheduler.OneCycleLR(
+        schedule: torch.optim.lr_scheduler.LRScheduler = torch.optim.lr_scheduler.OneCycleLR(
             optimizer, max_lr=lr, total_steps=steps, pct_start=0.1
         )
     else:  # too short for a warm-up and a decay (tests, smoke runs)

@@ -58,7 +58,8 @@ class RunLifecycle:
     @property
     def finished_before(self) -> bool:
         """Whether the run to resume has already completed: nothing is left to do."""
-        return self.resumed and self.decision.manifest["status"] == "completed"  # type: ignore[index]
+        manifest = self.decision.manifest  # None unless resumed
+        return manifest is not None and manifest["status"] == "completed"
 
     def started(self) -> None:
         """Claim the directory: clear the run it replaces (only that run's entries: the user's own
@@ -120,6 +121,7 @@ def logged_loss_sum(path: Path, step: int) -> float:
     ``step``: each record's ``loss`` is the mean over the steps since the record before it, so it
     counts that many times. This is the part of transformers' running loss total (whose mean over
     all steps is the summary's ``train_loss``) that a resumed training did not see."""
+    previous: float  # the last step counted (a logged step is any real number)
     total, previous = 0.0, 0
     for record in rundir.read_metrics(path):
         logged, loss = record.get("step"), record.get("loss")

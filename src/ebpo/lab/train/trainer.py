@@ -100,6 +100,7 @@ def build_trainer(
         processing_class=tokenizer,
     )
     quiet_trl_console(trainer)
+    trainer.announce = config.progress  # --quiet: no estimator line, no resume line
 
     def periodic_eval(policy: Any, step: int) -> dict[str, Any]:
         return processes.on_main(lambda: evaluate(policy, f"held-out eval @ {step}"))

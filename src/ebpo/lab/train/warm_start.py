@@ -114,7 +114,7 @@ def warm_start(
     cache = policy.cache_dir(config.cache_dir)
     if config.progress and processes.main and warm_start_pending(config):
         print(warm_start_notice(config, cache))
-    options = {
+    options: dict[str, Any] = {
         "steps": config.warm_steps,
         "batch_size": config.warm_start_batch_size,
         "lr": config.warm_start_lr,

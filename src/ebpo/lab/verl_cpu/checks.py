@@ -125,8 +125,11 @@ def reference_policy_checks(
     want = float(next(o.split("=", 1)[1] for o in reversed(run.overrides) if "kl_loss_coef=" in o))
     after = list(range(settings.save_step + 1, settings.steps + 1))
     resumed = [b.metrics.get(s, {}).get("actor/kl_loss") for s in after]
-    logged = all(x is not None for x in kl)
-    moved = logged and abs(kl[0]) <= KL_AT_START and all(x > KL_AT_START for x in kl[1:])
+    logged_kl = [x for x in kl if x is not None]
+    logged = len(logged_kl) == len(kl)
+    moved = (
+        logged and abs(logged_kl[0]) <= KL_AT_START and all(x > KL_AT_START for x in logged_kl[1:])
+    )
     return [
         Check(
             f"{run.name}: reference log-probs and verl's KL loss at every step (coefficient {want})",

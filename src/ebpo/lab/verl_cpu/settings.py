@@ -184,7 +184,8 @@ def recipe_smoke_overrides(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]
     Raises:
         ValueError: an unknown recipe name.
     """
-    kept, replaced = [], []
+    kept: list[str] = []
+    replaced: list[str] = []
     for override in recipe_overrides(name):
         key = _key(override)
         keep = key.startswith(RECIPE_KEPT) and key not in RECIPE_REPLACED

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ class Samples:
 
 
 def sample(
-    model: torch.nn.Module,
+    model: Any,  # a transformers causal LM (torch's Module has no generate)
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     *,

@@ -103,7 +103,7 @@ class CPUActorRolloutWorker(Worker):
         self.role = role
         self.model: Any = None
         self.ref_model: Any = None  # the frozen initial policy, with a reference role
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer: Any = None  # a torch.optim.Optimizer once init_model ran, as model
 
     # ------------------------------------------------------------------ setup
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -348,7 +348,7 @@ class CPUActorRolloutWorker(Worker):
         (when ``entropy_coeff != 0``, where verl's trainer asks for the entropy) and ``+
         kl_loss_coef · kl_loss`` (``use_kl_loss``), aggregated as verl does, with its metrics."""
         cfg = self.actor_config
-        mask = batch["response_mask"].to(bool)
+        mask = batch["response_mask"].to(torch.bool)
         metrics: dict[str, float] = {}
         if cfg.entropy_coeff != 0:
             entropy_loss = core_algos.agg_loss(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 import ray
@@ -139,7 +140,7 @@ def write_manifest(trainer: Any) -> None:
 def _task_runner() -> dict[str, str] | None:
     """The class of the Ray actor whose ``run`` built this trainer (verl's ``TaskRunnerV1``) and
     the file it is defined in (its module is ``main_ppo`` when ``main_ppo`` runs as ``-m``)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if frame.f_code.co_name == "run" and owner is not None:

@@ -56,7 +56,7 @@ def output_request_key(global_steps: int, index: int, session_id: int, output: i
 class TwoOutputAgentLoop(SingleTurnAgentLoop):
     """Two single-turn answers per session, returned as a list (see module docstring)."""
 
-    async def run(  # type: ignore[override]
+    async def run(
         self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any
     ) -> list[Any]:
         session = int(kwargs["session_id"])
