@@ -26,9 +26,9 @@ import shlex
 from typing import Any
 
 import ebpo
-from ebpo.estimators import VARIANTS, AdvantageEstimator, available_variants, variant_spec
+from ebpo.estimators import VARIANTS, AdvantageEstimator, available_variants
 from ebpo.integrations.trl.batch_advantages import LoneRowPolicy
-from ebpo.integrations.trl.paper_methods import PAPER_METHODS, preset_arguments
+from ebpo.integrations.trl.paper_methods import PAPER_METHODS, preset_arguments, preset_fields
 
 __all__ = [
     "SCALE_REWARDS",
@@ -100,8 +100,8 @@ def resolve_estimator(name: Any, options: dict[str, Any]) -> tuple[str, dict[str
             (the message lists estimators, variants and presets).
     """
     if isinstance(name, str) and name in available_variants():
-        estimator, variant_options = variant_spec(name)
-        return estimator, {**variant_options, **options}
+        fields = preset_fields(name)  # the one reading of a user's word: .paper_methods
+        return fields["advantage_estimator"], {**fields.get("estimator_options", {}), **options}
     if isinstance(name, str) and name in TRAINER_PRESETS:
         flags = shlex.join(preset_arguments(name))
         raise ValueError(

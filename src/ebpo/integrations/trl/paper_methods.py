@@ -43,9 +43,11 @@ Every other variant name (``ebpo_ema``, ``ebpo_within``, ``ebpo_cluster``, ...,
 variant's estimator and options. Per-topic EBPO is ``make_config("ebpo_cluster",
 cluster_column="topic")`` (add ``data_order="topic"`` for a topic-ordered stream).
 
-:func:`preset_fields` reads this table for ``make_config`` (in :mod:`.config`);
-:mod:`.estimator_settings` reads it to tell an estimator name from a preset that also sets the
-trainer (``dapo``, ``entropy_mech``).
+A user's word (a paper method, a named variant or an estimator name) becomes an estimator, its
+options and the trainer's settings here and only here, in :func:`preset_fields`: ``make_config``
+(:mod:`.config`) starts from it, and ``EBPOConfig`` resolves ``advantage_estimator`` through it
+(:func:`.estimator_settings.resolve_estimator`, which refuses the presets that also set the
+trainer, ``dapo`` and ``entropy_mech``).
 """
 
 from __future__ import annotations
