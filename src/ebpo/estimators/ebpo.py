@@ -146,9 +146,7 @@ class Prior:
 class PriorParameters:
     """Per-group prior parameters (``[K]`` tensors), taken from each group's own prior."""
 
-    mean: (
-        torch.Tensor
-    )  # μ: mean of all rewards, or of the group means (prior_mean_from="group_means")
+    mean: torch.Tensor  # μ: mean of all rewards, or of the group means (see prior_mean_from)
     sigma2: torch.Tensor  # within-group variance σ²
     between_variance: torch.Tensor  # var(W_means), τ² before any correction
     means_mean: torch.Tensor  # mean of the group means (used by the Beta-Binomial variant)
