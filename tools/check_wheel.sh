@@ -13,6 +13,7 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 wheel=$(ls "$dist"/ebpo-*.whl)
 sdist_files=$(tar tzf "$dist"/ebpo-*.tar.gz | cut -d/ -f2-)
 for needed in LICENSE CHANGELOG.md Makefile tests/conftest.py docs/trl.md recipes/verl/README.md \
+    requirements/unsloth-cpu.txt docs/unsloth.md \
     src/ebpo/integrations/trl/recipes/qwen3-1.7b/grpo.yaml; do
   grep -qx "$needed" <<< "$sdist_files" || { echo "dist-check: the sdist lacks $needed" >&2; exit 1; }
 done

@@ -21,6 +21,7 @@ __all__ = ["PAGES", "add_parser", "page_path", "run"]
 PAGES: dict[str, tuple[str, str]] = {
     "readme": ("README.md", "start here: set-up, quick answers for TRL, verl and researchers"),
     "trl": ("docs/trl.md", "ebpo grpo, EBPOTrainer, presets, resume, metrics, several GPUs"),
+    "unsloth": ("docs/unsloth.md", "EBPO on Unsloth's GRPO: one changed import, caveats"),
     "verl": (
         "recipes/verl/README.md",
         "the verl plug-in, main_ppo keys, clusters, ebpo verl smoke",

@@ -18,6 +18,7 @@ from transformers import TrainerState  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import ebpo  # noqa: E402
+from ebpo.analysis.compare.runs import read_run  # noqa: E402
 from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import (  # noqa: E402
     ESTIMATOR_STATE_FILE,
@@ -30,7 +31,6 @@ from ebpo.integrations.trl import (  # noqa: E402
     zero_variance_groups,
 )
 from ebpo.utils.checkpoints import incomplete_reason  # noqa: E402
-from tests.estimators.counting import count_estimators  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -758,7 +758,14 @@ def test_the_estimator_is_built_once_per_trainer(tokenizer, tmp_path, monkeypatc
     """The estimator EBPOConfig builds to check its settings is the trainer's (before: two, one
     thrown away); a second trainer of the same configuration gets its own, and so does a trainer
     of a configuration whose estimator settings changed after it was built."""
-    built = count_estimators(monkeypatch)
+    built = []  # as tests/estimators/counting.py (which the two-process worker cannot import)
+    constructor = ebpo.AdvantageEstimator.__init__
+
+    def counted(self, **options):
+        built.append(type(self).name)
+        constructor(self, **options)
+
+    monkeypatch.setattr(ebpo.AdvantageEstimator, "__init__", counted)
     args = tiny_args(tmp_path, "ebpo_batch")
     first = build(tokenizer, args, RecordingReward(), cls=EBPOTrainer)
     assert built == ["ebpo"]
@@ -936,3 +943,6 @@ def test_the_log_history_is_left_in_output_dir_without_any_checkpoint(ebpo_run):
     assert [e["step"] for e in saved.log_history if "loss" in e] == [1, 2, 3]
     assert "train_runtime" in saved.log_history[-1]
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # renamed into place
+    # and the config beside it, as save_model writes it: ebpo compare reads estimator and seed
+    run = read_run(str(out))
+    assert (run.kind, run.estimator, run.seed) == ("trl", "ebpo", str(ebpo_run.trainer.args.seed))

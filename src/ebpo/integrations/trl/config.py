@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trl import GRPOConfig
 
@@ -35,7 +35,12 @@ from ebpo.integrations.trl.estimator_settings import (
 from ebpo.integrations.trl.paper_methods import preset_fields
 from ebpo.utils.structured_input import parse_json
 
-__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig", "make_config"]
+__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig", "EBPOConfigMixin", "make_config"]
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig as _GRPOConfig  # what the mixin is mixed into, for the type checker
+else:
+    _GRPOConfig = object
 
 #: accepted values of ``EBPOConfig.data_order``: those of ``ebpo.curriculum.order_indices``
 DATA_ORDERS = ORDERS
@@ -43,17 +48,12 @@ DATA_ORDERS = ORDERS
 FILTER_GROUPS_METRICS = FILTER_METRICS
 
 
-@dataclass
-class EBPOConfig(GRPOConfig):
-    r"""Configuration of :class:`ebpo.integrations.trl.EBPOTrainer`: a ``trl.GRPOConfig`` with the fields below.
-
-    Use :func:`make_config` to start from a preset that reproduces one of the
-    paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
-    ``ebpo_bb``, ``ebpo_batch``) or trains any variant of ``ebpo.estimators.VARIANTS``.
-    docs/trl.md describes how TRL's options carry over.
-    """
-
-    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
+@dataclass(init=False, repr=False, eq=False)
+class EBPOConfigMixin(_GRPOConfig):
+    """The fields and checks EBPO adds to a ``GRPOConfig`` class: mixed in before TRL's own
+    (:class:`EBPOConfig`) or before the one Unsloth puts in its place
+    (:mod:`ebpo.integrations.unsloth`). Its ``__post_init__`` checks these fields, then runs the
+    base class's."""
 
     # ------------------------------------------------------------------ advantage estimator
     advantage_estimator: str = field(
@@ -300,6 +300,20 @@ class EBPOConfig(GRPOConfig):
             self.scale_rewards,
             self.multi_objective_aggregation,
         )
+
+
+@dataclass
+class EBPOConfig(EBPOConfigMixin, GRPOConfig):
+    r"""Configuration of :class:`ebpo.integrations.trl.EBPOTrainer`: a ``trl.GRPOConfig`` with the
+    fields of :class:`EBPOConfigMixin`.
+
+    Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
+    paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
+    ``ebpo_bb``, ``ebpo_batch``) or trains any variant of ``ebpo.estimators.VARIANTS``.
+    docs/trl.md describes how TRL's options carry over.
+    """
+
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
 
 
 def make_config(preset: str, **overrides: Any) -> EBPOConfig:

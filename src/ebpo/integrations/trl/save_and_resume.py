@@ -46,7 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer import (
+    OPTIMIZER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+    TRAINING_ARGS_NAME,
+)
 from transformers.trainer_pt_utils import reissue_pt_warnings
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 from transformers.utils.import_utils import check_torch_load_is_safe
@@ -157,11 +162,15 @@ class CheckpointingMixin(_Trainer):
 
     def save_log_history(self) -> None:
         """Write ``<output_dir>/trainer_state.json`` (transformers' format, the log history
-        included): main process only, atomically (see the module)."""
+        included) and ``training_args.bin`` (the config, as ``save_model`` writes it: the estimator
+        and seed ``ebpo compare`` reads), main process only, atomically (see the module). A run
+        that saves no checkpoint and no model is then still a run ``ebpo compare`` can read."""
         if not self.is_world_process_zero():
             return
         with atomic_path(os.path.join(self.args.output_dir, TRAINER_STATE_NAME)) as tmp:
             self.state.save_to_json(os.fspath(tmp))
+        with atomic_path(os.path.join(self.args.output_dir, TRAINING_ARGS_NAME)) as tmp:
+            torch.save(self.args, tmp)
 
     def check_checkpoint(self, checkpoint: str) -> None:
         """Raise ValueError naming the file when ``checkpoint``'s ebpo files cannot be restored

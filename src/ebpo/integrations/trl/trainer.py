@@ -56,7 +56,7 @@ from ebpo.integrations.trl.aggregation import unscorable_rows, zero_variance_gro
 from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages
 from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
-from ebpo.integrations.trl.config import EBPOConfig
+from ebpo.integrations.trl.config import EBPOConfig, EBPOConfigMixin
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
 from ebpo.integrations.trl.estimator_settings import lone_row_policy
 from ebpo.integrations.trl.gguf_policy import load_gguf_policy, model_init_kwargs_used
@@ -78,6 +78,7 @@ __all__ = [
     "ESTIMATOR_STATE_FILE",
     "METRIC_PREFIX",
     "EBPOTrainer",
+    "EBPOTrainerMixin",
     "has_lone_response_baseline",
     "zero_variance_groups",
 ]
@@ -103,31 +104,15 @@ def has_lone_response_baseline(estimator_name: str) -> bool:
     return ebpo.make_estimator(estimator_name).uses_prior
 
 
-class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` whose advantages come from ``ebpo.make_estimator(args.advantage_estimator)``.
+class EBPOTrainerMixin(CheckpointingMixin):
+    """Everything EBPO adds to a ``GRPOTrainer`` class, mixed in before it: :class:`EBPOTrainer` is
+    this mixin over ``trl.GRPOTrainer``; :mod:`ebpo.integrations.unsloth` puts it over the class
+    Unsloth has in place. :class:`EBPOTrainer` documents the behaviour."""
 
-    Same constructor as ``GRPOTrainer``; ``model`` may also name a GGUF file (``smollm2-135m``, a
-    ``.gguf`` path), which ebpo loads for TRL (:mod:`.gguf_policy`). ``args`` must be an
-    :class:`EBPOConfig`. ``args=None`` does
-    what ``GRPOTrainer(args=None)`` does with ``GRPOConfig``: ``EBPOConfig("<model name>-EBPO")``,
-    i.e. TRL's defaults (for TRL 1.16: ``loss_type="dapo"``, ``beta=0``, ``num_generations=8``,
-    ``bf16=True``, which needs ``use_cpu=True, bf16=False`` on a CPU-only machine, as with TRL) plus
-    the ``ebpo`` estimator with its defaults (the paper's Algorithm 1, history prior) and
-    ``scale_rewards=None`` (the estimator decides the scale).
-
-    Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
-    checkpoints store) and ``no_signal_notice`` (None, or the one-line warning logged when
-    :data:`~ebpo.integrations.trl.signal.PATIENCE` generation batches in a row gave no group a
-    learning signal: see :mod:`.signal`). Metrics added under ``ebpo/``: every entry of the estimator's
-    ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
-    ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
-    ``ebpo/grpo_zero_signal_group_frac`` (groups GRPO gives no signal = zero-variance groups),
-    ``ebpo/filtered_group_frac`` (DAPO filtering) and ``ebpo/clip_cov_frac`` (Clip-Cov); in the
-    summary at the end of training, ``ebpo/no_signal_batch_frac`` (the fraction of the run's
-    generation batches in which no group had a signal; a run too short for the warning above in
-    which no batch had one gets a warning at its end).
-    """
-
+    #: the configuration class ``args`` must be an instance of (built from it when ``args`` is None)
+    _ebpo_config_class: type[EBPOConfigMixin] = EBPOConfig
+    #: where such a configuration comes from, for the error message
+    _ebpo_config_hint = "ebpo.integrations.trl.make_config builds one"
     _tag_names = ["trl", "grpo", "ebpo"]
     _name = "EBPO"
     # GRPOTrainer's, which __init__ extends: the reward functions and their weights
@@ -143,7 +128,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         self,
         model: Any,
         reward_funcs: Any = None,
-        args: EBPOConfig | None = None,
+        args: EBPOConfigMixin | None = None,
         train_dataset: Any = None,
         eval_dataset: Any = None,
         processing_class: Any = None,
@@ -154,10 +139,10 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     ) -> None:
         if args is None:  # as GRPOTrainer does, with EBPOConfig
             name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = EBPOConfig(f"{name.split('/')[-1]}-EBPO")
-        if not isinstance(args, EBPOConfig):
+            args = self._ebpo_config_class(f"{name.split('/')[-1]}-EBPO")
+        if not isinstance(args, self._ebpo_config_class):
             raise ValueError(
-                f"args must be an EBPOConfig (ebpo.integrations.trl.make_config builds one), got {type(args).__name__}"
+                f"args must be an EBPOConfig ({self._ebpo_config_hint}), got {type(args).__name__}"
             )
         # Everything that can fail on the user's input fails here, before the model is touched.
         estimator = args.build_estimator()  # the one the config built to check its settings
@@ -214,7 +199,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
         )
 
     # ------------------------------------------------------------------ DAPO soft overlong punishment
-    def _add_overlong_reward(self, args: EBPOConfig) -> None:
+    def _add_overlong_reward(self, args: EBPOConfigMixin) -> None:
         """Append TRL's soft overlong punishment as one more reward function (weight = penalty factor).
 
         Appended after TRL's init, as TRL itself does for environment rewards, so it shows up in the
@@ -322,7 +307,7 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
             signal_logger.warning("EBPOTrainer: %s", notice)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """``GRPOTrainer.train`` (resuming as :class:`.checkpointing.CheckpointingMixin` says),
+        """``GRPOTrainer.train`` (resuming as :class:`.save_and_resume.CheckpointingMixin` says),
         after the main process printed the estimator and its settings
         (:func:`.notices.estimator_line`)."""
         if self.announce and self.accelerator.is_main_process:
@@ -399,14 +384,17 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
     ):
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+        result = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
         )
         inputs = self._ebpo_loss_inputs
+        if inputs is None:  # as returned (Unsloth's generated trainer returns other tuples)
+            return result
+        logps, entropies, aux_loss = result
         # Only the policy forward inside _compute_loss with gradients on (training) is touched;
         # old/ref log-probs (no grad) and evaluation are left alone.
-        if inputs is None or not torch.is_grad_enabled() or not logps.requires_grad:
-            return logps, entropies, aux_loss
+        if not torch.is_grad_enabled() or not logps.requires_grad:
+            return result
         self._ebpo_loss_inputs = None  # once per loss computation
         mask = (
             inputs["completion_mask"]
@@ -434,6 +422,32 @@ class EBPOTrainer(CheckpointingMixin, GRPOTrainer):
             self.accelerator.gather(fraction).mean().item()
         )
         return torch.where(selected, logps.detach(), logps), entropies, aux_loss
+
+
+class EBPOTrainer(EBPOTrainerMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` whose advantages come from ``ebpo.make_estimator(args.advantage_estimator)``.
+
+    Same constructor as ``GRPOTrainer``; ``model`` may also name a GGUF file (``smollm2-135m``, a
+    ``.gguf`` path), which ebpo loads for TRL (:mod:`.gguf_policy`). ``args`` must be an
+    :class:`EBPOConfig`. ``args=None`` does
+    what ``GRPOTrainer(args=None)`` does with ``GRPOConfig``: ``EBPOConfig("<model name>-EBPO")``,
+    i.e. TRL's defaults (for TRL 1.16: ``loss_type="dapo"``, ``beta=0``, ``num_generations=8``,
+    ``bf16=True``, which needs ``use_cpu=True, bf16=False`` on a CPU-only machine, as with TRL) plus
+    the ``ebpo`` estimator with its defaults (the paper's Algorithm 1, history prior) and
+    ``scale_rewards=None`` (the estimator decides the scale).
+
+    Attributes added: ``estimator`` (the live estimator; its ``state_dict()`` is what
+    checkpoints store) and ``no_signal_notice`` (None, or the one-line warning logged when
+    :data:`~ebpo.integrations.trl.signal.PATIENCE` generation batches in a row gave no group a
+    learning signal: see :mod:`.signal`). Metrics added under ``ebpo/``: every entry of the estimator's
+    ``res.metrics`` (``prior_mean``, ``sigma2``, ``tau2``, ``shrinkage_mean``,
+    ``zero_variance_group_frac``, ``zero_signal_group_frac``, ...), plus
+    ``ebpo/grpo_zero_signal_group_frac`` (groups GRPO gives no signal = zero-variance groups),
+    ``ebpo/filtered_group_frac`` (DAPO filtering) and ``ebpo/clip_cov_frac`` (Clip-Cov); in the
+    summary at the end of training, ``ebpo/no_signal_batch_frac`` (the fraction of the run's
+    generation batches in which no group had a signal; a run too short for the warning above in
+    which no batch had one gets a warning at its end).
+    """
 
 
 # ---------------------------------------------------------------------- helpers

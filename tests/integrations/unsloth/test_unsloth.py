@@ -1,0 +1,160 @@
+"""EBPO on Unsloth (:mod:`ebpo.integrations.unsloth`), on the CPU, in the environment that ``make
+test-unsloth`` builds (unsloth 2026.10.9, trl 1.15.0; skipped where unsloth is not installed). Each
+Unsloth path runs in a process of its own (tests/integrations/unsloth/worker.py), a tiny local
+Llama, 3 steps a run:
+
+* Unsloth's CPU backend (``import unsloth`` without a GPU; ``trl.GRPOTrainer`` stays TRL's; the
+  model from ``FastLanguageModel`` with LoRA): ``advantage_estimator="grpo"`` logs exactly what
+  Unsloth's own GRPOTrainer logs; an ``ebpo`` LoRA run (beta 0) resumed from its step-2 checkpoint
+  ends as the uninterrupted run (estimator state, logs, LoRA weights);
+* Unsloth's GPU-path trainer (the generated ``UnslothGRPOTrainer``, through Unsloth's test switch
+  ``UNSLOTH_ALLOW_CPU=1``; a plain transformers model): the same grpo parity and exact resume,
+  Unsloth's config defaults and output keys (``max_left_pad``) kept, ``ebpo`` trains."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+UNSLOTH = importlib.util.find_spec("unsloth") is not None
+pytestmark = [
+    pytest.mark.unsloth,
+    pytest.mark.skipif(
+        not UNSLOTH, reason="needs unsloth: `make test-unsloth` builds its environment"
+    ),
+]
+
+WORKER = Path(__file__).with_name("worker.py")
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    from ebpo.evaluation.models import save_tiny_llama
+
+    root = tmp_path_factory.mktemp("unsloth_model")
+    return save_tiny_llama(root / "model", num_layers=1, hidden_size=32, num_heads=2, seed=0)
+
+
+def run_worker(path: str, model: Path, out: Path, **env: str) -> dict:
+    out.mkdir()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("UNSLOTH_")}
+    environment.update(CUDA_VISIBLE_DEVICES="", **env)  # the CPU paths, even on a GPU machine
+    done = subprocess.run(
+        [sys.executable, str(WORKER), path, str(model), str(out)],
+        capture_output=True, text=True, timeout=600, env=environment, cwd=out,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    results["dir"] = str(out)
+    return results
+
+
+@pytest.fixture(scope="module")
+def cpu(model_dir, tmp_path_factory) -> dict:
+    return run_worker("cpu", model_dir, tmp_path_factory.mktemp("unsloth_cpu") / "out")
+
+
+@pytest.fixture(scope="module")
+def gpu_path(model_dir, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("unsloth_gpu_path") / "out"
+    return run_worker("gpu-path", model_dir, out, UNSLOTH_ALLOW_CPU="1")
+
+
+def weights(results: dict, job: str) -> list[torch.Tensor]:
+    return torch.load(Path(results["dir"]) / f"{job}.pt")
+
+
+def assert_unsloths_grpo(results: dict) -> None:
+    expected, got = results["unsloth"]["logs"], results["grpo"]["logs"]
+    assert len(expected) == STEPS and got == expected  # to the last digit
+    assert any(0 < h["reward"] < 1 for h in expected) and any(h["loss"] != 0 for h in expected)
+    for a, b in zip(weights(results, "unsloth"), weights(results, "grpo"), strict=True):
+        assert torch.equal(a, b)
+
+
+def assert_outputs_kept(results: dict) -> None:
+    """Every key of Unsloth's generation batch is handed on; advantages 1-D float32, one a row."""
+    theirs = results["outputs"]["unsloth"]
+    for job in ("grpo", "ebpo"):
+        ours = results["outputs"][job]
+        assert [o["keys"] for o in ours] == [o["keys"] for o in theirs[: len(ours)]]
+        for output in ours:
+            (rows,), dtype = output["advantages"]
+            assert rows > 0 and dtype == "torch.float32" and output["same_device"]
+
+
+def test_cpu_backend_keeps_trls_trainer_underneath(cpu):
+    assert cpu["generated"] is False and cpu["trl_grpo_trainer"] == "GRPOTrainer"
+    assert cpu["ebpo_bases"] == ["EBPOTrainerMixin", "CheckpointingMixin", "GRPOTrainer"]
+
+
+def test_cpu_backend_grpo_is_unsloths_grpo_to_the_last_digit(cpu):
+    assert_unsloths_grpo(cpu)
+    assert_outputs_kept(cpu)
+
+
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_ebpo_resumed_ends_as_the_uninterrupted_run(path, request):
+    results = request.getfixturevalue(path)
+    full, resumed = results["full"], results["resumed"]
+    assert len(full["logs"]) == 4 and resumed["logs"] == full["logs"]
+    assert resumed["estimator"] == full["estimator"] and full["estimator"]["steps"] == 4
+    # the prior at the checkpoint was restored, not rebuilt: it had already moved
+    saved = results["checkpoint_state"]
+    assert saved["steps"] == 2 and saved["global"] != full["estimator"]["global"]
+    for a, b in zip(weights(results, "full"), weights(results, "resumed"), strict=True):
+        assert torch.equal(a, b)
+    assert "ebpo/prior_mean" in full["ebpo_metrics"]
+
+
+def test_gpu_path_is_unsloths_generated_trainer_with_its_config_defaults(gpu_path):
+    assert gpu_path["generated"] is True
+    assert gpu_path["trl_grpo_trainer"] == "UnslothGRPOTrainer"
+    assert gpu_path["ebpo_bases"] == [
+        "EBPOTrainerMixin",
+        "CheckpointingMixin",
+        "UnslothGRPOTrainer",
+    ]
+    # Unsloth's GRPOConfig default (TRL's is adamw_torch), kept by EBPOConfig
+    assert (
+        gpu_path["default_optim"] == gpu_path["stock_default_optim"] == "OptimizerNames.ADAMW_8BIT"
+    )
+
+
+def test_gpu_path_grpo_is_unsloths_grpo_and_keeps_its_keys(gpu_path):
+    assert_unsloths_grpo(gpu_path)
+    assert_outputs_kept(gpu_path)
+    assert all("max_left_pad" in o["keys"] for o in gpu_path["outputs"]["grpo"])
+
+
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_ebpo_trains_on_both_paths(path, request):
+    results = request.getfixturevalue(path)
+    logs = results["ebpo"]["logs"]
+    assert len(logs) == STEPS and all(math.isfinite(h["loss"]) for h in logs)
+    assert results["ebpo"]["estimator"]["steps"] == STEPS
+    assert {"ebpo/prior_mean", "ebpo/shrinkage_mean"} <= set(results["ebpo"]["ebpo_metrics"])
+    assert logs != results["unsloth"]["logs"]  # another estimator, another update
+
+
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_ebpo_config_checks_run_inside_the_config_in_place(path, request):
+    config = request.getfixturevalue(path)["config"]
+    assert config["estimator"] == "ebpo" and config["scale_rewards"] is None
+    assert config["unsloth_fields"] is (path == "gpu_path")  # Unsloth's own fields kept
+    assert config["centred_kwargs"] == {"nan_policy": "mask", "normalize": "center"}
+    assert config["refused"].startswith("scale_rewards='group'")
+
+
+def test_clip_cov_is_refused_on_the_generated_trainer_only(cpu, gpu_path):
+    assert cpu["clip_cov"] == "trained"
+    assert gpu_path["clip_cov"].startswith("clip_cov_ratio > 0 is not supported on Unsloth's")
