@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,60 @@ class CliCase:
     setup: Callable[[Path], None] | None = None
     code: int = 2
     env: dict[str, str] = field(default_factory=dict)
+
+
+def cli_rows(
+    argv: Sequence[str],
+    prefix: str,
+    rows: Iterable[tuple[str, str | Sequence[str], str]],
+    setup: Callable[[Path], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> list[CliCase]:
+    """One :class:`CliCase` per row ``(id, extra, match)`` that share their command and setup:
+    ``ebpo *argv *extra`` (``extra``: a shell-quoted string, or a list of arguments) must end in
+    one stderr line matching ``prefix + match`` (``env``: the environment variables set)."""
+    return [
+        CliCase(
+            id,
+            [*argv, *(shlex.split(extra) if isinstance(extra, str) else extra)],
+            prefix + match,
+            setup,
+            env=dict(env or {}),
+        )
+        for id, extra, match in rows
+    ]
+
+
+def table_rows(table: str, columns: int) -> list[list[str]]:
+    """The rows of a text table, one a line, cells split on " | " (the last cell keeps any further
+    " | "); blank lines are skipped. A long row goes on below: a line starting with "| " begins
+    its next cell, a line starting with "+ " continues its last cell (what follows "+ ", joined
+    as it is)."""
+    lines: list[str] = []
+    for line in (line.strip() for line in table.splitlines()):
+        if line.startswith("| ") and lines:
+            lines[-1] += " " + line
+        elif line.startswith("+ ") and lines:
+            lines[-1] += line[2:]
+        elif line:
+            lines.append(line)
+    rows = [line.split(" | ", columns - 1) for line in lines]
+    assert all(len(row) == columns for row in rows), f"a row has not {columns} cells: {rows}"
+    return rows
+
+
+def cli_table(
+    argv: Sequence[str],
+    prefix: str,
+    table: str,
+    setup: Callable[[Path], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> list[CliCase]:
+    """:func:`cli_rows` from a text table, one case a line: ``id | arguments | message`` (arguments
+    shell-quoted; the message is a regex without the shared ``prefix``)."""
+    return cli_rows(
+        argv, prefix, [(id, extra, match) for id, extra, match in table_rows(table, 3)], setup
+    )
 
 
 def state_of(obj: Any) -> str:

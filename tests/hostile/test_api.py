@@ -69,296 +69,117 @@ def batch_case(
 
 # ---------------------------------------------------------------------- bad batches, every estimator
 F16 = torch.tensor([60000.0, -60000.0, -60000.0, -60000.0], dtype=torch.float16)
-for name in NAMES:
-    bb = (
-        name == "ebpo_bb"
-    )  # rewards must lie in [0, 1]: out-of-range values are refused for that first
-    # issue #11 item 4: overflow must not give inf/NaN, nor reach a running prior
-    batch_case(
-        name,
-        "overflow-1e200",
-        r"\[0, 1\]"
-        if bb
-        else r"rewards are too large: the reward variance of group 0 overflows float64",
-        [0, 1e200, 0, 1e200],
-        [0, 0, 1, 1],
-    )
-    batch_case(
-        name,
-        "overflow-1e308-mean",
-        r"\[0, 1\]" if bb else r"reward mean of group 'g' overflows",
-        [1.7e308, 1.7e308],
-        ["g", "g"],
-    )
-    batch_case(
-        name,
-        "huge-int-reward",
-        r"rewards must be finite real numbers.*too large",
-        [10**400, 0],
-        [0, 0],
-    )
+R2, Z2 = [1.0, 0.0], [0, 0]
+_ROW_1 = r" on unmasked rows \(first: \[1\]\)"
+_REAL, _NUMBERS = r"rewards must be real numbers, got ", r"rewards must be numbers, got "
+_MASK_NAN, _FLOATS = {"options": {"nan_policy": "mask"}}, torch.tensor([0.0, 1.0])
+#: (label, message, rewards, group_ids[, keyword arguments]) of batches every estimator refuses
+BAD_BATCHES: list[tuple[Any, ...]] = [
+    ("huge-int-reward", r"rewards must be finite real numbers.*too large", [10**400, 0], Z2),
     # NaN / inf
-    batch_case(
-        name,
-        "nan-raise",
-        r"rewards contains NaN on unmasked rows \(first: \[1\]\).*nan_policy='mask'",
-        [1.0, math.nan],
-        [0, 0],
-    )
-    batch_case(
-        name,
-        "inf",
-        r"rewards must be finite; got inf on unmasked rows \(first: \[1\]\)",
-        [1.0, math.inf],
-        [0, 0],
-    )
-    batch_case(
-        name,
+    ("nan-raise", r"rewards contains NaN" + _ROW_1 + r".*nan_policy='mask'", [1.0, math.nan], Z2),
+    ("inf", r"rewards must be finite; got inf" + _ROW_1, [1.0, math.inf], Z2),
+    (
         "minus-inf-nan-mask",
         r"rewards must be finite; got inf",
         [0.0, -math.inf, 1.0],
         [0, 0, 1],
-        options={"nan_policy": "mask"},
-    )
+        _MASK_NAN,
+    ),
     # shapes and lengths
-    batch_case(name, "empty", r"rewards is empty", [], [])
-    batch_case(name, "ids-shorter", r"group_ids has 1 entries but rewards has 2", [1.0, 0.0], [0])
-    batch_case(name, "ids-empty", r"group_ids has 0 entries but rewards has 2", [1.0, 0.0], [])
-    batch_case(
-        name,
-        "mask-longer",
-        r"mask has 3 entries but rewards has 2",
-        [1.0, 0.0],
-        [0, 0],
-        mask=[True] * 3,
-    )
-    batch_case(
-        name,
-        "clusters-shorter",
-        r"clusters has 1 entries but rewards has 2",
-        [1.0, 0.0],
-        [0, 0],
-        clusters=["a"],
-    )
-    batch_case(name, "rewards-0d", r"rewards must be 1-D .*got shape \(\)", torch.tensor(1.0), [0])
-    batch_case(
-        name, "rewards-2d", r"rewards must be 1-D .*got shape \(1, 2\)", [[1.0, 0.0]], [0, 0]
-    )
-    batch_case(name, "ids-0d", r"group_ids must be 1-D .*got shape \(\)", [1.0], np.array(0))
-    batch_case(
-        name,
-        "ids-2d",
-        r"group_ids must be 1-D .*got shape \(2, 1\)",
-        [1.0, 0.0],
-        np.zeros((2, 1), dtype=int),
-    )
-    batch_case(
-        name,
-        "mask-2d",
-        r"mask must be 1-D .*got shape \(1, 2\)",
-        [1.0, 0.0],
-        [0, 0],
-        mask=torch.ones(1, 2, dtype=torch.bool),
-    )
-    batch_case(name, "ids-no-length", r"group_ids must be a 1-D sequence .*got int", [1.0], 7)
+    ("empty", r"rewards is empty", [], []),
+    ("ids-shorter", r"group_ids has 1 entries but rewards has 2", R2, [0]),
+    ("ids-empty", r"group_ids has 0 entries but rewards has 2", R2, []),
+    ("mask-longer", r"mask has 3 entries but rewards has 2", R2, Z2, {"mask": [True] * 3}),
+    ("clusters-shorter", r"clusters has 1 entries but rewards has 2", R2, Z2, {"clusters": ["a"]}),
+    ("rewards-0d", r"rewards must be 1-D .*got shape \(\)", torch.tensor(1.0), [0]),
+    ("rewards-2d", r"rewards must be 1-D .*got shape \(1, 2\)", [[1.0, 0.0]], Z2),
+    ("ids-0d", r"group_ids must be 1-D .*got shape \(\)", [1.0], np.array(0)),
+    ("ids-2d", r"group_ids must be 1-D .*got shape \(2, 1\)", R2, np.zeros((2, 1), dtype=int)),
+    ("mask-2d", r"mask must be 1-D .*got shape \(1, 2\)", R2, Z2, {"mask": torch.ones(1, 2) > 0}),
+    ("ids-no-length", r"group_ids must be a 1-D sequence .*got int", [1.0], 7),
     # reward types numpy/torch would convert silently
-    batch_case(
-        name,
-        "complex-list",
-        r"rewards must be real numbers, got complex values",
-        [1 + 1j, 0.0],
-        [0, 0],
-    )
-    batch_case(
-        name,
-        "complex-tensor",
-        r"rewards must be real numbers, got a torch.complex64 tensor",
-        torch.tensor([1 + 1j, 0.0]),
-        [0, 0],
-    )
-    batch_case(
-        name,
-        "string-rewards",
-        r"rewards must be numbers, got <U1 values such as \['1'\]",
-        ["1", "0"],
-        [0, 0],
-    )
-    batch_case(
-        name,
-        "none-reward",
-        r"rewards must be real numbers, got NoneType None at row 1",
-        [1.0, None],
-        [0, 0],
-    )
-    batch_case(
-        name,
-        "mixed-string-reward",
-        r"rewards must be numbers, got <U32 values such as \[.1.0.\]",
-        [1.0, "1"],
-        [0, 0],
-    )
-    batch_case(
-        name,
+    ("complex-list", _REAL + r"complex values", [1 + 1j, 0.0], Z2),
+    ("complex-tensor", _REAL + r"a torch.complex64 tensor", torch.tensor([1 + 1j, 0.0]), Z2),
+    ("string-rewards", _NUMBERS + r"<U1 values such as \['1'\]", ["1", "0"], Z2),
+    ("none-reward", _REAL + r"NoneType None at row 1", [1.0, None], Z2),
+    ("mixed-string-reward", _NUMBERS + r"<U32 values such as \[.1.0.\]", [1.0, "1"], Z2),
+    (
         "object-none-reward",
-        r"rewards must be real numbers, got NoneType None at row 0",
+        _REAL + r"NoneType None at row 0",
         np.array([None, 1.0], dtype=object),
-        [0, 0],
-    )
-    batch_case(
-        name,
+        Z2,
+    ),
+    (
         "dict-rewards",
         r"rewards must be a 1-D tensor, array or list of numbers, got a dict",
         {0: 1.0},
         [0],
-    )
-    batch_case(
-        name,
+    ),
+    (
         "datetime-rewards",
-        r"rewards must be numbers, got datetime64",
+        _NUMBERS + r"datetime64",
         np.array(["2020-01-01"], dtype="datetime64[D]"),
         [0],
-    )
+    ),
     # group ids
-    batch_case(name, "ids-set", r"group_ids must be a 1-D sequence .*got a set", [1.0, 0.0], {0, 1})
-    batch_case(
-        name,
-        "ids-dict",
-        r"group_ids must be a 1-D sequence .*got a dict",
-        [1.0, 0.0],
-        {"a": 0, "b": 1},
-    )
-    batch_case(
-        name, "ids-string", r"group_ids must be a 1-D sequence .*got a str", [1.0, 0.0], "ab"
-    )
-    batch_case(
-        name,
-        "ids-floats",
-        r"group_ids must hold integers or hashable ids, got floats",
-        [1.0, 0.0],
-        [0.5, 1.5],
-    )
-    batch_case(
-        name,
-        "ids-float-tensor",
-        r"group_ids must hold integers .*torch.float32 tensor",
-        [1.0, 0.0],
-        torch.tensor([0.0, 1.0]),
-    )
-    batch_case(name, "ids-unhashable", r"group_ids must be hashable", [1.0, 0.0], [[0], [1]])
-    # masks
-    batch_case(
-        name,
-        "mask-uint16-2",
-        r"mask must be boolean .*0/1 integers, got values \[2\]",
-        [1.0, 0.0],
-        [0, 0],
-        mask=np.array([1, 2], dtype=np.uint16),
-    )
-    batch_case(
-        name,
+    ("ids-set", r"group_ids must be a 1-D sequence .*got a set", R2, {0, 1}),
+    ("ids-dict", r"group_ids must be a 1-D sequence .*got a dict", R2, {"a": 0, "b": 1}),
+    ("ids-string", r"group_ids must be a 1-D sequence .*got a str", R2, "ab"),
+    ("ids-floats", r"group_ids must hold integers or hashable ids, got floats", R2, [0.5, 1.5]),
+    ("ids-float-tensor", r"group_ids must hold integers .*torch.float32 tensor", R2, _FLOATS),
+    ("ids-unhashable", r"group_ids must be hashable", R2, [[0], [1]]),
+]
+#: (label, message, mask) of masks every estimator refuses, on the rewards R2 in group Z2
+BAD_MASKS: list[tuple[str, str, Any]] = [
+    ("mask-uint16-2", r"0/1 integers, got values \[2\]", np.array([1, 2], dtype=np.uint16)),
+    (
         "mask-uint64-big",
-        r"mask must be boolean .*got values \[18446744073709551615\]",
-        [1.0, 0.0],
-        [0, 0],
-        mask=np.array([1, 2**64 - 1], dtype=np.uint64),
-    )
-    batch_case(
-        name,
-        "mask-torch-uint16-3",
-        r"mask must be boolean .*got values \[3\]",
-        [1.0, 0.0],
-        [0, 0],
-        mask=torch.tensor([3, 1], dtype=torch.uint16),
-    )
-    batch_case(
-        name,
-        "mask-object",
-        r"mask must be boolean .*got dtype object",
-        [1.0, 0.0],
-        [0, 0],
-        mask=np.array([True, None], dtype=object),
-    )
-    batch_case(
-        name,
-        "mask-float",
-        r"mask must be boolean .*got dtype float64",
-        [1.0, 0.0],
-        [0, 0],
-        mask=[0.5, 1.0],
-    )
-    batch_case(
-        name,
-        "mask-float-tensor",
-        r"mask must be boolean .*got dtype torch.float32",
-        [1.0, 0.0],
-        [0, 0],
-        mask=torch.tensor([1.0, 0.0]),
-    )
-    batch_case(
-        name,
-        "mask-strings",
-        r"mask must be boolean .*got dtype <U",
-        [1.0, 0.0],
-        [0, 0],
-        mask=["yes", "no"],
-    )
-    batch_case(
-        name,
-        "mask-set",
-        r"mask must be a 1-D sequence .*got a set",
-        [1.0, 0.0],
-        [0, 0],
-        mask={True, False},
-    )
-    # clusters: reported as clusters, not group_ids
-    batch_case(
-        name,
-        "clusters-floats",
-        r"^clusters must hold integers or hashable ids, got floats",
-        [1.0, 0.0],
-        [0, 0],
-        clusters=[0.5, 0.5],
-    )
-    batch_case(
-        name,
-        "clusters-unhashable",
-        r"^clusters must be hashable",
-        [1.0, 0.0],
-        [0, 0],
-        clusters=[["a"], ["a"]],
-    )
-    batch_case(
-        name,
-        "clusters-bytes",
-        r"clusters labels must be strings, integers.*got bytes b'x'",
-        [1.0, 0.0],
-        [0, 0],
-        clusters=[b"x", b"x"],
-    )
-    batch_case(
-        name,
+        r"got values \[18446744073709551615\]",
+        np.array([1, 2**64 - 1], dtype=np.uint64),
+    ),
+    ("mask-torch-uint16-3", r"got values \[3\]", torch.tensor([3, 1], dtype=torch.uint16)),
+    ("mask-object", r"got dtype object", np.array([True, None], dtype=object)),
+    ("mask-float", r"got dtype float64", [0.5, 1.0]),
+    ("mask-float-tensor", r"got dtype torch.float32", torch.tensor([1.0, 0.0])),
+    ("mask-strings", r"got dtype <U", ["yes", "no"]),
+]
+#: (label, message, clusters): reported as clusters, not group_ids
+BAD_CLUSTERS: list[tuple[str, str, Any]] = [
+    ("clusters-floats", r"^clusters must hold integers or hashable ids, got floats", [0.5, 0.5]),
+    ("clusters-unhashable", r"^clusters must be hashable", [["a"], ["a"]]),
+    ("clusters-bytes", r"clusters labels must be strings, integers.*got bytes b'x'", [b"x", b"x"]),
+    (
         "clusters-nan-label",
         r"clusters labels must be .*got float nan",
-        [1.0, 0.0],
-        [0, 0],
-        clusters=np.array([math.nan, math.nan], dtype=object),
-    )
-    batch_case(
-        name,
+        np.array([math.nan, math.nan], dtype=object),
+    ),
+    (
         "clusters-not-constant",
         r"clusters must be constant within a group; group #0 has rows labelled 'a' and 'b'",
-        [1.0, 0.0],
-        [0, 0],
-        clusters=["a", "b"],
-    )
+        ["a", "b"],
+    ),
+    ("clusters-set", r"clusters must be a 1-D sequence .*got a set", {"a", "b"}),
+]
+for name in NAMES:
+    # issue #11 item 4: overflow must not give inf/NaN, nor reach a running prior (ebpo_bb refuses
+    # rewards outside [0, 1] first)
+    bb = name == "ebpo_bb"
+    variance = r"rewards are too large: the reward variance of group 0 overflows float64"
     batch_case(
-        name,
-        "clusters-set",
-        r"clusters must be a 1-D sequence .*got a set",
-        [1.0, 0.0],
-        [0, 0],
-        clusters={"a", "b"},
+        name, "overflow-1e200", r"\[0, 1\]" if bb else variance, [0, 1e200] * 2, [0, 0, 1, 1]
     )
+    mean = r"reward mean of group 'g' overflows"
+    batch_case(name, "overflow-1e308-mean", r"\[0, 1\]" if bb else mean, [1.7e308] * 2, ["g", "g"])
+    for label, match, *args in BAD_BATCHES:
+        batch_case(name, label, match, *args[:2], **(args[2] if len(args) > 2 else {}))
+    for label, match, mask in BAD_MASKS:
+        batch_case(name, label, r"mask must be boolean .*" + match, R2, Z2, mask=mask)
+    batch_case(
+        name, "mask-set", r"mask must be a 1-D sequence .*got a set", R2, Z2, mask={True, False}
+    )
+    for label, match, clusters in BAD_CLUSTERS:
+        batch_case(name, label, match, R2, Z2, clusters=clusters)
     # state dicts any estimator must refuse
     for label, state, match in [
         ("state-none", None, r"state must be a dict from state_dict\(\), got NoneType"),
@@ -372,7 +193,6 @@ for name in NAMES:
     ]:
         est = fed(name)
         case(f"{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match)
-
 # issue #21 item 11: tensors without plain values raised NotImplementedError / RuntimeError
 _R4 = torch.tensor([1.0, 0.0, 1.0, 0.0])
 _IDS4 = torch.tensor([0, 0, 1, 1])
@@ -403,54 +223,51 @@ def _nested(values: torch.Tensor) -> torch.Tensor:
     return torch.nested.nested_tensor([values[:2], values[2:]])
 
 
+_SPARSE = r"dense tensor, got a sparse tensor \(layout sparse_"
 UNREADABLE_TENSORS: list[tuple[str, Callable[[torch.Tensor], torch.Tensor], str]] = [
     ("meta", lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"), r"got a meta tensor"),
-    (
-        "sparse-coo",
-        lambda t: t.to_sparse(),
-        r"dense tensor, got a sparse tensor \(layout sparse_coo\)",
-    ),
-    (
-        "sparse-csr",
-        _quietly(lambda t: t.reshape(2, 2).to_sparse_csr()),
-        r"dense tensor, got a sparse tensor \(layout sparse_csr\)",
-    ),
-    (
-        "sparse-csc",
-        _quietly(lambda t: t.reshape(2, 2).to_sparse_csc()),
-        r"dense tensor, got a sparse tensor \(layout sparse_csc\)",
-    ),
-    (
-        "sparse-bsr",
-        _quietly(lambda t: t.reshape(2, 2).to_sparse_bsr((1, 1))),
-        r"dense tensor, got a sparse tensor \(layout sparse_bsr\)",
-    ),
+    ("sparse-coo", lambda t: t.to_sparse(), _SPARSE + r"coo\)"),
+    ("sparse-csr", _quietly(lambda t: t.reshape(2, 2).to_sparse_csr()), _SPARSE + r"csr\)"),
+    ("sparse-csc", _quietly(lambda t: t.reshape(2, 2).to_sparse_csc()), _SPARSE + r"csc\)"),
+    ("sparse-bsr", _quietly(lambda t: t.reshape(2, 2).to_sparse_bsr((1, 1))), _SPARSE + r"bsr\)"),
     ("nested", _nested, r"a 1-D tensor, got a nested tensor"),
+]
+#: token_counts: read only with whiten="tokens", but checked for every estimator
+_COUNTS = r"token_counts must be finite numbers >= 0 .*got "
+BAD_TOKEN_COUNTS: list[tuple[str, Any, str]] = [
+    ("negative", [3, -1, 4, 1], _COUNTS + r"-1.0 at row 1"),
+    ("nan", [3, math.nan, 4, 1], _COUNTS + r"nan at row 1"),
+    ("inf", [3, 1, math.inf, 1], r"got inf at row 2"),
+    ("strings", ["3", "1", "4", "1"], r"token_counts must be numbers, got <U1 values"),
+    ("none", [3, None, 4, 1], r"token_counts must be real numbers, got NoneType None at row 1"),
+    ("complex", [3, 1j, 4, 1], r"token_counts must be real numbers, got complex values"),
+    ("bools", [True, False, True, True], r"token_counts must be numbers of tokens, got booleans"),
+    (
+        "bool-tensor",
+        torch.tensor([True, False, True, True]),
+        r"token_counts must be numbers of tokens, got a torch.bool tensor",
+    ),
+    ("shorter", [3, 1, 4], r"token_counts has 3 entries but rewards has 4"),
+    ("2d", np.ones((4, 1)), r"token_counts must be 1-D .*got shape \(4, 1\)"),
+    ("scalar", 4, r"token_counts must be a 1-D sequence .*got int"),
+    ("set", {3, 1, 4, 2}, r"token_counts must be a 1-D sequence .*got a set"),
 ]
 for name in NAMES:
     for label, make, match in UNREADABLE_TENSORS:
-        for argument, value in [("rewards", _R4), ("group_ids", _IDS4), ("mask", _MASK4)]:
-            args = {"rewards": _R4, "group_ids": _IDS4}
-            kwargs = {}
-            if argument == "mask":
-                kwargs["mask"] = make(value)
-            else:
-                args[argument] = make(value)
-            batch_case(
-                name,
-                f"{argument}-{label}",
-                rf"^{argument} must be .*{match}",
-                args["rewards"],
-                args["group_ids"],
-                **kwargs,
-            )
+        bad = {"rewards": make(_R4), "group_ids": make(_IDS4), "mask": make(_MASK4)}
+        batch_case(name, f"rewards-{label}", rf"^rewards must be .*{match}", bad["rewards"], _IDS4)
+        batch_case(
+            name, f"group_ids-{label}", rf"^group_ids must be .*{match}", _R4, bad["group_ids"]
+        )
+        batch_case(name, f"mask-{label}", rf"^mask must be .*{match}", _R4, _IDS4, mask=bad["mask"])
+        clusters, counts = make(_IDS4), make(torch.tensor([3, 1, 4, 1]))
         batch_case(
             name,
             f"clusters-{label}",
             rf"^clusters must be .*{match}",
             _R4,
             _IDS4,
-            clusters=make(_IDS4),
+            clusters=clusters,
         )
         batch_case(
             name,
@@ -458,7 +275,7 @@ for name in NAMES:
             rf"^token_counts must be .*{match}",
             _R4,
             _IDS4,
-            token_counts=make(torch.tensor([3, 1, 4, 1])),
+            token_counts=counts,
         )
     batch_case(
         name,
@@ -467,65 +284,38 @@ for name in NAMES:
         _quantized(_R4),
         _IDS4,
     )
+    quantized = _quantized(torch.ones(4))
     batch_case(
         name,
         "mask-quantized",
         r"^mask must be a plain tensor, got a quantized",
         _R4,
         _IDS4,
-        mask=_quantized(torch.ones(4)),
+        mask=quantized,
     )
-    # token_counts: read only with whiten="tokens", but checked for every estimator
-    for label, counts, match in [
-        (
-            "negative",
-            [3, -1, 4, 1],
-            r"token_counts must be finite numbers >= 0 .*got -1.0 at row 1",
-        ),
-        (
-            "nan",
-            [3, math.nan, 4, 1],
-            r"token_counts must be finite numbers >= 0 .*got nan at row 1",
-        ),
-        ("inf", [3, 1, math.inf, 1], r"got inf at row 2"),
-        ("strings", ["3", "1", "4", "1"], r"token_counts must be numbers, got <U1 values"),
-        ("none", [3, None, 4, 1], r"token_counts must be real numbers, got NoneType None at row 1"),
-        ("complex", [3, 1j, 4, 1], r"token_counts must be real numbers, got complex values"),
-        (
-            "bools",
-            [True, False, True, True],
-            r"token_counts must be numbers of tokens, got booleans",
-        ),
-        (
-            "bool-tensor",
-            torch.tensor([True, False, True, True]),
-            r"token_counts must be numbers of tokens, got a torch.bool tensor",
-        ),
-        ("shorter", [3, 1, 4], r"token_counts has 3 entries but rewards has 4"),
-        ("2d", np.ones((4, 1)), r"token_counts must be 1-D .*got shape \(4, 1\)"),
-        ("scalar", 4, r"token_counts must be a 1-D sequence .*got int"),
-        ("set", {3, 1, 4, 2}, r"token_counts must be a 1-D sequence .*got a set"),
-    ]:
+    for label, counts, match in BAD_TOKEN_COUNTS:
         batch_case(name, f"token-counts-{label}", match, _R4, _IDS4, token_counts=counts)
+_SPREAD = r"the spread of this batch overflows float64"
+_SPREAD_400 = torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64)
+_SPREAD_200 = torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64)
+_TOKENS = {"whiten": "tokens"}
+_NEEDED = r"token_counts is required when the estimator whitens over tokens \(whiten='tokens'\)"
 batch_case(
-    "reinforce_pp_baseline",
-    "tokens-without-token-counts",
-    r"token_counts is required when the estimator whitens over tokens \(whiten='tokens'\)",
-    _R4,
-    _IDS4,
-    options={"whiten": "tokens"},
+    "reinforce_pp_baseline", "tokens-without-token-counts", _NEEDED, _R4, _IDS4, options=_TOKENS
 )
 batch_case(
     "reinforce_pp_baseline",
     "tokens-spread-overflow",
-    r"the spread of this batch overflows float64",
-    torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64),
+    _SPREAD,
+    _SPREAD_400,
     np.repeat(np.arange(400), 2),
-    options={"whiten": "tokens"},
+    options=_TOKENS,
     token_counts=[1000] * 800,
 )
 
 # issue #11 item 7: fp16 ±60000 gave ±inf; the output must fit the caller's dtype
+_FIT = r"the advantages of this batch .* do not fit the output dtype float16"
+_FIT_120000 = r"the advantages of this batch \(up to 120000 in magnitude\) do not fit the output dtype float16"
 for name, options in [
     ("rloo", {}),
     ("dr_grpo", {}),
@@ -534,16 +324,8 @@ for name, options in [
     ("ebpo", {"normalize": "none"}),
     ("grpo", {"scale": "none"}),
 ]:
-    batch_case(
-        name,
-        "fp16-overflow",
-        r"the advantages of this batch \(up to 120000 in magnitude\) do not fit the output dtype float16"
-        if name in ("rloo", "jspo")
-        else r"the advantages of this batch .* do not fit the output dtype float16",
-        F16,
-        [0, 0, 0, 0],
-        options=options,
-    )
+    fit = _FIT_120000 if name in ("rloo", "jspo") else _FIT
+    batch_case(name, "fp16-overflow", fit, F16, [0, 0, 0, 0], options=options)
 batch_case(
     "grpo",
     "float32-out-overflow-from-list",
@@ -552,27 +334,13 @@ batch_case(
     [0, 0, 1, 1],
     options={"scale": "none"},
 )
+_PAIRS_200, _PAIRS_400 = np.repeat(np.arange(200), 2), np.repeat(np.arange(400), 2)
 batch_case(
-    "ebpo",
-    "prior-overflow",
-    r"running statistics overflow float64",
-    torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64),
-    np.repeat(np.arange(200), 2),
+    "ebpo", "prior-overflow", r"running statistics overflow float64", _SPREAD_200, _PAIRS_200
 )
+batch_case("reinforce_pp_baseline", "spread-overflow", _SPREAD, _SPREAD_400, _PAIRS_400)
 batch_case(
-    "reinforce_pp_baseline",
-    "spread-overflow",
-    r"the spread of this batch overflows float64",
-    torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64),
-    np.repeat(np.arange(400), 2),
-)
-batch_case(
-    "grpo",
-    "batch-std-overflow",
-    r"the spread of this batch overflows float64",
-    torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64),
-    np.repeat(np.arange(200), 2),
-    options={"scale": "batch"},
+    "grpo", "batch-std-overflow", _SPREAD, _SPREAD_200, _PAIRS_200, options={"scale": "batch"}
 )
 # group means of ±1e200 fit float64, their spread s = 1e400 does not: refused before the smoother sees it
 for name in ("jspo", "jspo_plus_plus"):
@@ -584,190 +352,73 @@ for name in ("jspo", "jspo_plus_plus"):
         [0, 0, 1, 1],
         options={"smooth_coef": 0.99} if name == "jspo_plus_plus" else {},
     )
+_CLUSTERS_NEEDED = r"clusters is required .*per_cluster=True"
 batch_case(
-    "ebpo",
-    "per-cluster-needs-clusters",
-    r"clusters is required .*per_cluster=True",
-    [1.0, 0.0],
-    [0, 0],
-    options={"per_cluster": True},
+    "ebpo", "per-cluster-needs-clusters", _CLUSTERS_NEEDED, R2, Z2, options={"per_cluster": True}
 )
-batch_case(
-    "ebpo_bb",
-    "reward-above-1",
-    r"rewards must lie in \[0, 1\] for ebpo_bb .*got 2.0",
-    [1.0, 2.0],
-    [0, 0],
-)
-batch_case(
-    "ebpo_bb",
-    "reward-below-0",
-    r"rewards must lie in \[0, 1\] for ebpo_bb .*got -0.5",
-    [-0.5, 1.0],
-    [0, 0],
-)
+_BB = r"rewards must lie in \[0, 1\] for ebpo_bb .*got "
+batch_case("ebpo_bb", "reward-above-1", _BB + r"2.0", [1.0, 2.0], Z2)
+batch_case("ebpo_bb", "reward-below-0", _BB + r"-0.5", [-0.5, 1.0], Z2)
+
 
 # ---------------------------------------------------------------------- bad options, every estimator
+def refused(names: Any, option: str, must: str, values: Any) -> list[tuple[str, dict, str]]:
+    """Rows ``(name, {option: v}, "<option> <must>, got <v!r>")`` for every name and value."""
+    return [(n, {option: v}, rf"{option} {must}, got " + repr(v)) for n in names for v in values]
+
+
+def one_of(*choices: str) -> str:
+    return r"must be one of \[" + ", ".join(map(repr, choices)) + r"\]"
+
+
+def unknown(name: str, option: str, value: Any) -> tuple[str, dict, str]:
+    return (name, {option: value}, rf"unknown option\(s\) \['{option}'\] for estimator {name!r}")
+
+
+POSITIVE = "must be a positive finite number"
 BAD_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     ("nope", {}, r"unknown estimator 'nope'; expected one of \["),
     (None, {}, r"unknown estimator None"),
-]
-for name in NAMES:
-    BAD_OPTIONS += [
-        (name, {"eps": value}, r"eps must be a positive finite number, got " + pattern)
-        for value, pattern in [
-            (0, "0"),
-            (-1.0, "-1.0"),
-            (math.nan, "nan"),
-            (math.inf, "inf"),
-            ("1e-6", "'1e-6'"),
-            (True, "True"),
-            (None, "None"),
-        ]
-    ]
-    BAD_OPTIONS += [
-        (
-            name,
-            {"nan_policy": value},
-            r"nan_policy must be one of \['raise', 'mask'\], got " + repr(value),
-        )
-        for value in ("ignore", None, 1)
-    ]
-    BAD_OPTIONS.append(
-        (
-            name,
-            {"priorr": "history"},
-            r"unknown option\(s\) \['priorr'\] for estimator " + repr(name),
-        )
-    )
-for name in ("grpo", "dr_grpo"):
-    BAD_OPTIONS += [
-        (name, {"scale": v}, r"scale must be one of \['group', 'batch', 'none'\], got " + repr(v))
-        for v in ("token", None)
-    ]
-BAD_OPTIONS += [
-    (
-        "reinforce_pp_baseline",
-        {"whiten": v},
-        r"whiten must be one of \['responses', 'tokens'\], got " + repr(v),
-    )
-    for v in ("token", "batch", None, True)
-]
-BAD_OPTIONS.append(
-    ("grpo", {"whiten": "tokens"}, r"unknown option\(s\) \['whiten'\] for estimator 'grpo'")
-)
-BAD_OPTIONS += [
-    (
-        "jspo",
-        {"lambda_form": v},
-        r"lambda_form must be one of \['released_code', 'project_page'\], got " + repr(v),
-    )
-    for v in ("page", None, 1)
-]
-BAD_OPTIONS += [
-    (
-        "jspo_plus_plus",
-        {"smooth_coef": v},
-        r"smooth_coef must be a number in \[0, 1\] \(0 = no smoothing\), got " + p,
-    )
-    for v, p in [
-        (-0.1, "-0.1"),
-        (1.5, "1.5"),
-        (math.nan, "nan"),
-        (math.inf, "inf"),
-        (True, "True"),
-        ("0.99", "'0.99'"),
-        (None, "None"),
-    ]
-]
-BAD_OPTIONS.append(
-    (
-        "jspo_plus_plus",
-        {"lambda_form": "project_page"},
-        r"unknown option\(s\) \['lambda_form'\] for estimator 'jspo_plus_plus'",
-    )
-)
-for name in ("ebpo", "ebpo_bb"):
-    BAD_OPTIONS += [
-        (name, {"prior": v}, r"prior must be one of \['history', 'batch', 'ema'\], got " + repr(v))
-        for v in ("forever", None)
-    ]
-    BAD_OPTIONS += [
-        (name, {"half_life": v}, r"half_life must be a positive finite number, got " + p)
-        for v, p in [
-            (0, "0"),
-            (-1, "-1"),
-            (math.nan, "nan"),
-            (math.inf, "inf"),
-            (True, "True"),
-            ("50", "'50'"),
-        ]
-    ]
-    BAD_OPTIONS += [
-        (
-            name,
-            {"normalize": v},
-            r"normalize must be one of \['batch', 'center', 'none'\], got " + repr(v),
-        )
-        for v in ("group", None)
-    ]
-    BAD_OPTIONS += [
-        (name, {"per_cluster": v}, r"per_cluster must be True or False, got " + repr(v))
-        for v in (1, "yes", None)
-    ]
-    BAD_OPTIONS += [
-        (
-            name,
-            {"min_cluster_groups": v},
-            r"min_cluster_groups must be a positive integer, got " + repr(v),
-        )
-        for v in (0, -1, 1.5, True)
-    ]
-BAD_OPTIONS += [
-    (
-        "ebpo",
-        {"within_variance": v},
-        r"within_variance must be one of \['pooled', 'within'\], got " + repr(v),
-    )
-    for v in ("x", None)
-]
-BAD_OPTIONS += [
-    ("ebpo", {"tau2_mode": v}, r"tau2_mode must be one of \['raw', 'corrected'\], got " + repr(v))
-    for v in ("x", None)
-]
-BAD_OPTIONS += [
-    (
-        "ebpo",
-        {"prior_mean_from": v},
-        r"prior_mean_from must be one of \['rewards', 'group_means'\], got " + repr(v),
-    )
-    for v in ("mean", "group_mean", None)
-]
-BAD_OPTIONS += [
-    ("ebpo_bb", {"warmup_groups": v}, r"warmup_groups must be a positive integer, got " + repr(v))
-    for v in (0, 2.5, True)
-]
-BAD_OPTIONS += [
-    (
-        "ebpo_bb",
-        {"within_variance": "within"},
-        r"unknown option\(s\) \['within_variance'\] for estimator 'ebpo_bb'",
+    *refused(NAMES, "eps", POSITIVE, [0, -1.0, math.nan, math.inf, "1e-6", True, None]),
+    *refused(NAMES, "nan_policy", one_of("raise", "mask"), ["ignore", None, 1]),
+    *[unknown(name, "priorr", "history") for name in NAMES],
+    *refused(["grpo", "dr_grpo"], "scale", one_of("group", "batch", "none"), ["token", None]),
+    *refused(
+        ["reinforce_pp_baseline"],
+        "whiten",
+        one_of("responses", "tokens"),
+        ["token", "batch", None, True],
     ),
-    (
-        "ebpo_bb",
-        {"prior_mean_from": "group_means"},
-        r"unknown option\(s\) \['prior_mean_from'\] for estimator 'ebpo_bb'",
+    unknown("grpo", "whiten", "tokens"),
+    *refused(["jspo"], "lambda_form", one_of("released_code", "project_page"), ["page", None, 1]),
+    *refused(
+        ["jspo_plus_plus"],
+        "smooth_coef",
+        r"must be a number in \[0, 1\] \(0 = no smoothing\)",
+        [-0.1, 1.5, math.nan, math.inf, True, "0.99", None],
     ),
-    ("rloo", {"scale": "group"}, r"unknown option\(s\) \['scale'\] for estimator 'rloo'"),
+    unknown("jspo_plus_plus", "lambda_form", "project_page"),
+    *refused(["ebpo", "ebpo_bb"], "prior", one_of("history", "batch", "ema"), ["forever", None]),
+    *refused(["ebpo", "ebpo_bb"], "half_life", POSITIVE, [0, -1, math.nan, math.inf, True, "50"]),
+    *refused(["ebpo", "ebpo_bb"], "normalize", one_of("batch", "center", "none"), ["group", None]),
+    *refused(["ebpo", "ebpo_bb"], "per_cluster", "must be True or False", [1, "yes", None]),
+    *refused(
+        ["ebpo", "ebpo_bb"], "min_cluster_groups", "must be a positive integer", [0, -1, 1.5, True]
+    ),
+    *refused(["ebpo"], "within_variance", one_of("pooled", "within"), ["x", None]),
+    *refused(["ebpo"], "tau2_mode", one_of("raw", "corrected"), ["x", None]),
+    *refused(
+        ["ebpo"], "prior_mean_from", one_of("rewards", "group_means"), ["mean", "group_mean", None]
+    ),
+    *refused(["ebpo_bb"], "warmup_groups", "must be a positive integer", [0, 2.5, True]),
+    unknown("ebpo_bb", "within_variance", "within"),
+    unknown("ebpo_bb", "prior_mean_from", "group_means"),
+    unknown("rloo", "scale", "group"),
 ]
 for name, options, match in BAD_OPTIONS:
     label = "-".join(f"{k}={v!r}" for k, v in options.items()) or "name"
-    case(
-        f"make-{name}-{label}",
-        None,
-        lambda name=name, options=options: ebpo.make_estimator(name, **options),
-        match,
-    )
+    make = lambda name=name, options=options: ebpo.make_estimator(name, **options)  # noqa: E731
+    case(f"make-{name}-{label}", None, make, match)
 
 
 # ---------------------------------------------------------------------- bad state dicts (EBPO)
@@ -789,7 +440,41 @@ def edited(state: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str
 
 DELETE = object()
 CLUSTERED = {"per_cluster": True, "min_cluster_groups": 1}
-BAD_STATES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
+BadState = tuple[str, str, dict[str, Any], dict[str, Any], str]
+
+
+def ed(
+    label: str, path: str, value: Any, match: str, name: str = "ebpo", options: Any = None
+) -> BadState:
+    """A :data:`BAD_STATES` row: what a fed ``name`` with ``options`` saves, with ``path`` (dotted;
+    numbers index lists) set to ``value`` (:data:`DELETE`: removed); loaded with the same options."""
+    options = options or {}
+    keys = tuple(int(key) if key.isdigit() else key for key in path.split("."))
+    return (label, name, options, edited(saved(name, **options), keys, value), match)
+
+
+def pp(*row: Any) -> BadState:
+    return ed(*row, name="jspo_plus_plus")
+
+
+def clustered(*row: Any) -> BadState:
+    return ed(*row, options=CLUSTERED)
+
+
+def ema(*row: Any) -> BadState:
+    return ed(*row, options={"prior": "ema"})
+
+
+_STEPS = r"steps must be a non-negative integer, got "
+_AT_MOST = r"steps must be at most 2\*\*53 .*got "
+_MEAN = r"global\.rewards\.mean = "
+_PP, _BB = r"invalid jspo_plus_plus state: ", r"invalid ebpo_bb state: "
+_WEIGHT = r"weight must lie in \[1, steps\]"
+_EPS = r"options\.eps: eps must be a positive finite number, got "
+_COUNT = r"must have finite numbers 'count'"
+_M2 = r"count >= 0 and m2 >= 0"
+_FINITE = r"running moments state must be finite"
+BAD_STATES: list[BadState] = [
     # (id, estimator, options of the loading estimator, state, message)
     (
         "ema-into-history",
@@ -841,261 +526,99 @@ BAD_STATES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
         saved(),
         r"state belongs to estimator 'ebpo', cannot load it into 'ebpo_bb'",
     ),
-    (
-        "no-options",
-        "ebpo",
-        {},
-        edited(saved(), ("options",), DELETE),
-        r"state has no 'options' dict",
-    ),
-    (
-        "options-not-dict",
-        "ebpo",
-        {},
-        edited(saved(), ("options",), "history"),
-        r"state has no 'options' dict",
-    ),
-    (
-        "option-missing",
-        "ebpo",
-        {},
-        edited(saved(), ("options", "prior"), DELETE),
-        r"state does not record option 'prior'",
-    ),
-    (
-        "steps-inf",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), math.inf),
-        r"steps must be a non-negative integer, got inf",
-    ),
-    (
-        "steps-negative",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), -1),
-        r"steps must be a non-negative integer, got -1",
-    ),
-    (
-        "steps-fraction",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), 1.5),
-        r"steps must be a non-negative integer, got 1.5",
-    ),
-    (
-        "steps-string",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), "3"),
-        r"steps must be a non-negative integer, got '3'",
-    ),
-    (
-        "steps-bool",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), True),
-        r"steps must be a non-negative integer, got True",
-    ),
-    (
-        "steps-missing",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), DELETE),
-        r"invalid ebpo state: 'steps'",
-    ),
-    (
-        "global-missing",
-        "ebpo",
-        {},
-        edited(saved(), ("global",), DELETE),
-        r"invalid ebpo state: 'global'",
-    ),
-    (
+    ed("no-options", "options", DELETE, r"state has no 'options' dict"),
+    ed("options-not-dict", "options", "history", r"state has no 'options' dict"),
+    ed("option-missing", "options.prior", DELETE, r"state does not record option 'prior'"),
+    ed("steps-inf", "steps", math.inf, _STEPS + r"inf"),
+    ed("steps-negative", "steps", -1, _STEPS + r"-1"),
+    ed("steps-fraction", "steps", 1.5, _STEPS + r"1.5"),
+    ed("steps-string", "steps", "3", _STEPS + r"'3'"),
+    ed("steps-bool", "steps", True, _STEPS + r"True"),
+    ed("steps-missing", "steps", DELETE, r"invalid ebpo state: 'steps'"),
+    ed("global-missing", "global", DELETE, r"invalid ebpo state: 'global'"),
+    ed(
         "global-not-dict",
-        "ebpo",
-        {},
-        edited(saved(), ("global",), 5),
+        "global",
+        5,
         r"invalid ebpo state: global must be a dict with keys \['rewards', 'group_means', "
         r"'group_variances'\], got int 5",
     ),
-    (
-        "moments-missing",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "m2"), DELETE),
-        r"must have finite numbers 'count', 'mean', 'm2'",
-    ),
-    (
-        "count-10**400",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "count"), 10**400),
-        r"must have finite numbers 'count'",
-    ),
-    (
-        "count-string",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "count"), "6"),
-        r"must have finite numbers 'count'",
-    ),
-    (
-        "count-bool",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_means", "count"), True),
-        r"must have finite numbers 'count'",
-    ),
-    (
-        "count-negative",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "count"), -6.0),
-        r"count >= 0 and m2 >= 0",
-    ),
-    (
-        "m2-negative",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "m2"), -1.0),
-        r"count >= 0 and m2 >= 0",
-    ),
-    (
-        "mean-nan",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "mean"), math.nan),
-        r"running moments state must be finite",
-    ),
-    (
-        "m2-inf",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_means", "m2"), math.inf),
-        r"running moments state must be finite",
-    ),
-    (
+    ed("moments-missing", "global.rewards.m2", DELETE, _COUNT + r", 'mean', 'm2'"),
+    ed("count-10**400", "global.rewards.count", 10**400, _COUNT),
+    ed("count-string", "global.rewards.count", "6", _COUNT),
+    ed("count-bool", "global.group_means.count", True, _COUNT),
+    ed("count-negative", "global.rewards.count", -6.0, _M2),
+    ed("m2-negative", "global.rewards.m2", -1.0, _M2),
+    ed("mean-nan", "global.rewards.mean", math.nan, _FINITE),
+    ed("m2-inf", "global.group_means.m2", math.inf, _FINITE),
+    ed(
         "empty-with-mean",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_variances"), {"count": 0.0, "mean": 0.5, "m2": 0.0}),
+        "global.group_variances",
+        {"count": 0.0, "mean": 0.5, "m2": 0.0},
         r"with count 0 must have mean 0 and m2 0",
     ),
-    (
+    ed(
         "means-outnumber-rewards",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_means", "count"), 7.0),
+        "global.group_means.count",
+        7.0,
         r"count\(group_variances\) <= count\(group_means\) <= count\(rewards\), got 3.0, 7.0, 6.0",
     ),
-    (
+    ed(
         "variances-outnumber-means",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_variances", "count"), 4.0),
+        "global.group_variances.count",
+        4.0,
         r"prior state is inconsistent: expected count\(group_variances\)",
     ),
-    (
+    ed(
         "negative-mean-variance",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_variances", "mean"), -0.1),
+        "global.group_variances.mean",
+        -0.1,
         r"the mean group variance is negative",
     ),
-    (
-        "clusters-not-list",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters",), {"a": {}}),
-        r"'clusters' must be a list",
+    clustered("clusters-not-list", "clusters", {"a": {}}, r"'clusters' must be a list"),
+    clustered(
+        "cluster-entry-malformed", "clusters.0", ["a"], r"must be a \[label, prior state\] pair"
     ),
-    (
-        "cluster-entry-malformed",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 0), ["a"]),
-        r"must be a \[label, prior state\] pair",
+    clustered("cluster-duplicate", "clusters.1.0", "a", r"cluster label 'a' appears twice"),
+    clustered(
+        "cluster-bytes-label", "clusters.0.0", b"a", r"cluster labels must be strings.*bytes"
     ),
-    (
-        "cluster-duplicate",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 1, 0), "a"),
-        r"cluster label 'a' appears twice",
-    ),
-    (
-        "cluster-bytes-label",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 0, 0), b"a"),
-        r"cluster labels must be strings.*bytes",
-    ),
-    (
-        "cluster-dict-label",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 0, 0), {"a": 1}),
-        r"cluster labels must be .*dict",
-    ),
-    (
-        "cluster-prior-corrupt",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 0, 1, "rewards", "count"), -1.0),
-        r"count >= 0 and m2 >= 0",
-    ),
-    (
+    clustered("cluster-dict-label", "clusters.0.0", {"a": 1}, r"cluster labels must be .*dict"),
+    clustered("cluster-prior-corrupt", "clusters.0.1.rewards.count", -1.0, _M2),
+    ed(
         "clusters-without-per-cluster",
-        "ebpo",
-        {},
-        edited(saved(), ("clusters",), saved(**CLUSTERED)["clusters"]),
+        "clusters",
+        saved(**CLUSTERED)["clusters"],
         r"holds cluster priors but was saved with per_cluster=False",
     ),
 ]
 # issue #21 item 12: a state that loads but makes every later call overflow is refused at load
 BAD_STATES += [
-    (
+    ed(
         "mean-1e308",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "mean"), 1e308),
+        "global.rewards.mean",
+        1e308,
         r"invalid ebpo state: global\.rewards\.mean = 1e\+308 is too large: \|mean\| must be at most "
         r"1e\+150, or the next update overflows float64",
     ),
-    (
-        "mean-minus-1e308",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "mean"), -1e308),
-        r"global\.rewards\.mean = -1e\+308 is too large",
-    ),
-    (
-        "mean-1e160",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "mean"), 1e160),
-        r"global\.rewards\.mean = 1e\+160 is too large",
-    ),
-    (
+    ed("mean-minus-1e308", "global.rewards.mean", -1e308, _MEAN + r"-1e\+308 is too large"),
+    ed("mean-1e160", "global.rewards.mean", 1e160, r"global\.rewards\.mean = 1e\+160 is too large"),
+    ed(
         "group-means-mean-1e308",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_means", "mean"), 1e308),
+        "global.group_means.mean",
+        1e308,
         r"global\.group_means\.mean = 1e\+308 is too large",
     ),
-    (
+    ed(
         "group-variances-mean-1e200",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "group_variances", "mean"), 1e200),
+        "global.group_variances.mean",
+        1e200,
         r"global\.group_variances\.mean = 1e\+200 is too large",
     ),
-    (
+    ed(
         "m2-1.7e308",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "m2"), 1.7e308),
+        "global.rewards.m2",
+        1.7e308,
         r"global\.rewards\.m2 = 1\.7e\+308 is too large for count 6\.0: the variance m2/count must "
         r"be at most 1e\+300",
     ),
@@ -1110,56 +633,32 @@ BAD_STATES += [
         ),
         r"global\.group_variances\.m2 = 10\.0 is too large for count 1e-300",
     ),
-    (
+    clustered(
         "cluster-mean-1e308",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 0, 1, "rewards", "mean"), 1e308),
+        "clusters.0.1.rewards.mean",
+        1e308,
         r"clusters\['a'\]\.rewards\.mean = 1e\+308 is too large",
     ),
-    (
+    ed(
         "bb-mean-1e308",
-        "ebpo_bb",
-        {},
-        edited(saved("ebpo_bb"), ("global", "group_means", "mean"), 1e308),
+        "global.group_means.mean",
+        1e308,
         r"invalid ebpo_bb state: global\.group_means\.mean = 1e\+308 is too large",
+        "ebpo_bb",
     ),
-    (
-        "ema-mean-1e308",
-        "ebpo",
-        {"prior": "ema"},
-        edited(saved(prior="ema"), ("global", "rewards", "mean"), 1e308),
-        r"global\.rewards\.mean = 1e\+308 is too large",
-    ),
-    (
+    ema("ema-mean-1e308", "global.rewards.mean", 1e308, _MEAN + r"1e\+308 is too large"),
+    ed(
         "pp-mean-sum-1e308",
-        "jspo_plus_plus",
-        {"smooth_coef": 0.99},
-        edited(saved("jspo_plus_plus", smooth_coef=0.99), ("mean_sum",), 1e308),
+        "mean_sum",
+        1e308,
         r"invalid jspo_plus_plus state: mean_sum = 1e\+308 is too large: the smoothed mean "
         r"mean_sum/weight must be at most 1e\+150",
-    ),
-    (
-        "pp-unsmoothed-mean-sum-1e308",
         "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("mean_sum",), -1e308),
-        r"mean_sum = -1e\+308 is too large",
+        {"smooth_coef": 0.99},
     ),
-    (
-        "pp-steps-10**400",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), 10**400),
-        r"steps must be at most 2\*\*53 .*got an integer of 401 digits",
-    ),
-    (
-        "pp-steps-2**53+1",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), 2**53 + 1),
-        r"steps must be at most 2\*\*53 .*got 9007199254740993",
-    ),
+    pp("pp-unsmoothed-mean-sum-1e308", "mean_sum", -1e308, r"mean_sum = -1e\+308 is too large"),
+    pp("pp-steps-10**400", "steps", 10**400, _AT_MOST + r"an integer of 401 digits"),
+    pp("pp-steps-2**53+1", "steps", 2**53 + 1, _AT_MOST + r"9007199254740993"),
 ]
 SMOOTHED = {"smooth_coef": 0.99}
 BAD_STATES += [
@@ -1178,109 +677,34 @@ BAD_STATES += [
         saved("jspo"),
         r"state belongs to estimator 'jspo', cannot load it into 'jspo_plus_plus'",
     ),
-    (
-        "pp-no-options",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("options",), DELETE),
-        r"state has no 'options' dict",
-    ),
-    (
+    pp("pp-no-options", "options", DELETE, r"state has no 'options' dict"),
+    pp(
         "pp-steps-missing",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), DELETE),
+        "steps",
+        DELETE,
         r"invalid jspo_plus_plus state: state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing 'steps'",
     ),
-    (
-        "pp-weight-missing",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("weight",), DELETE),
-        r"missing 'weight'",
-    ),
-    (
-        "pp-steps-negative",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), -1),
-        r"steps must be a non-negative integer, got -1",
-    ),
-    (
-        "pp-steps-bool",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), True),
-        r"steps must be a non-negative integer, got True",
-    ),
-    (
-        "pp-steps-float",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), 1.0),
-        r"steps must be a non-negative integer, got 1.0",
-    ),
-    (
-        "pp-weight-nan",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("weight",), math.nan),
-        r"weight must be a finite number, got nan",
-    ),
-    (
-        "pp-weight-string",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("weight",), "1"),
-        r"weight must be a finite number, got '1'",
-    ),
-    (
-        "pp-mean-inf",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("mean_sum",), math.inf),
-        r"mean_sum must be a finite number, got inf",
-    ),
-    (
-        "pp-lambda-bool",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("lambda_sum",), False),
-        r"lambda_sum must be a finite number, got False",
-    ),
-    (
-        "pp-weight-above-steps",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("weight",), 2.5),
-        r"weight must lie in \[1, steps\] = \[1, 1\], got 2.5",
-    ),
-    (
-        "pp-weight-below-1",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("weight",), 0.5),
-        r"weight must lie in \[1, steps\]",
-    ),
-    (
+    pp("pp-weight-missing", "weight", DELETE, r"missing 'weight'"),
+    pp("pp-steps-negative", "steps", -1, _STEPS + r"-1"),
+    pp("pp-steps-bool", "steps", True, _STEPS + r"True"),
+    pp("pp-steps-float", "steps", 1.0, _STEPS + r"1.0"),
+    pp("pp-weight-nan", "weight", math.nan, r"weight must be a finite number, got nan"),
+    pp("pp-weight-string", "weight", "1", r"weight must be a finite number, got '1'"),
+    pp("pp-mean-inf", "mean_sum", math.inf, r"mean_sum must be a finite number, got inf"),
+    pp("pp-lambda-bool", "lambda_sum", False, r"lambda_sum must be a finite number, got False"),
+    pp("pp-weight-above-steps", "weight", 2.5, _WEIGHT + r" = \[1, 1\], got 2.5"),
+    pp("pp-weight-below-1", "weight", 0.5, _WEIGHT),
+    pp(
         "pp-lambda-above-weight",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("lambda_sum",), 1.5),
+        "lambda_sum",
+        1.5,
         r"lambda_sum must lie in \[0, weight\] = \[0, 1.0\] \(λ is in \[0, 1\]\), got 1.5",
     ),
-    (
-        "pp-lambda-negative",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("lambda_sum",), -0.5),
-        r"lambda_sum must lie in \[0, weight\]",
-    ),
-    (
+    pp("pp-lambda-negative", "lambda_sum", -0.5, r"lambda_sum must lie in \[0, weight\]"),
+    pp(
         "pp-sums-without-steps",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("steps",), 0),
+        "steps",
+        0,
         r"a state with steps 0 must have weight, lambda_sum and mean_sum 0",
     ),
 ]
@@ -1288,177 +712,117 @@ BAD_STATES += [
 # dropped without a word): counts past 2**53, fractional counts without decay, unknown keys at
 # every level, option values the constructor refuses
 _INVALID = r"invalid ebpo state: "
+_PAST_2_53 = r"global\.rewards\.count = 1e\+308 is more than 2\*\*53"
 BAD_STATES += [
-    (
-        "count-1e308",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "count"), 1e308),
-        _INVALID + r"global\.rewards\.count = 1e\+308 is more than 2\*\*53",
-    ),
-    (
+    ed("count-1e308", "global.rewards.count", 1e308, _INVALID + _PAST_2_53),
+    ed(
         "count-2**54",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "count"), 2.0**54),
+        "global.rewards.count",
+        2.0**54,
         r"global\.rewards\.count = 1\.8014398509481984e\+16 is more than 2\*\*53",
     ),
-    (
-        "ema-count-1e308",
-        "ebpo",
-        {"prior": "ema"},
-        edited(saved(prior="ema"), ("global", "rewards", "count"), 1e308),
-        r"global\.rewards\.count = 1e\+308 is more than 2\*\*53",
-    ),
-    (
-        "steps-10**30",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), 10**30),
-        _INVALID + r"steps must be at most 2\*\*53 .*got an integer of 31 digits",
-    ),
-    (
-        "steps-2**53+1",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), 2**53 + 1),
-        r"steps must be at most 2\*\*53 .*got 9007199254740993",
-    ),
-    (
+    ema("ema-count-1e308", "global.rewards.count", 1e308, _PAST_2_53),
+    ed("steps-10**30", "steps", 10**30, _INVALID + _AT_MOST + r"an integer of 31 digits"),
+    ed("steps-2**53+1", "steps", 2**53 + 1, _AT_MOST + r"9007199254740993"),
+    ed(
         "steps--10**5000",
-        "ebpo",
-        {},
-        edited(saved(), ("steps",), -(10**5000)),
-        r"steps must be a non-negative integer, got an integer of more than 4,300 digits",
+        "steps",
+        -(10**5000),
+        _STEPS + r"an integer of more than 4,300 digits",
     ),
-    (
+    ed(
         "count-fraction-history",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "count"), 6.5),
+        "global.rewards.count",
+        6.5,
         _INVALID + r"global\.rewards\.count = 6\.5 must be a whole number",
     ),
-    (
+    ed(
         "count-fraction-batch-prior",
+        "global.group_means.count",
+        2.5,
+        r"global\.group_means\.count = 2\.5 must be a whole number",
         "ebpo",
         {"prior": "batch"},
-        edited(saved(prior="batch"), ("global", "group_means", "count"), 2.5),
-        r"global\.group_means\.count = 2\.5 must be a whole number",
     ),
-    (
+    clustered(
         "cluster-count-fraction",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 0, 1, "group_means", "count"), 1.5),
+        "clusters.0.1.group_means.count",
+        1.5,
         r"clusters\['a'\]\.group_means\.count = 1\.5 must be a whole number",
     ),
-    (
+    ed(
         "unknown-key",
-        "ebpo",
-        {},
-        edited(saved(), ("junk",), 1),
+        "junk",
+        1,
         _INVALID + r"unknown key 'junk' in the state \(expected \['estimator', 'options', "
         r"'steps', 'global', 'clusters'\] there\)",
     ),
-    (
+    ed(
         "unknown-option",
-        "ebpo",
-        {},
-        edited(saved(), ("options", "priorr"), "history"),
+        "options.priorr",
+        "history",
         _INVALID + r"unknown key 'options\.priorr' in the state \(expected \['prior', ",
     ),
-    (
+    ed(
         "unknown-prior-key",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "tau2"), 0.5),
+        "global.tau2",
+        0.5,
         _INVALID + r"unknown key 'global\.tau2' in the state \(expected \['rewards', "
         r"'group_means', 'group_variances'\] there\)",
     ),
-    (
+    ed(
         "unknown-moments-key",
-        "ebpo",
-        {},
-        edited(saved(), ("global", "rewards", "variance"), 0.25),
+        "global.rewards.variance",
+        0.25,
         _INVALID + r"unknown key 'global\.rewards\.variance' in the state \(expected "
         r"\['count', 'mean', 'm2'\] there\)",
     ),
-    (
+    clustered(
         "unknown-cluster-prior-key",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("clusters", 1, 1, "junk"), {}),
+        "clusters.1.1.junk",
+        {},
         r"unknown key \"clusters\['b'\]\.junk\"",
     ),
-    (
-        "option-eps-nan",
-        "ebpo",
-        {},
-        edited(saved(), ("options", "eps"), math.nan),
-        _INVALID + r"options\.eps: eps must be a positive finite number, got nan",
-    ),
-    (
-        "option-eps-negative",
-        "ebpo",
-        {},
-        edited(saved(), ("options", "eps"), -1.0),
-        r"options\.eps: eps must be a positive finite number, got -1\.0",
-    ),
-    (
+    ed("option-eps-nan", "options.eps", math.nan, _INVALID + _EPS + r"nan"),
+    ed("option-eps-negative", "options.eps", -1.0, _EPS + r"-1\.0"),
+    ed(
         "option-tau2_mode-unknown",
-        "ebpo",
-        {},
-        edited(saved(), ("options", "tau2_mode"), "nope"),
+        "options.tau2_mode",
+        "nope",
         r"options\.tau2_mode: tau2_mode must be one of \['raw', 'corrected'\], got 'nope'",
     ),
-    (
+    ed(
         "option-half-life-inf",  # not compared under a history prior, but still a number
-        "ebpo",
-        {},
-        edited(saved(), ("options", "half_life"), math.inf),
+        "options.half_life",
+        math.inf,
         r"options\.half_life: half_life must be a positive finite number, got inf",
     ),
-    (
+    clustered(
         "option-min-cluster-groups-0",
-        "ebpo",
-        CLUSTERED,
-        edited(saved(**CLUSTERED), ("options", "min_cluster_groups"), 0),
+        "options.min_cluster_groups",
+        0,
         r"options\.min_cluster_groups: min_cluster_groups must be a positive integer, got 0",
     ),
-    (
+    ed(
         "bb-option-warmup-groups-0",
-        "ebpo_bb",
-        {},
-        edited(saved("ebpo_bb"), ("options", "warmup_groups"), 0),
+        "options.warmup_groups",
+        0,
         r"invalid ebpo_bb state: options\.warmup_groups: warmup_groups must be a positive integer",
-    ),
-    (
-        "bb-count-1e308",
         "ebpo_bb",
-        {},
-        edited(saved("ebpo_bb"), ("global", "rewards", "count"), 1e308),
-        r"invalid ebpo_bb state: global\.rewards\.count = 1e\+308 is more than 2\*\*53",
     ),
-    (
-        "pp-unknown-key",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("lam",), 0.5),
-        r"invalid jspo_plus_plus state: unknown key 'lam' in the state",
-    ),
-    (
+    ed("bb-count-1e308", "global.rewards.count", 1e308, _BB + _PAST_2_53, "ebpo_bb"),
+    pp("pp-unknown-key", "lam", 0.5, _PP + r"unknown key 'lam' in the state"),
+    pp(
         "pp-unknown-option",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("options", "smooth"), 0.5),
+        "options.smooth",
+        0.5,
         r"invalid jspo_plus_plus state: unknown key 'options\.smooth' in the state \(expected "
         r"\['smooth_coef', 'eps'\] there\)",
     ),
-    (
+    pp(
         "pp-option-eps-nan",
-        "jspo_plus_plus",
-        {},
-        edited(saved("jspo_plus_plus"), ("options", "eps"), math.nan),
+        "options.eps",
+        math.nan,
         r"invalid jspo_plus_plus state: options\.eps: eps must be a positive finite number",
     ),
 ]
@@ -1542,6 +906,32 @@ def same_as(
     assert json.dumps(hostile.state_dict()) == json.dumps(plain.state_dict())
 
 
+def _good(e: Any) -> Any:
+    return e(*GOOD)
+
+
+def _half_masked(e: Any) -> Any:
+    return e(*GOOD, mask=[True, False] * 3)
+
+
+#: mask types read as the booleans [True, False] * 3
+_MASKS = {
+    "mask-uint16": np.array([1, 0] * 3, dtype=np.uint16),
+    "mask-uint64": np.array([1, 0] * 3, dtype=np.uint64),
+    "mask-torch-uint8": torch.tensor([1, 0] * 3, dtype=torch.uint8),
+    "mask-torch-uint16": torch.tensor([1, 0] * 3, dtype=torch.uint16),
+    "mask-torch-uint64": torch.tensor([1, 0] * 3, dtype=torch.uint64),
+}
+#: group ids that make the same three groups as GOOD's
+_IDS = {
+    "ids-at-least-2**63-list": [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1],
+    "ids-2**63-apart-list": [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2],
+    "ids-uint64-array": np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64),
+    "ids-uint64-tensor": torch.tensor([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=torch.uint64),
+    "ids-int64-extremes": [-(2**63)] * 2 + [2**63 - 1] * 2 + [0] * 2,
+    "ids-tuple": tuple(GOOD[1]),
+    "ids-strings-array": np.array(["x", "x", "y", "y", "z", "z"]),
+}
 ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
     (
         "bool-rewards",
@@ -1555,7 +945,7 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
     ),
     (
         "padding-rows",
-        lambda e: e(*GOOD),
+        _good,
         lambda e: e(
             GOOD[0] + [math.nan, 5.0, -1.0], GOOD[1] + [9, 0, 7], mask=[True] * 6 + [False] * 3
         ),
@@ -1565,64 +955,8 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
         lambda e: e(*GOOD, mask=[True] * 5 + [False]),
         lambda e: e(GOOD[0][:5] + [math.nan], GOOD[1]),
     ),  # the hostile estimator is rebuilt with nan_policy="mask" below
-    (
-        "mask-uint16",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint16)),
-    ),
-    (
-        "mask-uint64",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=np.array([1, 0] * 3, dtype=np.uint64)),
-    ),
-    (
-        "mask-torch-uint8",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint8)),
-    ),
-    (
-        "mask-torch-uint16",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint16)),
-    ),
-    (
-        "mask-torch-uint64",
-        lambda e: e(*GOOD, mask=[True, False] * 3),
-        lambda e: e(*GOOD, mask=torch.tensor([1, 0] * 3, dtype=torch.uint64)),
-    ),
-    (
-        "ids-at-least-2**63-list",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], [2**63 + 5, 2**63 + 5, 2**63, 2**63, -1, -1]),
-    ),
-    (
-        "ids-2**63-apart-list",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], [2**63, 2**63, 2**63 + 1, 2**63 + 1, 2**63 + 2, 2**63 + 2]),
-    ),
-    (
-        "ids-uint64-array",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], np.array([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=np.uint64)),
-    ),
-    (
-        "ids-uint64-tensor",
-        lambda e: e(*GOOD),
-        lambda e: e(
-            GOOD[0], torch.tensor([2**64 - 1] * 2 + [2**63] * 2 + [0] * 2, dtype=torch.uint64)
-        ),
-    ),
-    (
-        "ids-int64-extremes",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], [-(2**63)] * 2 + [2**63 - 1] * 2 + [0] * 2),
-    ),
-    ("ids-tuple", lambda e: e(*GOOD), lambda e: e(GOOD[0], tuple(GOOD[1]))),
-    (
-        "ids-strings-array",
-        lambda e: e(*GOOD),
-        lambda e: e(GOOD[0], np.array(["x", "x", "y", "y", "z", "z"])),
-    ),
+    *[(label, _half_masked, lambda e, m=mask: e(*GOOD, mask=m)) for label, mask in _MASKS.items()],
+    *[(label, _good, lambda e, ids=ids: e(GOOD[0], ids)) for label, ids in _IDS.items()],
     (
         "int-reward-tensor",
         lambda e: e(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1]),

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_rows, cli_table, ids, table_rows
 
 HERE = __name__  # importable as tests.hostile.test_cli_data: the --topic-fn functions below
 
@@ -111,14 +111,102 @@ MALFORMED = {
     ),
 }
 
+#: ``ebpo data label in.jsonl -o out.jsonl ARGUMENTS`` on a good input: numbers, and option
+#: combinations that would do nothing, or not what was asked
+LABEL_TABLE = r"""
+    label-split-with-a-file | --split test | --split is for dataset names; 'in\.jsonl' is a file
+    label-limit-0 | --limit 0 | --limit must be an integer >= 1, got 0
+    label-limit-negative | --limit -5 | --limit must be an integer >= 1, got -5
+    label-seed-negative | --seed -1 | --seed must be an integer >= 0, got -1
+    label-num-topics-0 | --num-topics 0 | --num-topics must be an integer >= 1, got 0
+    label-samples-0 | --samples 0 | --samples must be an integer >= 1, got 0
+    label-temperature-nan | --temperature nan | --temperature must be a finite number >= 0
+    label-temperature-inf | --temperature inf | --temperature must be a finite number >= 0
+    label-temperature-negative | --temperature -0.5 | --temperature must be a finite number
+    label-max-new-tokens-0 | --max-new-tokens 0 | --max-new-tokens must be an integer >= 1
+    label-batch-size-0 | --batch-size 0 | --batch-size must be an integer >= 1
+    label-tiers-0 | --tiers 0 | --tiers must be an integer >= 2, got 0
+    label-tiers-1 | --tiers 1 | --tiers must be an integer >= 2, got 1
+    label-tiers-negative | --tiers -3 | --tiers must be an integer >= 2, got -3
+    label-tiers-without-difficulty | --tiers 3 --difficulty none | --tiers needs a difficulty: drop --difficulty none
+    label-model-without-pass-rate | --model org/model | --model is only used by --difficulty pass-rate
+    label-pass-rate-without-model | --difficulty pass-rate | --difficulty pass-rate needs --model
+    label-topic-output-empty | --topic-output '' | --topic-output must name a column
+    label-topic-fn-no-module | --topic-fn function | --topic-fn must look like MODULE:FUNCTION; got 'function'
+    label-in-place-and-another-output | --in-place
+    | --in-place writes to the input file 'in\.jsonl'; drop --output 'out\.jsonl' or --in-place
+    label-pass-rate-missing-model-path | --difficulty pass-rate --model ./no-model
+    | model path './no-model' does not exist
+    label-topic-column-missing | --topic-column nope
+    | --topic-column 'nope': the input has no such column; its columns are \['prompt', 'answer', 'topic',
+    +  'difficulty'\]
+    label-prompt-column-missing | --topic tfidf --prompt-column nope
+    | --prompt-column 'nope': the input has no such column
+    label-topic-fn-missing-module | --topic-fn no_such_module_xyz:f
+    | --topic-fn 'no_such_module_xyz:f' cannot be loaded: ModuleNotFoundError
+"""
+_COLUMNS = r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]"
+_TOPIC_FN = r"the labelling function " + HERE
+#: (id, arguments after ``ebpo data label in.jsonl -o out.jsonl``, message) on a good input
+LABEL_ROWS = [
+    # numbers
+    # option combinations that would do nothing, or not what was asked
+    # issue 46 item 9: a named column this run would not read was ignored without a word
+    *[
+        (
+            f"label-{option[2:]}-absent",
+            f"{option} nope",
+            rf"{option} 'nope': the input has no such column; " + _COLUMNS + "$",
+        )
+        for option in ("--prompt-column", "--answer-column", "--level-column")
+    ],
+    # --topic-fn
+    (
+        "label-topic-fn-raises",
+        f"--topic-fn {HERE}:raising_topic",
+        _TOPIC_FN + r":raising_topic raised KeyError on row 1: 'subfield'$",
+    ),
+    (
+        "label-topic-fn-returns-none",
+        f"--topic-fn {HERE}:no_topic",
+        _TOPIC_FN + r":no_topic returned no label for row 0",
+    ),
+    (
+        "label-topic-fn-unhashable",
+        f"--topic-fn {HERE}:list_topic",
+        _TOPIC_FN
+        + r":list_topic returned an unhashable list for row 0; return a string or an integer",
+    ),
+    (
+        "label-topic-fn-missing-function",
+        f"--topic-fn {HERE}:nope",
+        rf"--topic-fn '{HERE}:nope' cannot be loaded: AttributeError: module '{HERE}' has no attribute 'nope'",
+    ),
+    (
+        "label-topic-fn-not-callable",
+        f"--topic-fn {HERE}:NOT_CALLABLE",
+        rf"--topic-fn '{HERE}:NOT_CALLABLE' is not callable",
+    ),
+    (
+        "label-topic-fn-and-topic",
+        f"--topic-fn {HERE}:raising_topic --topic tfidf",
+        r"--topic-fn replaces --topic; drop --topic tfidf",
+    ),
+]
+#: ``ebpo data label in.jsonl ARGUMENTS`` on a good input: where the output goes
+OUTPUT_TABLE = r"""
+    label-output-below-dev-null | -o /dev/null/out.jsonl
+    | --output '/dev/null/out\.jsonl' lies below '/dev/null', which is not a directory
+    label-output-below-a-file | -o in.jsonl/out.jsonl
+    | --output 'in\.jsonl/out\.jsonl' lies below 'in\.jsonl', which is not a directory
+    label-output-dev-null | -o /dev/null | --output must end in \.jsonl or \.parquet
+    label-output-csv | -o out.csv | --output must end in \.jsonl or \.parquet
+    label-output-is-input | -o in.jsonl | --output 'in\.jsonl' is the input file; pass --in-place
+    label-no-output |  | --output is required \(or --in-place
+"""
+
 LABEL_CASES = [
     # output paths: the input itself, a directory, below a file or /dev/null, wrong suffix, none
-    CliCase(
-        "label-output-is-input",
-        ["data", "label", "in.jsonl", "-o", "in.jsonl"],
-        L + r"--output 'in\.jsonl' is the input file; pass --in-place",
-        setup=GOOD_IN,
-    ),
     CliCase(
         "label-output-is-input-other-spelling",
         ["data", "label", "in.jsonl", "-o", "{tmp}/./in.jsonl"],
@@ -130,40 +218,6 @@ LABEL_CASES = [
         LABEL,
         L + r"--output 'out\.jsonl' is a directory, expected a file path",
         setup=files({"in.jsonl": GOOD, "out.jsonl": None}),
-    ),
-    CliCase(
-        "label-output-below-dev-null",
-        [*LABEL[:3], "-o", "/dev/null/out.jsonl"],
-        L + r"--output '/dev/null/out\.jsonl' lies below '/dev/null', which is not a directory",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-output-below-a-file",
-        [*LABEL[:3], "-o", "in.jsonl/out.jsonl"],
-        L + r"--output 'in\.jsonl/out\.jsonl' lies below 'in\.jsonl', which is not a directory",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-output-dev-null",
-        [*LABEL[:3], "-o", "/dev/null"],
-        L + r"--output must end in \.jsonl or \.parquet",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-output-csv",
-        [*LABEL[:3], "-o", "out.csv"],
-        L + r"--output must end in \.jsonl or \.parquet",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-no-output", LABEL[:3], L + r"--output is required \(or --in-place", setup=GOOD_IN
-    ),
-    CliCase(
-        "label-in-place-and-another-output",
-        [*LABEL, "--in-place"],
-        L
-        + r"--in-place writes to the input file 'in\.jsonl'; drop --output 'out\.jsonl' or --in-place",
-        setup=GOOD_IN,
     ),
     CliCase(
         "label-in-place-dataset-name",
@@ -252,102 +306,12 @@ LABEL_CASES = [
     ),
     # numbers
     CliCase(
-        "label-split-with-a-file",
-        [*LABEL, "--split", "test"],
-        L + r"--split is for dataset names; 'in\.jsonl' is a file",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-limit-0",
-        [*LABEL, "--limit", "0"],
-        L + r"--limit must be an integer >= 1, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-limit-negative",
-        [*LABEL, "--limit", "-5"],
-        L + r"--limit must be an integer >= 1, got -5",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-seed-negative",
-        [*LABEL, "--seed", "-1"],
-        L + r"--seed must be an integer >= 0, got -1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-num-topics-0",
-        [*LABEL, "--num-topics", "0"],
-        L + r"--num-topics must be an integer >= 1, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "label-num-topics-above-rows",
         ["data", "label", "in.jsonl", "-o", "out.jsonl", "--topic", "tfidf", "--num-topics", "5"],
         L + r"num_topics \(5\) exceeds the number of texts \(3\)",
         setup=PLAIN_IN,
     ),
-    CliCase(
-        "label-samples-0",
-        [*LABEL, "--samples", "0"],
-        L + r"--samples must be an integer >= 1, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-temperature-nan",
-        [*LABEL, "--temperature", "nan"],
-        L + r"--temperature must be a finite number >= 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-temperature-inf",
-        [*LABEL, "--temperature", "inf"],
-        L + r"--temperature must be a finite number >= 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-temperature-negative",
-        [*LABEL, "--temperature", "-0.5"],
-        L + r"--temperature must be a finite number",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-max-new-tokens-0",
-        [*LABEL, "--max-new-tokens", "0"],
-        L + r"--max-new-tokens must be an integer >= 1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-batch-size-0",
-        [*LABEL, "--batch-size", "0"],
-        L + r"--batch-size must be an integer >= 1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-tiers-0",
-        [*LABEL, "--tiers", "0"],
-        L + r"--tiers must be an integer >= 2, got 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-tiers-1",
-        [*LABEL, "--tiers", "1"],
-        L + r"--tiers must be an integer >= 2, got 1",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-tiers-negative",
-        [*LABEL, "--tiers", "-3"],
-        L + r"--tiers must be an integer >= 2, got -3",
-        setup=GOOD_IN,
-    ),
     # option combinations that would do nothing, or not what was asked
-    CliCase(
-        "label-tiers-without-difficulty",
-        [*LABEL, "--tiers", "3", "--difficulty", "none"],
-        L + r"--tiers needs a difficulty: drop --difficulty none",
-        setup=GOOD_IN,
-    ),
     CliCase(
         "label-tiers-on-rows-without-difficulty",
         [*LABEL, "--tiers", "2"],
@@ -362,35 +326,10 @@ LABEL_CASES = [
         ),
     ),
     CliCase(
-        "label-model-without-pass-rate",
-        [*LABEL, "--model", "org/model"],
-        L + r"--model is only used by --difficulty pass-rate",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-pass-rate-without-model",
-        [*LABEL, "--difficulty", "pass-rate"],
-        L + r"--difficulty pass-rate needs --model",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-pass-rate-missing-model-path",
-        [*LABEL, "--difficulty", "pass-rate", "--model", "./no-model"],
-        L + r"model path './no-model' does not exist",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "label-difficulty-level-without-column",
         [*LABEL, "--difficulty", "level", "--topic", "none"],
         L + r"--difficulty level needs a level column",
         setup=PLAIN_IN,
-    ),
-    CliCase(
-        "label-topic-column-missing",
-        [*LABEL, "--topic-column", "nope"],
-        L + r"--topic-column 'nope': the input has no such column; "
-        r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]",
-        setup=GOOD_IN,
     ),
     CliCase(
         "label-topic-column-incomplete",
@@ -405,23 +344,6 @@ LABEL_CASES = [
             }
         ),
     ),
-    CliCase(
-        "label-prompt-column-missing",
-        [*LABEL, "--topic", "tfidf", "--prompt-column", "nope"],
-        L + r"--prompt-column 'nope': the input has no such column",
-        setup=GOOD_IN,
-    ),
-    # issue 46 item 9: a named column this run would not read was ignored without a word
-    *[
-        CliCase(
-            f"label-{option[2:]}-absent",
-            [*LABEL, option, "nope"],
-            L + rf"{option} 'nope': the input has no such column; "
-            r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]$",
-            setup=GOOD_IN,
-        )
-        for option in ("--prompt-column", "--answer-column", "--level-column")
-    ],
     # issue 46 item 9: a level that is not one scalar ([7] became difficulty 7.0, {"a": 1} 1.0)
     *[
         CliCase(
@@ -454,72 +376,39 @@ LABEL_CASES = [
             tmp / "in.parquet",
         ),
     ),
-    CliCase(
-        "label-topic-output-empty",
-        [*LABEL, "--topic-output", ""],
-        L + r"--topic-output must name a column",
-        setup=GOOD_IN,
-    ),
     # --topic-fn
-    CliCase(
-        "label-topic-fn-raises",
-        [*LABEL, "--topic-fn", f"{HERE}:raising_topic"],
-        L + rf"the labelling function {HERE}:raising_topic raised KeyError on row 1: 'subfield'$",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-returns-none",
-        [*LABEL, "--topic-fn", f"{HERE}:no_topic"],
-        L + rf"the labelling function {HERE}:no_topic returned no label for row 0",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-unhashable",
-        [*LABEL, "--topic-fn", f"{HERE}:list_topic"],
-        L + rf"the labelling function {HERE}:list_topic returned an unhashable list for row 0; "
-        r"return a string or an integer",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-missing-module",
-        [*LABEL, "--topic-fn", "no_such_module_xyz:f"],
-        L + r"--topic-fn 'no_such_module_xyz:f' cannot be loaded: ModuleNotFoundError",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-missing-function",
-        [*LABEL, "--topic-fn", f"{HERE}:nope"],
-        L
-        + rf"--topic-fn '{HERE}:nope' cannot be loaded: AttributeError: module '{HERE}' has no attribute 'nope'",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-not-callable",
-        [*LABEL, "--topic-fn", f"{HERE}:NOT_CALLABLE"],
-        L + rf"--topic-fn '{HERE}:NOT_CALLABLE' is not callable",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-no-module",
-        [*LABEL, "--topic-fn", "function"],
-        L + r"--topic-fn must look like MODULE:FUNCTION; got 'function'",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "label-topic-fn-and-topic",
-        [*LABEL, "--topic-fn", f"{HERE}:raising_topic", "--topic", "tfidf"],
-        L + r"--topic-fn replaces --topic; drop --topic tfidf",
-        setup=GOOD_IN,
-    ),
 ]
 
+#: (name, row 1's difficulty as JSON, message) for ``ebpo data order in.jsonl --order difficulty``
+ROW_0 = jsonl({"prompt": "a", "difficulty": 1})
+DIFFICULTIES = r"""
+    true | true | difficulty must be numbers \(higher = harder\); row 1 holds True, a boolean
+    false | false | .*row 1 holds False, a boolean
+    string-1 | "1" | .*row 1 holds '1', a str
+    string-empty | "" | .*row 1 holds '', a str
+    string-level | "Level 3" | .*row 1 holds 'Level 3', a str\. Convert level strings
+    list | [1] | .*row 1 holds \[1\], a list
+    object | {"v": 1} | .*row 1 holds \{'v': 1\}, a dict
+    nan | NaN | difficulty has 1 missing or non-finite value\(s\) \(first at row 1\): nan
+    null | null | .*\(first at row 1\): None; fill them
+    infinity | Infinity | .*\(first at row 1\): inf
+    overflowing-float | 1e400 | .*\(first at row 1\): inf
+"""
+#: ``ebpo data order in.jsonl --order topic ARGUMENTS`` on a good input
+ORDER_TABLE = r"""
+    order-output-is-input | -o in.jsonl | --output 'in\.jsonl' is the input file; pass --in-place
+    order-output-below-dev-null | -o /dev/null/x.parquet | --output '/dev/null/x\.parquet' lies below '/dev/null'
+    order-output-csv | -o out.csv | --output must end in \.jsonl or \.parquet
+    order-no-output |  | --output is required \(or --in-place
+    order-in-place-and-another-output | -o out.jsonl --in-place | --in-place writes to the input file
+    order-seed-negative | -o out.jsonl --seed -2 | --seed must be an integer >= 0, got -2
+    order-topic-column-missing | -o out.jsonl --topic-column nope
+    | --topic-column 'nope': the input has no such column; its columns are \['prompt', 'answer', 'topic',
+    +  'difficulty'\]
+    order-difficulty-column-missing | -o out.jsonl --difficulty-column level
+    | --difficulty-column 'level': the input has no such column
+"""
 ORDER_CASES = [
-    CliCase(
-        "order-output-is-input",
-        ["data", "order", "in.jsonl", "--order", "topic", "-o", "in.jsonl"],
-        R + r"--output 'in\.jsonl' is the input file; pass --in-place",
-        setup=GOOD_IN,
-    ),
     CliCase(
         "order-in-place-unwritable-row",
         ["data", "order", "in.jsonl", "--order", "topic", "--in-place"],
@@ -553,46 +442,6 @@ ORDER_CASES = [
         setup=files({"in.jsonl": GOOD, "out.jsonl": None}),
     ),
     CliCase(
-        "order-output-below-dev-null",
-        [*ORDER[:-1], "/dev/null/x.parquet"],
-        R + r"--output '/dev/null/x\.parquet' lies below '/dev/null'",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-output-csv",
-        [*ORDER[:-1], "out.csv"],
-        R + r"--output must end in \.jsonl or \.parquet",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-no-output", ORDER[:-2], R + r"--output is required \(or --in-place", setup=GOOD_IN
-    ),
-    CliCase(
-        "order-in-place-and-another-output",
-        [*ORDER, "--in-place"],
-        R + r"--in-place writes to the input file",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-topic-column-missing",
-        [*ORDER, "--topic-column", "nope"],
-        R + r"--topic-column 'nope': the input has no such column; "
-        r"its columns are \['prompt', 'answer', 'topic', 'difficulty'\]",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-difficulty-column-missing",
-        [*ORDER, "--difficulty-column", "level"],
-        R + r"--difficulty-column 'level': the input has no such column",
-        setup=GOOD_IN,
-    ),
-    CliCase(
-        "order-seed-negative",
-        [*ORDER, "--seed", "-2"],
-        R + r"--seed must be an integer >= 0, got -2",
-        setup=GOOD_IN,
-    ),
-    CliCase(
         "order-missing-topic-column",
         ORDER,
         R
@@ -618,40 +467,9 @@ ORDER_CASES = [
             f"order-difficulty-{name}",
             ["data", "order", "in.jsonl", "--order", "difficulty", "-o", "out.jsonl"],
             R + match,
-            setup=files(
-                {
-                    "in.jsonl": jsonl({"prompt": "a", "difficulty": 1})
-                    + '{"prompt": "b", "difficulty": '
-                    + token
-                    + "}\n"
-                }
-            ),
+            setup=files({"in.jsonl": ROW_0 + '{"prompt": "b", "difficulty": ' + token + "}\n"}),
         )
-        for name, token, match in [
-            (
-                "true",
-                "true",
-                r"difficulty must be numbers \(higher = harder\); row 1 holds True, a boolean",
-            ),
-            ("false", "false", r".*row 1 holds False, a boolean"),
-            ("string-1", '"1"', r".*row 1 holds '1', a str"),
-            ("string-empty", '""', r".*row 1 holds '', a str"),
-            (
-                "string-level",
-                '"Level 3"',
-                r".*row 1 holds 'Level 3', a str\. Convert level strings",
-            ),
-            ("list", "[1]", r".*row 1 holds \[1\], a list"),
-            ("object", '{"v": 1}', r".*row 1 holds \{'v': 1\}, a dict"),
-            (
-                "nan",
-                "NaN",
-                r"difficulty has 1 missing or non-finite value\(s\) \(first at row 1\): nan",
-            ),
-            ("null", "null", r".*\(first at row 1\): None; fill them"),
-            ("infinity", "Infinity", r".*\(first at row 1\): inf"),
-            ("overflowing-float", "1e400", r".*\(first at row 1\): inf"),
-        ]
+        for name, token, match in table_rows(DIFFICULTIES, 3)
     ],
     CliCase(
         "order-difficulty-column-of-booleans-in-place",
@@ -724,130 +542,76 @@ ORDER_CASES = [
 ]
 
 D = r"^ebpo demo: error: "
-DEMO_CASES = [
-    CliCase(
-        "demo-seed-negative",
-        ["demo", "--seed", "-1"],
-        D + r"--seed must be an integer >= 0, got -1$",
-    ),
-    CliCase(
-        "demo-prompts-0",
-        ["demo", "--prompts", "0"],
-        D + r"--prompts must be an integer between 1 and 100000, got 0$",
-    ),
-    CliCase(
-        "demo-prompts-negative",
-        ["demo", "--prompts", "-4"],
-        D + r"--prompts must be an integer between 1 and",
-    ),
-    CliCase(
-        "demo-prompts-huge",
-        ["demo", "--prompts", "10000000"],
-        D + r"--prompts must be an integer between 1 and 100000",
-    ),
-    CliCase(
-        "demo-group-size-0",
-        ["demo", "--group-size", "0"],
-        D + r"--group-size must be an integer between 1 and 64, got 0$",
-    ),
-    CliCase(
-        "demo-group-size-huge",
-        ["demo", "--group-size", "1000"],
-        D + r"--group-size must be an integer between 1 and 64",
-    ),
-    CliCase(
-        "demo-steps-0",
-        ["demo", "--steps", "0"],
-        D + r"--steps must be an integer between 1 and 10000, got 0$",
-    ),
-    CliCase(
-        "demo-too-many-responses",
-        ["demo", "--prompts", "100000", "--group-size", "64", "--steps", "10"],
-        D + r"--prompts x --group-size x --steps = 64,000,000 responses; .* at most 20,000,000",
-    ),
-]
+DEMO_TABLE = r"""
+    demo-seed-negative | --seed -1 | --seed must be an integer >= 0, got -1$
+    demo-prompts-0 | --prompts 0 | --prompts must be an integer between 1 and 100000, got 0$
+    demo-prompts-negative | --prompts -4 | --prompts must be an integer between 1 and
+    demo-prompts-huge | --prompts 10000000 | --prompts must be an integer between 1 and 100000
+    demo-group-size-0 | --group-size 0 | --group-size must be an integer between 1 and 64, got 0$
+    demo-group-size-huge | --group-size 1000 | --group-size must be an integer between 1 and 64
+    demo-steps-0 | --steps 0 | --steps must be an integer between 1 and 10000, got 0$
+    demo-too-many-responses | --prompts 100000 --group-size 64 --steps 10
+    | --prompts x --group-size x --steps = 64,000,000 responses; .* at most 20,000,000
+"""
+DEMO_CASES = cli_table(["demo"], D, DEMO_TABLE) + []
 
 S = r"^ebpo simulate: error: "
+SIMULATE_TABLE = r"""
+    simulate-output-dir-empty | --quick --output-dir '' | --output-dir must be a non-empty path
+    simulate-no-experiment | --experiments , | --experiments must be a comma-separated subset
+    simulate-seed-negative | --quick --seed -1 | --seed must be an integer >= 0, got -1
+    simulate-output-dir-below-dev-null | --quick --output-dir /dev/null/sim
+    | --output-dir '/dev/null/sim' lies below '/dev/null'
+    simulate-unknown-experiment | --experiments baseline,nope
+    | --experiments must be a comma-separated subset of baseline,saturation,bandit,priors, got 'baseline,nope'
+"""
+A_FILE = files({"results": "precious"})
 SIMULATE_CASES = [
+    *cli_table(["simulate"], S, SIMULATE_TABLE),
     CliCase(
         "simulate-output-dir-is-file",
         ["simulate", "--quick", "--output-dir", "results"],
         S + r"--output-dir 'results' is a file, expected a directory",
-        setup=files({"results": "precious"}),
-    ),
-    CliCase(
-        "simulate-output-dir-below-dev-null",
-        ["simulate", "--quick", "--output-dir", "/dev/null/sim"],
-        S + r"--output-dir '/dev/null/sim' lies below '/dev/null'",
+        setup=A_FILE,
     ),
     CliCase(
         "simulate-output-dir-below-a-file",
         ["simulate", "--quick", "--output-dir", "results/sim"],
         S + r"--output-dir 'results/sim' lies below 'results', which is not a directory",
-        setup=files({"results": "precious"}),
-    ),
-    CliCase(
-        "simulate-output-dir-empty",
-        ["simulate", "--quick", "--output-dir", ""],
-        S + r"--output-dir must be a non-empty path",
-    ),
-    CliCase(
-        "simulate-unknown-experiment",
-        ["simulate", "--experiments", "baseline,nope"],
-        S
-        + r"--experiments must be a comma-separated subset of baseline,saturation,bandit,priors, got 'baseline,nope'",
-    ),
-    CliCase(
-        "simulate-no-experiment",
-        ["simulate", "--experiments", ","],
-        S + r"--experiments must be a comma-separated subset",
-    ),
-    CliCase(
-        "simulate-seed-negative",
-        ["simulate", "--quick", "--seed", "-1"],
-        S + r"--seed must be an integer >= 0, got -1",
+        setup=A_FILE,
     ),
 ]
 
 T = r"^ebpo train: error: "
+# ebpo train loads the dataset before it creates the run directory or loads a model
 TRAIN_DATASET_CASES = [
-    # ebpo train loads the dataset before it creates the run directory or loads a model
-    CliCase(
-        "train-dataset-malformed",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"in\.jsonl: line 2: not valid JSON",
-        setup=files({"in.jsonl": MALFORMED["bad-json"][0]}),
-    ),
-    CliCase(
-        "train-dataset-empty",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"data file 'in\.jsonl' is empty: it holds no rows",
-        setup=files({"in.jsonl": ""}),
-    ),
-    CliCase(
-        "train-dataset-non-object",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"in\.jsonl: line 2 is a JSON array",
-        setup=files({"in.jsonl": MALFORMED["non-object-line"][0]}),
-    ),
-    CliCase(
-        "train-dataset-missing-columns",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"data file 'in\.jsonl': cannot recognise the columns \['question'\]: "
-        r"expected at least 'prompt' and 'answer'",
-        setup=files({"in.jsonl": jsonl({"question": "1+1?"})}),
-    ),
-    CliCase(
-        "train-dataset-empty-answer",
-        ["train", "--dataset", "in.jsonl"],
-        T + r"in\.jsonl: line 2 has no 'answer'",
-        setup=files(
-            {"in.jsonl": jsonl({"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ""})}
+    CliCase(id, ["train", "--dataset", "in.jsonl"], T + match, setup=files({"in.jsonl": content}))
+    for id, content, match in [
+        ("train-dataset-malformed", MALFORMED["bad-json"][0], r"in\.jsonl: line 2: not valid JSON"),
+        ("train-dataset-empty", "", r"data file 'in\.jsonl' is empty: it holds no rows"),
+        (
+            "train-dataset-non-object",
+            MALFORMED["non-object-line"][0],
+            r"in\.jsonl: line 2 is a JSON array",
         ),
-    ),
+        (
+            "train-dataset-missing-columns",
+            jsonl({"question": "1+1?"}),
+            r"data file 'in\.jsonl': cannot recognise the columns \['question'\]: "
+            r"expected at least 'prompt' and 'answer'",
+        ),
+        (
+            "train-dataset-empty-answer",
+            jsonl({"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ""}),
+            r"in\.jsonl: line 2 has no 'answer'",
+        ),
+    ]
 ]
 
-CASES = LABEL_CASES + ORDER_CASES + DEMO_CASES + SIMULATE_CASES + TRAIN_DATASET_CASES
+CASES = cli_table(LABEL, L, LABEL_TABLE, GOOD_IN) + cli_rows(LABEL, L, LABEL_ROWS, GOOD_IN)
+CASES += cli_table(ORDER[:5], R, ORDER_TABLE, GOOD_IN)
+CASES += LABEL_CASES + ORDER_CASES + DEMO_CASES + SIMULATE_CASES + TRAIN_DATASET_CASES
+CASES += cli_table(LABEL[:3], L, OUTPUT_TABLE, GOOD_IN)
 
 
 @pytest.fixture(autouse=True)

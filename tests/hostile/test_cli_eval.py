@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids
 from tests.hostile.test_cli_data import files
 
 E = r"^ebpo eval: error: "
@@ -29,6 +29,53 @@ def data_case(id: str, content: str | bytes, match: str, name: str = "aime.jsonl
         id, [*EVAL, "--data-file", f"aime-2025={name}"], E + match, setup=files({name: content})
     )
 
+
+#: ``ebpo eval *EVAL ARGUMENTS`` and ``ebpo eval --model org/model --benchmarks ARGUMENTS``: one
+#: stderr line matching E + the message
+EVAL_TABLE = r"""
+    data-file-missing | --data-file aime-2025=missing.jsonl
+    | data file for 'aime-2025' \('missing\.jsonl'\) does not exist$
+    data-file-twice | --data-file aime-2025=a.jsonl --data-file aime-2025=b.jsonl
+    | --data-file names 'aime-2025' twice \('a\.jsonl' and 'b\.jsonl'\)$
+    out-below-dev-null | --out /dev/null/res | out_dir \(--out\) '/dev/null/res' lies below '/dev/null'
+    out-empty | --out '' | out_dir \(--out\) must be a non-empty path
+    timeout-negative | --timeout -1 | timeout must be a finite number of seconds > 0 .*got -1\.0$
+    timeout-zero | --timeout 0 | timeout must be a finite number of seconds > 0
+    timeout-nan | --timeout nan | timeout must be a finite number of seconds > 0 .*got nan$
+    timeout-inf | --timeout inf | timeout must be a finite number of seconds > 0 .*got inf$
+    score-workers-0 | --score-workers 0 | score_workers must be an integer >= 1, got 0$
+    score-workers-negative | --score-workers -2 | score_workers must be an integer >= 1, got -2$
+    batch-size-0 | --batch-size 0 | batch_size must be an integer >= 1, got 0$
+    k-not-integer | --k 1,a | --k must be comma-separated integers such as 1,4,32; got '1,a'$
+    k-float | --k 1.5 | --k must be comma-separated integers
+    k-empty | --k '' | --k must be comma-separated integers
+    k-above-n | --k 1,4 | every k in ks \(--k\) must be in \[1, n=2\], got \[1, 4\]$
+    k-zero | --k 0,1 | every k in ks \(--k\) must be in \[1, n=2\], got \[0, 1\]$
+    k-negative | --k -1 | every k in ks \(--k\) must be in \[1, n=2\]
+    limit-0 | --limit 0 | limit must be an integer >= 1, got 0$
+    limit-negative | --limit -1 | limit must be an integer >= 1, got -1$
+    temperature-nan | --temperature nan | temperature must be a finite number >= 0 \(0 = greedy\), got nan$
+    temperature-inf | --temperature inf | temperature must be a finite number >= 0
+    temperature-negative | --temperature -1 | temperature must be a finite number >= 0
+    top-p-zero | --top-p 0 | top_p must be in \(0, 1\], got 0\.0$
+    top-p-above-one | --top-p 1.5 | top_p must be in \(0, 1\], got 1\.5$
+    top-p-nan | --top-p nan | top_p must be in \(0, 1\], got nan$
+    max-new-tokens-0 | --max-new-tokens 0 | max_new_tokens must be an integer >= 1, got 0$
+    seed-negative | --seed -1 | seed must be an integer >= 0, got -1$
+    data-file-no-equals | --data-file aime.jsonl | --data-file must be NAME=PATH, got 'aime\.jsonl'$
+    data-file-no-name | --data-file =aime.jsonl | --data-file must be NAME=PATH, got '=aime\.jsonl'$
+    data-dir-missing | --data-dir nowhere | data_dir \(--data-dir\) 'nowhere' is not a directory$
+    device-unknown | --device gpu | device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'$
+    device-index-not-a-number | --device cuda:x | device must be .* got 'cuda:x'$
+    dtype-unknown | --dtype fp8 | argument --dtype: invalid choice: 'fp8'
+"""
+BENCHMARKS_TABLE = r"""
+    n-0 | aime-2025 --n 0 | n must be an integer >= 1, got 0$
+    n-negative | aime-2025 --n -3 | n must be an integer >= 1, got -3$
+    unknown-benchmark | aime-2025,gsm8k | benchmarks: unknown \['gsm8k'\]; choose from
+    no-benchmark | , | --benchmarks must name at least one of
+    repeated-benchmark | aime-2025,aime-2025 | benchmarks: \['aime-2025'\] named more than once$
+"""
 
 CASES = [
     # --out: earlier results, a file, below a file or /dev/null, empty
@@ -51,127 +98,16 @@ CASES = [
         E + r"out_dir \(--out\) 'eval_results' already holds results \(results\.csv\)",
         setup=files({"eval_results/results.csv": "model,metric\n"}),
     ),
-    CliCase(
-        "out-is-file",
-        [*EVAL, "--out", "res"],
-        E + r"out_dir \(--out\) 'res' is a file, expected a directory",
-        setup=files({"res": "precious"}),
+    *cli_table(
+        EVAL,
+        E,
+        r"""
+        out-is-file | --out res | out_dir \(--out\) 'res' is a file, expected a directory
+        out-below-a-file | --out res/sub | out_dir \(--out\) 'res/sub' lies below 'res', which is not a directory
+        """,
+        files({"res": "precious"}),
     ),
-    CliCase(
-        "out-below-a-file",
-        [*EVAL, "--out", "res/sub"],
-        E + r"out_dir \(--out\) 'res/sub' lies below 'res', which is not a directory",
-        setup=files({"res": "precious"}),
-    ),
-    CliCase(
-        "out-below-dev-null",
-        [*EVAL, "--out", "/dev/null/res"],
-        E + r"out_dir \(--out\) '/dev/null/res' lies below '/dev/null'",
-    ),
-    CliCase("out-empty", [*EVAL, "--out", ""], E + r"out_dir \(--out\) must be a non-empty path"),
-    # scoring and generation numbers
-    CliCase(
-        "timeout-negative",
-        [*EVAL, "--timeout", "-1"],
-        E + r"timeout must be a finite number of seconds > 0 .*got -1\.0$",
-    ),
-    CliCase(
-        "timeout-zero",
-        [*EVAL, "--timeout", "0"],
-        E + r"timeout must be a finite number of seconds > 0",
-    ),
-    CliCase(
-        "timeout-nan",
-        [*EVAL, "--timeout", "nan"],
-        E + r"timeout must be a finite number of seconds > 0 .*got nan$",
-    ),
-    CliCase(
-        "timeout-inf",
-        [*EVAL, "--timeout", "inf"],
-        E + r"timeout must be a finite number of seconds > 0 .*got inf$",
-    ),
-    CliCase(
-        "score-workers-0",
-        [*EVAL, "--score-workers", "0"],
-        E + r"score_workers must be an integer >= 1, got 0$",
-    ),
-    CliCase(
-        "score-workers-negative",
-        [*EVAL, "--score-workers", "-2"],
-        E + r"score_workers must be an integer >= 1, got -2$",
-    ),
-    CliCase(
-        "batch-size-0",
-        [*EVAL, "--batch-size", "0"],
-        E + r"batch_size must be an integer >= 1, got 0$",
-    ),
-    CliCase("n-0", [*EVAL[:-1], "0"], E + r"n must be an integer >= 1, got 0$"),
-    CliCase("n-negative", [*EVAL[:-1], "-3"], E + r"n must be an integer >= 1, got -3$"),
-    CliCase(
-        "k-not-integer",
-        [*EVAL, "--k", "1,a"],
-        E + r"--k must be comma-separated integers such as 1,4,32; got '1,a'$",
-    ),
-    CliCase("k-float", [*EVAL, "--k", "1.5"], E + r"--k must be comma-separated integers"),
-    CliCase("k-empty", [*EVAL, "--k", ""], E + r"--k must be comma-separated integers"),
-    CliCase(
-        "k-above-n",
-        [*EVAL, "--k", "1,4"],
-        E + r"every k in ks \(--k\) must be in \[1, n=2\], got \[1, 4\]$",
-    ),
-    CliCase(
-        "k-zero",
-        [*EVAL, "--k", "0,1"],
-        E + r"every k in ks \(--k\) must be in \[1, n=2\], got \[0, 1\]$",
-    ),
-    CliCase("k-negative", [*EVAL, "--k", "-1"], E + r"every k in ks \(--k\) must be in \[1, n=2\]"),
-    CliCase("limit-0", [*EVAL, "--limit", "0"], E + r"limit must be an integer >= 1, got 0$"),
-    CliCase(
-        "limit-negative", [*EVAL, "--limit", "-1"], E + r"limit must be an integer >= 1, got -1$"
-    ),
-    CliCase(
-        "temperature-nan",
-        [*EVAL, "--temperature", "nan"],
-        E + r"temperature must be a finite number >= 0 \(0 = greedy\), got nan$",
-    ),
-    CliCase(
-        "temperature-inf",
-        [*EVAL, "--temperature", "inf"],
-        E + r"temperature must be a finite number >= 0",
-    ),
-    CliCase(
-        "temperature-negative",
-        [*EVAL, "--temperature", "-1"],
-        E + r"temperature must be a finite number >= 0",
-    ),
-    CliCase("top-p-zero", [*EVAL, "--top-p", "0"], E + r"top_p must be in \(0, 1\], got 0\.0$"),
-    CliCase(
-        "top-p-above-one", [*EVAL, "--top-p", "1.5"], E + r"top_p must be in \(0, 1\], got 1\.5$"
-    ),
-    CliCase("top-p-nan", [*EVAL, "--top-p", "nan"], E + r"top_p must be in \(0, 1\], got nan$"),
-    CliCase(
-        "max-new-tokens-0",
-        [*EVAL, "--max-new-tokens", "0"],
-        E + r"max_new_tokens must be an integer >= 1, got 0$",
-    ),
-    CliCase("seed-negative", [*EVAL, "--seed", "-1"], E + r"seed must be an integer >= 0, got -1$"),
     # benchmarks and data files
-    CliCase(
-        "unknown-benchmark",
-        [*EVAL[:4], "aime-2025,gsm8k"],
-        E + r"benchmarks: unknown \['gsm8k'\]; choose from",
-    ),
-    CliCase("no-benchmark", [*EVAL[:4], ","], E + r"--benchmarks must name at least one of"),
-    CliCase(
-        "repeated-benchmark",
-        [*EVAL[:4], "aime-2025,aime-2025"],
-        E + r"benchmarks: \['aime-2025'\] named more than once$",
-    ),
-    CliCase(
-        "data-file-missing",
-        [*EVAL, "--data-file", "aime-2025=missing.jsonl"],
-        E + r"data file for 'aime-2025' \('missing\.jsonl'\) does not exist$",
-    ),
     CliCase(
         "data-file-is-directory",
         [*EVAL, "--data-file", "aime-2025=dir.jsonl"],
@@ -179,31 +115,11 @@ CASES = [
         setup=files({"dir.jsonl": None}),
     ),
     CliCase(
-        "data-file-no-equals",
-        [*EVAL, "--data-file", "aime.jsonl"],
-        E + r"--data-file must be NAME=PATH, got 'aime\.jsonl'$",
-    ),
-    CliCase(
-        "data-file-no-name",
-        [*EVAL, "--data-file", "=aime.jsonl"],
-        E + r"--data-file must be NAME=PATH, got '=aime\.jsonl'$",
-    ),
-    CliCase(
         "data-file-not-evaluated",
         [*EVAL, "--data-file", "math-500=aime.jsonl"],
         E
         + r"data_files \(--data-file\) names 'math-500', which is not among the benchmarks \['aime-2025'\]$",
         setup=files({"aime.jsonl": GOOD_ROWS}),
-    ),
-    CliCase(
-        "data-file-twice",
-        [*EVAL, "--data-file", "aime-2025=a.jsonl", "--data-file", "aime-2025=b.jsonl"],
-        E + r"--data-file names 'aime-2025' twice \('a\.jsonl' and 'b\.jsonl'\)$",
-    ),
-    CliCase(
-        "data-dir-missing",
-        [*EVAL, "--data-dir", "nowhere"],
-        E + r"data_dir \(--data-dir\) 'nowhere' is not a directory$",
     ),
     CliCase(
         "model-path-missing",
@@ -248,22 +164,7 @@ CASES = [
         setup=files({"data/aime-2025.jsonl": "{oops\n"}),
     ),
 ]
-CASES += [
-    # --device / --dtype: refused before anything loads
-    CliCase(
-        "device-unknown",
-        [*EVAL, "--device", "gpu"],
-        E + r"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'$",
-    ),
-    CliCase(
-        "device-index-not-a-number",
-        [*EVAL, "--device", "cuda:x"],
-        E + r"device must be .* got 'cuda:x'$",
-    ),
-    CliCase(
-        "dtype-unknown", [*EVAL, "--dtype", "fp8"], E + r"argument --dtype: invalid choice: 'fp8'"
-    ),
-]
+CASES += cli_table(EVAL, E, EVAL_TABLE) + cli_table(EVAL[:4], E, BENCHMARKS_TABLE)
 if not torch.cuda.is_available():
     CASES.append(
         CliCase(

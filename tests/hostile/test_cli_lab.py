@@ -19,7 +19,7 @@ pytest.importorskip("trl")
 
 from ebpo.lab.runs.directory import write_manifest  # noqa: E402
 from ebpo.lab.train.job import TrainJobConfig  # noqa: E402
-from tests.hostile.harness import CliCase, check_cli_error, ids  # noqa: E402
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids, table_rows  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
 
 T = r"^ebpo train: error: "
@@ -77,159 +77,103 @@ def user_dir(run_json: str | bytes):
     return files({"a/run.json": run_json, "a/precious.txt": "x", "a/results.json": '{"mine": 1}'})
 
 
-NOT_OURS = r"'a/run\.json' is not a run manifest written by ebpo"
+#: issue #21 item 1: a run.json that ebpo did not write makes no run (never deleted). ``ebpo train
+#: *TINY --output-dir a ARGUMENTS`` with the user's ``a/run.json`` holding the JSON given
+NOT_OURS_TABLE = r"""
+    train-not-ours-status-only |  | {"status":"failed"}
+    | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-status-only-overwrite | --overwrite | {"status":"failed"}
+    | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-empty-object-overwrite | --overwrite | {}
+    | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-list-overwrite | --overwrite | [] | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-resume | --resume | {} | 'a/run\.json' is not a run manifest written by ebpo
+    train-not-ours-corrupt-overwrite | --overwrite | {"status": "failed" "global_step": 0}
+    | 'a/run\.json' is not a readable run manifest \(Expecting ',' delimiter
+    train-not-ours-newer-version | --overwrite
+    | {"format": "ebpo-run", "version": 9, "status": "failed", "global_step": 0}
+    | 'a/run\.json' is an ebpo run manifest of version 9; this ebpo reads versions \[1, 2\]
+    train-not-ours-legacy-true | --overwrite
+    | {"ebpo_run": true, "status": "failed", "global_step": 0, "config": {}}
+    | 'a/run\.json' is not a run manifest written by ebpo
+"""
+
+#: ``ebpo train ARGUMENTS``, ``ebpo train *TINY ARGUMENTS`` and ``ebpo bench ARGUMENTS``: one
+#: stderr line matching T (B) + the message
+TRAIN_TABLE = r"""
+    train-lr-inf | --learning-rate inf | learning_rate must be a finite positive number, got inf
+    train-lr-nan | --learning-rate nan | learning_rate must be a finite positive number
+    train-lr-negative | --learning-rate=-1e-4 | learning_rate must be a finite positive number, got -0\.0001
+    train-seed-negative | --seed -1 | seed must be an integer >= 0, got -1
+    train-tiers-zero | --tiers 0 | tiers must be distinct digit counts in 1\.\.15, got \[0\]
+    train-tiers-huge | --tiers 1,99 | tiers must be distinct digit counts
+    train-tiers-text | --tiers one | argument --tiers: expected comma-separated integers, got 'one'
+    train-topics-unknown | --topics add,div | topics must be distinct values of \['add', 'sub', 'mul'\]
+    train-estimator-unknown | --estimator ppo | estimator must be a preset or estimator name
+    train-order-unknown | --order random | order must be one of
+    train-eval-samples-few | --eval-samples 2 | eval_samples must be an integer >= 8
+    train-resume-without-dir | --resume | resume needs output_dir
+    train-output-dev-null | --output-dir /dev/null/run | output_dir '/dev/null/run' lies below '/dev/null'
+    train-dataset-missing | --dataset nope.jsonl | data file 'nope\.jsonl' does not exist
+"""
+TINY_TABLE = r"""
+    train-seed-2-pow-70 | --seed 1180591620717411303424
+    | seed must be an integer in \[0, 2147483647\], got 1180591620717411303424
+    train-output-empty | --output-dir ''
+    | output_dir must be a non-empty path, or None for a new directory under runs/, got ''
+    train-prompts-per-step-huge | --prompts-per-step 1000000
+    | prompts_per_step × group_size must be at most 65,536 completions a step, got 1000000 × 2 = 2,000,000
+    train-group-size-huge | --group-size 100000 --prompts-per-step 1
+    | prompts_per_step × group_size must be at most 65,536
+    train-steps-huge | --steps 1000000
+    | steps × prompts_per_step must be at most 1,000,000 prompts on a built-in dataset, got 1000000 × 2
+    train-lr-huge | --learning-rate 1e308 | learning_rate must be a finite positive number <= 1\.0, got 1e\+308
+    train-lr-above-max | --learning-rate 1.5 | learning_rate must be a finite positive number <= 1\.0, got 1\.5
+    train-seed-2-pow-31 | --seed 2147483648 | seed must be an integer in \[0, 2147483647\], got 2147483648
+    train-output-blank | --output-dir '  ' | output_dir must be a non-empty path, or None .*, got ' '
+"""
+#: ``ebpo train ARGUMENTS`` over a run ebpo wrote (OLD_RUN)
+OLD_RUN_TABLE = r"""
+    train-output-holds-a-run | --output-dir run | output_dir 'run' already holds a run \(completed, step 5\)
+    train-resume-other-run | --output-dir run --resume | output_dir 'run' holds a different run
+    train-overwrite-missing-model | --output-dir run --overwrite --model ./no-such-model
+    | model path './no-such-model' does not exist
+"""
+BENCH_TABLE = r"""
+    bench-report-only-nonexistent | --report-only --output-dir nonexistent
+    | --report-only: 'nonexistent' holds no bench cells
+    bench-checkpoint-past-end | --steps 50 --checkpoints 50
+    | checkpoints must be multiples of eval_every \(25\) below steps \(50\)
+    bench-output-dev-null | --output-dir /dev/null/b | --output-dir '/dev/null/b' lies below '/dev/null'
+    bench-seeds-zero | --seeds 0 | --seeds must be at least 1
+    bench-lrs-zero | --lrs 0,1e-4 | learning_rates must be a non-empty list of positive numbers
+    bench-lrs-text | --lrs fast | --lrs must be a comma-separated list
+    bench-group-size-one | --group-sizes 1,2 | group_sizes must be non-empty integers >= 2
+    bench-checkpoint-off-grid | --checkpoints 30 | checkpoints must be multiples of eval_every \(25\)
+    bench-shard-zero | --shard 0/2 | --shard must be K/N with 1 <= K <= N, got '0/2'
+    bench-estimator-unknown | --estimators grpo,ppo | methods must be a non-empty subset
+    bench-eval-samples-few | --eval-samples 4 | eval_samples must be non-empty integers >= 8
+"""
 
 CASES = [
     CliCase(
-        "train-lr-inf",
-        ["train", "--learning-rate", "inf"],
-        T + r"learning_rate must be a finite positive number, got inf",
-    ),
-    CliCase(
-        "train-lr-nan",
-        ["train", "--learning-rate", "nan"],
-        T + r"learning_rate must be a finite positive number",
-    ),
-    CliCase(
-        "train-lr-negative",
-        ["train", "--learning-rate=-1e-4"],
-        T + r"learning_rate must be a finite positive number, got -0\.0001",
-    ),
-    CliCase(
-        "train-seed-negative",
-        ["train", "--seed", "-1"],
-        T + r"seed must be an integer >= 0, got -1",
-    ),
-    CliCase(
         "train-steps-zero", ["train", "--steps", "0"], T + r"steps must be an integer >= 1, got 0"
     ),
-    CliCase(
-        "train-tiers-zero",
-        ["train", "--tiers", "0"],
-        T + r"tiers must be distinct digit counts in 1\.\.15, got \[0\]",
-    ),
-    CliCase(
-        "train-tiers-huge", ["train", "--tiers", "1,99"], T + r"tiers must be distinct digit counts"
-    ),
-    CliCase(
-        "train-tiers-text",
-        ["train", "--tiers", "one"],
-        T + r"argument --tiers: expected comma-separated integers, got 'one'",
-    ),
-    CliCase(
-        "train-topics-unknown",
-        ["train", "--topics", "add,div"],
-        T + r"topics must be distinct values of \['add', 'sub', 'mul'\]",
-    ),
-    CliCase(
-        "train-estimator-unknown",
-        ["train", "--estimator", "ppo"],
-        T + r"estimator must be a preset or estimator name",
-    ),
-    CliCase("train-order-unknown", ["train", "--order", "random"], T + r"order must be one of"),
-    CliCase(
-        "train-eval-samples-few",
-        ["train", "--eval-samples", "2"],
-        T + r"eval_samples must be an integer >= 8",
-    ),
-    CliCase("train-resume-without-dir", ["train", "--resume"], T + r"resume needs output_dir"),
-    CliCase(
-        "train-output-is-file",
-        ["train", "--output-dir", "out"],
-        T + r"output_dir 'out' is a file, expected a directory",
-        setup=files({"out": "precious"}),
-    ),
-    CliCase(
-        "train-output-below-file",
-        ["train", "--output-dir", "out/run"],
-        T + r"output_dir 'out/run' lies below 'out', which is not a directory",
-        setup=files({"out": "precious"}),
-    ),
-    CliCase(
-        "train-output-dev-null",
-        ["train", "--output-dir", "/dev/null/run"],
-        T + r"output_dir '/dev/null/run' lies below '/dev/null'",
+    *cli_table(
+        ["train"],
+        T,
+        r"""
+        train-output-is-file | --output-dir out | output_dir 'out' is a file, expected a directory
+        train-output-below-file | --output-dir out/run
+        | output_dir 'out/run' lies below 'out', which is not a directory
+        """,
+        files({"out": "precious"}),
     ),
     CliCase(
         "train-output-holds-other-files",
         ["train", "--output-dir", "mine"],
         T + r"output_dir 'mine' is not empty and holds no ebpo run",
         setup=files({"mine/notes.txt": "precious"}),
-    ),
-    CliCase(
-        "train-output-holds-a-run",
-        ["train", "--output-dir", "run"],
-        T + r"output_dir 'run' already holds a run \(completed, step 5\)",
-        setup=OLD_RUN,
-    ),
-    CliCase(
-        "train-resume-other-run",
-        ["train", "--output-dir", "run", "--resume"],
-        T + r"output_dir 'run' holds a different run",
-        setup=OLD_RUN,
-    ),
-    CliCase(
-        "train-overwrite-missing-model",
-        ["train", "--output-dir", "run", "--overwrite", "--model", "./no-such-model"],
-        T + r"model path './no-such-model' does not exist",
-        setup=OLD_RUN,
-    ),
-    CliCase(
-        "train-dataset-missing",
-        ["train", "--dataset", "nope.jsonl"],
-        T + r"data file 'nope\.jsonl' does not exist",
-    ),
-    # ---- issue #21 item 1: a run.json that ebpo did not write makes no run (never deleted)
-    CliCase(
-        "train-not-ours-status-only",
-        ["train", *TINY, "--output-dir", "a"],
-        T + NOT_OURS,
-        setup=user_dir('{"status":"failed"}'),
-    ),
-    CliCase(
-        "train-not-ours-status-only-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir('{"status":"failed"}'),
-    ),
-    CliCase(
-        "train-not-ours-empty-object-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir("{}"),
-    ),
-    CliCase(
-        "train-not-ours-list-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir("[]"),
-    ),
-    CliCase(
-        "train-not-ours-resume",
-        ["train", *TINY, "--output-dir", "a", "--resume"],
-        T + NOT_OURS,
-        setup=user_dir("{}"),
-    ),
-    CliCase(
-        "train-not-ours-corrupt-overwrite",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + r"'a/run\.json' is not a readable run manifest \(Expecting ',' delimiter",
-        setup=user_dir('{"status": "failed" "global_step": 0}'),
-    ),
-    CliCase(
-        "train-not-ours-newer-version",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T
-        + r"'a/run\.json' is an ebpo run manifest of version 9; this ebpo reads versions \[1, 2\]",
-        setup=user_dir(
-            '{"format": "ebpo-run", "version": 9, "status": "failed", "global_step": 0}'
-        ),
-    ),
-    CliCase(
-        "train-not-ours-legacy-true",
-        ["train", *TINY, "--output-dir", "a", "--overwrite"],
-        T + NOT_OURS,
-        setup=user_dir('{"ebpo_run": true, "status": "failed", "global_step": 0, "config": {}}'),
     ),
     CliCase(
         "train-manifest-files-escape",
@@ -356,17 +300,15 @@ CASES = [
         T + r"'run/run\.json' is not a readable run manifest \(Expecting ',' delimiter",
         setup=files({"run/run.json": '{"format": "ebpo-run" "version": 2}'}),
     ),
-    CliCase(
-        "train-cache-dir-is-a-file",
-        ["train", *TINY, "--cache-dir", "cache"],
-        T + r"cache_dir 'cache' is a file, expected a directory",
-        setup=files({"cache": "precious"}),
-    ),
-    CliCase(
-        "train-cache-dir-below-a-file",
-        ["train", *TINY, "--cache-dir", "cache/sub"],
-        T + r"cache_dir 'cache/sub' lies below 'cache', which is not a directory",
-        setup=files({"cache": "precious"}),
+    *cli_table(
+        ["train", *TINY],
+        T,
+        r"""
+        train-cache-dir-is-a-file | --cache-dir cache | cache_dir 'cache' is a file, expected a directory
+        train-cache-dir-below-a-file | --cache-dir cache/sub
+        | cache_dir 'cache/sub' lies below 'cache', which is not a directory
+        """,
+        files({"cache": "precious"}),
     ),
     CliCase(
         "train-ebpo-cache-env-is-a-file",
@@ -375,109 +317,24 @@ CASES = [
         setup=files({"cache": "precious"}),
         env={"EBPO_CACHE": "cache"},
     ),
-    CliCase(
-        "train-lr-huge",
-        ["train", *TINY, "--learning-rate", "1e308"],
-        T + r"learning_rate must be a finite positive number <= 1\.0, got 1e\+308",
-    ),
-    CliCase(
-        "train-lr-above-max",
-        ["train", *TINY, "--learning-rate", "1.5"],
-        T + r"learning_rate must be a finite positive number <= 1\.0, got 1\.5",
-    ),
-    CliCase(
-        "train-seed-2-pow-70",
-        ["train", *TINY, "--seed", str(2**70)],
-        T + rf"seed must be an integer in \[0, 2147483647\], got {2**70}",
-    ),
-    CliCase(
-        "train-seed-2-pow-31",
-        ["train", *TINY, "--seed", str(2**31)],
-        T + r"seed must be an integer in \[0, 2147483647\], got 2147483648",
-    ),
     # ---- issue #21 item 12: checked before any work starts
-    CliCase(
-        "train-output-empty",
-        ["train", *TINY, "--output-dir", ""],
-        T + r"output_dir must be a non-empty path, or None for a new directory under runs/, got ''",
-    ),
-    CliCase(
-        "train-output-blank",
-        ["train", *TINY, "--output-dir", "  "],
-        T + r"output_dir must be a non-empty path, or None .*, got ' '",
-    ),
-    CliCase(
-        "train-prompts-per-step-huge",
-        ["train", *TINY, "--prompts-per-step", "1000000"],
-        T
-        + r"prompts_per_step × group_size must be at most 65,536 completions a step, got 1000000 × 2 = 2,000,000",
-    ),
-    CliCase(
-        "train-group-size-huge",
-        ["train", *TINY, "--group-size", "100000", "--prompts-per-step", "1"],
-        T + r"prompts_per_step × group_size must be at most 65,536",
-    ),
-    CliCase(
-        "train-steps-huge",
-        ["train", *TINY, "--steps", "1000000"],
-        T
-        + r"steps × prompts_per_step must be at most 1,000,000 prompts on a built-in dataset, got 1000000 × 2",
-    ),
-    CliCase(
-        "bench-report-only-nonexistent",
-        ["bench", "--report-only", "--output-dir", "nonexistent"],
-        B + r"--report-only: 'nonexistent' holds no bench cells",
-    ),
     CliCase(
         "bench-output-is-file",
         ["bench", "--output-dir", "out"],
         B + r"--output-dir 'out' is a file, expected a directory",
         setup=files({"out": "x"}),
     ),
+]
+CASES += cli_table(["train"], T, TRAIN_TABLE) + cli_table(["train", *TINY], T, TINY_TABLE)
+CASES += cli_table(["bench"], B, BENCH_TABLE) + cli_table(["train"], T, OLD_RUN_TABLE, OLD_RUN)
+CASES += [
     CliCase(
-        "bench-output-dev-null",
-        ["bench", "--output-dir", "/dev/null/b"],
-        B + r"--output-dir '/dev/null/b' lies below '/dev/null'",
-    ),
-    CliCase("bench-seeds-zero", ["bench", "--seeds", "0"], B + r"--seeds must be at least 1"),
-    CliCase(
-        "bench-lrs-zero",
-        ["bench", "--lrs", "0,1e-4"],
-        B + r"learning_rates must be a non-empty list of positive numbers",
-    ),
-    CliCase(
-        "bench-lrs-text", ["bench", "--lrs", "fast"], B + r"--lrs must be a comma-separated list"
-    ),
-    CliCase(
-        "bench-group-size-one",
-        ["bench", "--group-sizes", "1,2"],
-        B + r"group_sizes must be non-empty integers >= 2",
-    ),
-    CliCase(
-        "bench-checkpoint-off-grid",
-        ["bench", "--checkpoints", "30"],
-        B + r"checkpoints must be multiples of eval_every \(25\)",
-    ),
-    CliCase(
-        "bench-checkpoint-past-end",
-        ["bench", "--steps", "50", "--checkpoints", "50"],
-        B + r"checkpoints must be multiples of eval_every \(25\) below steps \(50\)",
-    ),
-    CliCase(
-        "bench-shard-zero",
-        ["bench", "--shard", "0/2"],
-        B + r"--shard must be K/N with 1 <= K <= N, got '0/2'",
-    ),
-    CliCase(
-        "bench-estimator-unknown",
-        ["bench", "--estimators", "grpo,ppo"],
-        B + r"methods must be a non-empty subset",
-    ),
-    CliCase(
-        "bench-eval-samples-few",
-        ["bench", "--eval-samples", "4"],
-        B + r"eval_samples must be non-empty integers >= 8",
-    ),
+        id,
+        ["train", *TINY, "--output-dir", "a", *extra.split()],
+        T + match,
+        setup=user_dir(run_json),
+    )
+    for id, extra, run_json, match in table_rows(NOT_OURS_TABLE, 4)
 ]
 
 

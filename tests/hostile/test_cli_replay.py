@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ebpo.cli import main
-from tests.hostile.harness import CliCase, check_cli_error, ids
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids
 from tests.hostile.test_cli_data import files
 
 R = r"^ebpo replay: error: "
@@ -68,82 +68,10 @@ def rows(*triples: tuple[int, str, float]) -> list[dict]:
 
 
 GOOD_TABLE = rows((1, "a", 1.0), (1, "a", 0.0), (2, "b", 1.0))
+DUMPS = dumps()
 PADDING_ONLY = "".join(line + "\n" for line in DUMP[1].splitlines() if '"uid": "pad' in line)
 
 VERL_CASES = [
-    CliCase(
-        "nan-score",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 5: 'score' is NaN \(a failed reward call\?\)",
-        setup=dumps(s1=edit(1, 5, '"score": 0.0', '"score": NaN')),
-    ),
-    CliCase(
-        "nan-score-in-the-last-step",
-        ["replay", "run", *OUT],
-        R + r"run/10\.jsonl: line 27: 'score' is NaN",
-        setup=dumps(s10=edit(10, 27, '"score": 0.0', '"score": NaN')),
-    ),
-    CliCase(
-        "infinite-score",
-        ["replay", "run", *OUT],
-        R + r"run/2\.jsonl: line 3: 'score' is infinite \(-inf\)",
-        setup=dumps(s2=edit(2, 3, '"score": ', '"score": -Infinity, "x": ')),
-    ),
-    CliCase(
-        "score-beyond-float",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 2: 'score' is infinite \(inf\)",
-        setup=dumps(s1=edit(1, 2, '"score": 0.0', '"score": 1e999')),
-    ),
-    CliCase(
-        "score-as-text",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 6: 'score' is not a number: '0\.0'",
-        setup=dumps(s1=edit(1, 6, '"score": 0.0', '"score": "0.0"')),
-    ),
-    CliCase(
-        "score-as-boolean",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 6: 'score' is not a number: True",
-        setup=dumps(s1=edit(1, 6, '"score": 0.0', '"score": true')),
-    ),
-    CliCase(
-        "score-null",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 4: no 'score' field, or it is null",
-        setup=dumps(s1=edit(1, 4, '"score": 0.0', '"score": null')),
-    ),
-    CliCase(
-        "score-missing",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 4: no 'score' field, or it is null",
-        setup=dumps(s1=edit(1, 4, '"score": 0.0, ', "")),
-    ),
-    CliCase(
-        "not-a-verl-dump",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 1: no score field: not a verl rollout dump .*--format table",
-        setup=dumps(s1=edit(1, 1, '"score": 0.0, ', "")),
-    ),
-    CliCase(
-        "uid-not-a-string",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 4: 'uid' is an integer \(5\), expected a string",
-        setup=dumps(s1=edit(1, 4, '"uid": "', '"uid": 5, "u": "')),
-    ),
-    CliCase(
-        "step-not-an-integer",
-        ["replay", "run", *OUT],
-        R + r"run/2\.jsonl: line 7: 'step' must be an integer step, got 2\.5",
-        setup=dumps(s2=edit(2, 7, '"step": 2', '"step": 2.5')),
-    ),
-    CliCase(
-        "two-steps-in-one-dump",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 5: step 3, but the file began with step 1: a verl rollout dump "
-        r"holds one step",
-        setup=dumps(s1=edit(1, 5, '"step": 1', '"step": 3')),
-    ),
     CliCase(
         "step-repeats-across-directories",
         ["replay", "a", "b", *OUT],
@@ -151,28 +79,10 @@ VERL_CASES = [
         setup=files({"a/1.jsonl": DUMP[1], "a/2.jsonl": DUMP[2], "b/2.jsonl": DUMP[2]}),
     ),
     CliCase(
-        "file-given-twice",
-        ["replay", "run/1.jsonl", "run/../run/1.jsonl", *OUT],
-        R + r"input file 'run/\.\./run/1\.jsonl' is given twice",
-        setup=dumps(),
-    ),
-    CliCase(
         "line-cut-short",
         ["replay", "run", *OUT],
         R + r"run/10\.jsonl: line 27: not valid JSON \(Unterminated string",
         setup=dumps(s10=DUMP[10][: len(DUMP[10]) - 20]),
-    ),
-    CliCase(
-        "array-line",
-        ["replay", "run", *OUT],
-        R + r"run/2\.jsonl: line 3: a JSON list, expected an object per line",
-        setup=dumps(s2=edit(2, 3, DUMP[2].splitlines()[2], "[1, 2]")),
-    ),
-    CliCase(
-        "duplicate-field",
-        ["replay", "run", *OUT],
-        R + r"run/1\.jsonl: line 8: cannot be read \(key 'score' appears twice in one object\)",
-        setup=dumps(s1=edit(1, 8, '"score": ', '"score": 1.0, "score": ')),
     ),
     CliCase(
         "png-in-place-of-a-dump",
@@ -212,30 +122,6 @@ VERL_CASES = [
         setup=files({"t.csv": "prompt,reward,step\na,1,1\n"}),
     ),
     CliCase(
-        "unknown-estimator",
-        ["replay", "run", *OUT, "--estimators", "ebpo,ebpo_typo"],
-        R + r"unknown variant 'ebpo_typo'; expected one of \[",
-        setup=dumps(),
-    ),
-    CliCase(
-        "no-estimator",
-        ["replay", "run", *OUT, "--estimators", " , "],
-        R + r"--estimators must name at least one estimator",
-        setup=dumps(),
-    ),
-    CliCase(
-        "output-dir-is-a-file",
-        ["replay", "run", "--output-dir", "run/1.jsonl"],
-        R + r"--output-dir 'run/1\.jsonl' is a file, expected a directory",
-        setup=dumps(),
-    ),
-    CliCase(
-        "column-option-with-verl-format",
-        ["replay", "run", *OUT, "--format", "verl", "--reward-column", "acc"],
-        R + r"--reward-column name a table's columns: they go with --format table",
-        setup=dumps(),
-    ),
-    CliCase(
         "estimator-refuses-the-rewards",
         ["replay", "t.jsonl", *OUT, "--format", "table", "--estimators", "ebpo_bb"],
         R + r"t\.jsonl: step 1: ebpo_bb cannot take these rewards: rewards must lie in \[0, 1\]",
@@ -244,6 +130,22 @@ VERL_CASES = [
 ]
 
 T = ["--format", "table"]
+#: ``ebpo replay ARGUMENTS`` on the fixture dump in ``run/``: one stderr line matching R + the message
+DUMPS_TABLE = r"""
+    file-given-twice | run/1.jsonl run/../run/1.jsonl --output-dir out
+    | input file 'run/\.\./run/1\.jsonl' is given twice
+    unknown-estimator | run --output-dir out --estimators ebpo,ebpo_typo
+    | unknown variant 'ebpo_typo'; expected one of \[
+    no-estimator | run --output-dir out --estimators ' , ' | --estimators must name at least one estimator
+    output-dir-is-a-file | run --output-dir run/1.jsonl | --output-dir 'run/1\.jsonl' is a file, expected a directory
+    column-option-with-verl-format | run --output-dir out --format verl --reward-column acc
+    | --reward-column name a table's columns: they go with --format table
+    output-dir-is-the-dump | run --output-dir run | --output-dir 'run' is the input 'run': write the report elsewhere$
+    output-dir-inside-the-dump | run --output-dir run/report
+    | --output-dir 'run/report' lies inside the input 'run': write the report outside
+    output-dir-holds-dump-files | run/1.jsonl run/2.jsonl --output-dir run
+    | --output-dir 'run' holds the input 'run/1\.jsonl'
+"""
 TABLE_CASES = [
     CliCase(
         "table-missing-column",
@@ -278,24 +180,6 @@ TABLE_CASES = [
                 )
             }
         ),
-    ),
-    CliCase(
-        "csv-reward-not-a-number",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 3: 'reward' is not a number in plain decimal digits: 'abc'",
-        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,abc,1\n"}),
-    ),
-    CliCase(
-        "csv-reward-nan",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 2: 'reward' is NaN",
-        setup=files({"t.csv": "prompt,reward,step\na,nan,1\n"}),
-    ),
-    CliCase(
-        "csv-empty-reward",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 3: no 'reward' value",
-        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,,1\n"}),
     ),
     CliCase(
         "csv-missing-column",
@@ -354,34 +238,16 @@ TABLE_CASES = [
 # refused before any input is read (a broken dump is not even looked at)
 APART_CASES = [
     CliCase(
-        "output-dir-is-the-dump",
-        ["replay", "run", "--output-dir", "run"],
-        R + r"--output-dir 'run' is the input 'run': write the report elsewhere$",
-        setup=dumps(),
-    ),
-    CliCase(
         "output-dir-is-the-dump-spelt-otherwise",
         ["replay", "run", "--output-dir", "{tmp}/./run/"],
         R + r"--output-dir '.*/run' is the input 'run'",
-        setup=dumps(),
-    ),
-    CliCase(
-        "output-dir-inside-the-dump",
-        ["replay", "run", "--output-dir", "run/report"],
-        R + r"--output-dir 'run/report' lies inside the input 'run': write the report outside",
-        setup=dumps(),
+        setup=DUMPS,
     ),
     CliCase(
         "output-dir-holds-the-dump",
         ["replay", "d/run", "--output-dir", "d"],
         R + r"--output-dir 'd' holds the input 'd/run': write the report elsewhere",
         setup=files({f"d/run/{step}.jsonl": text for step, text in DUMP.items()}),
-    ),
-    CliCase(
-        "output-dir-holds-dump-files",
-        ["replay", "run/1.jsonl", "run/2.jsonl", "--output-dir", "run"],
-        R + r"--output-dir 'run' holds the input 'run/1\.jsonl'",
-        setup=dumps(),
     ),
     CliCase(
         "output-dir-is-the-dump-through-a-link",
@@ -423,67 +289,6 @@ APART_CASES = [
 # (Python's float() and int() also take "1_0", other scripts' digits and white space of any kind),
 # every column once, steps and uid numbers within 64 bits, each refusal naming the file and line.
 CSV_CASES = [
-    CliCase(
-        "csv-column-twice-in-the-header",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 1: column 'prompt' appears twice in the header; rename or drop one$",
-        setup=files({"t.csv": "prompt,reward,step,prompt\na,1,1,b\n"}),
-    ),
-    CliCase(
-        "csv-other-column-twice",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 1: column 'note' appears twice",
-        setup=files({"t.csv": "prompt,reward,step,note,note\na,1,1,x,y\n"}),
-    ),
-    CliCase(
-        "csv-step-with-an-underscore",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 3: 'step' must be an integer step in plain decimal digits, got '1_0'",
-        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,0,1_0\n"}),
-    ),
-    CliCase(
-        "csv-first-step-with-an-underscore",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 2: 'step' must be an integer step in plain decimal digits, got '1_0'",
-        setup=files({"t.csv": "prompt,reward,step\na,1,1_0\n"}),
-    ),
-    CliCase(
-        "csv-reward-with-an-underscore",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 2: 'reward' is not a number in plain decimal digits: '1_000'",
-        setup=files({"t.csv": "prompt,reward,step\na,1_000,1\n"}),
-    ),
-    CliCase(
-        "csv-arabic-indic-step",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 3: 'step' must be an integer step in plain decimal digits, got '\u0663'",
-        setup=files({"t.csv": "prompt,reward,step\na,1,1\na,0,\u0663\n"}),
-    ),
-    CliCase(
-        "csv-arabic-indic-reward",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 2: 'reward' is not a number in plain decimal digits: '\u0661'",
-        setup=files({"t.csv": "prompt,reward,step\na,\u0661,1\n"}),
-    ),
-    CliCase(
-        "csv-fullwidth-digits",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 2: 'reward' is not a number in plain decimal digits",
-        setup=files({"t.csv": "prompt,reward,step\na,\uff11,1\n"}),
-    ),
-    CliCase(
-        "csv-step-past-2-63",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 3: 'step' must be an integer step that fits 64 bits "
-        r"\(-2\*\*63 to 2\*\*63 - 1\), got 9223372036854775809$",
-        setup=files({"t.csv": f"prompt,reward,step\na,1,1\nb,0,{2**63 + 1}\n"}),
-    ),
-    CliCase(
-        "csv-step-of-5000-digits",
-        ["replay", "t.csv", *OUT, *T],
-        R + r"t\.csv: line 2: 'step' must be an integer step in plain decimal digits, got '1111",
-        setup=files({"t.csv": "prompt,reward,step\na,1," + "1" * 5000 + "\n"}),
-    ),
     CliCase(
         "parquet-uint64-step-past-2-63",
         ["replay", "t.parquet", *OUT, *T],
@@ -546,7 +351,166 @@ CSV_CASES = [
     ),
 ]
 
-CASES = VERL_CASES + TABLE_CASES + CSV_CASES + APART_CASES
+#: (id, step, line, old, new, message): ``ebpo replay run`` where ``old`` on ``line`` of the
+#: dump of ``step`` reads ``new``; refused with R + 'run/STEP.jsonl: line LINE: ' + the message
+DUMP_EDITS = [
+    (
+        "nan-score",
+        1,
+        5,
+        '"score": 0.0',
+        '"score": NaN',
+        r"'score' is NaN \(a failed reward call\?\)",
+    ),
+    ("nan-score-in-the-last-step", 10, 27, '"score": 0.0', '"score": NaN', r"'score' is NaN"),
+    (
+        "infinite-score",
+        2,
+        3,
+        '"score": ',
+        '"score": -Infinity, "x": ',
+        r"'score' is infinite \(-inf\)",
+    ),
+    ("score-beyond-float", 1, 2, '"score": 0.0', '"score": 1e999', r"'score' is infinite \(inf\)"),
+    ("score-as-text", 1, 6, '"score": 0.0', '"score": "0.0"', r"'score' is not a number: '0\.0'"),
+    ("score-as-boolean", 1, 6, '"score": 0.0', '"score": true', r"'score' is not a number: True"),
+    ("score-null", 1, 4, '"score": 0.0', '"score": null', r"no 'score' field, or it is null"),
+    ("score-missing", 1, 4, '"score": 0.0, ', "", r"no 'score' field, or it is null"),
+    (
+        "not-a-verl-dump",
+        1,
+        1,
+        '"score": 0.0, ',
+        "",
+        r"no score field: not a verl rollout dump .*--format table",
+    ),
+    (
+        "uid-not-a-string",
+        1,
+        4,
+        '"uid": "',
+        '"uid": 5, "u": "',
+        r"'uid' is an integer \(5\), expected a string",
+    ),
+    (
+        "step-not-an-integer",
+        2,
+        7,
+        '"step": 2',
+        '"step": 2.5',
+        r"'step' must be an integer step, got 2\.5",
+    ),
+    (
+        "two-steps-in-one-dump",
+        1,
+        5,
+        '"step": 1',
+        '"step": 3',
+        r"step 3, but the file began with step 1: a verl rollout dump "
+        r"holds one step",
+    ),
+    (
+        "array-line",
+        2,
+        3,
+        DUMP[2].splitlines()[2],
+        "[1, 2]",
+        r"a JSON list, expected an object per line",
+    ),
+    (
+        "duplicate-field",
+        1,
+        8,
+        '"score": ',
+        '"score": 1.0, "score": ',
+        r"cannot be read \(key 'score' appears twice in one object\)",
+    ),
+]
+#: (id, text of t.csv, message): ``ebpo replay t.csv --format table`` refused with
+#: R + 't.csv: ' + the message
+CSV_TEXTS = [
+    (
+        "csv-reward-not-a-number",
+        "prompt,reward,step\na,1,1\na,abc,1\n",
+        r"line 3: 'reward' is not a number in plain decimal digits: 'abc'",
+    ),
+    ("csv-reward-nan", "prompt,reward,step\na,nan,1\n", r"line 2: 'reward' is NaN"),
+    ("csv-empty-reward", "prompt,reward,step\na,1,1\na,,1\n", r"line 3: no 'reward' value"),
+    (
+        "csv-column-twice-in-the-header",
+        "prompt,reward,step,prompt\na,1,1,b\n",
+        r"line 1: column 'prompt' appears twice in the header; rename or drop one$",
+    ),
+    (
+        "csv-other-column-twice",
+        "prompt,reward,step,note,note\na,1,1,x,y\n",
+        r"line 1: column 'note' appears twice",
+    ),
+    (
+        "csv-step-with-an-underscore",
+        "prompt,reward,step\na,1,1\na,0,1_0\n",
+        r"line 3: 'step' must be an integer step in plain decimal digits, got '1_0'",
+    ),
+    (
+        "csv-first-step-with-an-underscore",
+        "prompt,reward,step\na,1,1_0\n",
+        r"line 2: 'step' must be an integer step in plain decimal digits, got '1_0'",
+    ),
+    (
+        "csv-reward-with-an-underscore",
+        "prompt,reward,step\na,1_000,1\n",
+        r"line 2: 'reward' is not a number in plain decimal digits: '1_000'",
+    ),
+    (
+        "csv-arabic-indic-step",
+        "prompt,reward,step\na,1,1\na,0,\u0663\n",
+        r"line 3: 'step' must be an integer step in plain decimal digits, got '\u0663'",
+    ),
+    (
+        "csv-arabic-indic-reward",
+        "prompt,reward,step\na,\u0661,1\n",
+        r"line 2: 'reward' is not a number in plain decimal digits: '\u0661'",
+    ),
+    (
+        "csv-fullwidth-digits",
+        "prompt,reward,step\na,\uff11,1\n",
+        r"line 2: 'reward' is not a number in plain decimal digits",
+    ),
+    (
+        "csv-step-past-2-63",
+        f"prompt,reward,step\na,1,1\nb,0,{2**63 + 1}\n",
+        r"line 3: 'step' must be an integer step that fits 64 bits "
+        r"\(-2\*\*63 to 2\*\*63 - 1\), got 9223372036854775809$",
+    ),
+    (
+        "csv-step-of-5000-digits",
+        "prompt,reward,step\na,1," + "1" * 5000 + "\n",
+        r"line 2: 'step' must be an integer step in plain decimal digits, got '1111",
+    ),
+]
+
+CASES = (
+    VERL_CASES
+    + TABLE_CASES
+    + CSV_CASES
+    + APART_CASES
+    + cli_table(["replay"], R, DUMPS_TABLE, DUMPS)
+)
+CASES += [
+    CliCase(
+        id,
+        ["replay", "run", *OUT],
+        R + rf"run/{step}\.jsonl: line {line}: " + match,
+        setup=dumps(**{f"s{step}": edit(step, line, old, new)}),
+    )
+    for id, step, line, old, new, match in DUMP_EDITS
+]
+CASES += [
+    CliCase(
+        id, ["replay", "t.csv", *OUT, *T], R + r"t\.csv: " + match, setup=files({"t.csv": text})
+    )
+    for id, text, match in CSV_TEXTS
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))

@@ -21,7 +21,7 @@ from ebpo.integrations.trl.checkpoint_files import (  # noqa: E402
     GENERATION_STATE_FILE,
 )
 from ebpo.utils.checkpoints import mark_complete  # noqa: E402
-from tests.hostile.harness import CliCase, check_cli_error, ids  # noqa: E402
+from tests.hostile.harness import CliCase, check_cli_error, cli_table, ids, table_rows  # noqa: E402
 from tests.hostile.test_cli_data import files  # noqa: E402
 from tests.hostile.test_cli_lab import EVAL, TINY, our_run  # noqa: E402
 
@@ -69,6 +69,37 @@ def interrupted(**contents: str | None):
 
 CHECKPOINT = T + r"run/checkpoints/checkpoint-2/"
 CYCLE = r"is not a generation-cycle record written by EBPOTrainer: "
+#: items 5 and 7: ``--resume`` of a run whose checkpoint's generation state has ``fields`` (JSON)
+#: is refused with CHECKPOINT + 'ebpo_generation_state.json ' + CYCLE + the message
+BAD_CYCLES = r"""
+    resume-generate-every-zero | {"generate_every": 0} | generate_every must be an integer >= 1, got 0$
+    resume-generate-every-fraction | {"generate_every": 1.9} | generate_every must be an integer >= 1, got 1\.9$
+    resume-micro-step-negative | {"micro_step": -5} | micro_step must be an integer >= 0, got -5$
+    resume-num-processes-a-string | {"num_processes": "1"} | num_processes must be an integer >= 1, got '1'$
+"""
+#: ``ebpo train *TINY ARGUMENTS``: one stderr line matching T + the message
+TINY_TABLE = r"""
+    extra-ddp-timeout-1e300 | --extra '{"ddp_timeout": 1e300}' | extra\['ddp_timeout'\] must be an integer, got 1e\+300$
+    extra-ddp-timeout-10-pow-30 | --extra '{"ddp_timeout": 1000000000000000000000000000000}'
+    | extra\['ddp_timeout'\] must be a positive number of seconds up to 2147483647
+    extra-typo-key | --extra '{"epsilon_hihg": 0.28}'
+    | extra: unknown key 'epsilon_hihg'; expected a field of EBPOConfig \(did you mean 'epsilon_high'\?\)$
+    extra-value-of-the-wrong-type | --extra '{"num_iterations": [2]}'
+    | extra\['num_iterations'\] must be an integer, got \[2\]$
+    tiny-hidden-size-10-million | --tiny-hidden-size 10000000
+    | the built-in model would have about 2,000,000,640,000,000 parameters .*; at most 100,000,000: lower
+    +  tiny_hidden_size or tiny_layers$
+    tiny-layers-huge | --tiny-layers 100000 | the built-in model would have about .* parameters
+    warm-start-batch-size-huge | --warm-start-batch-size 1000000
+    | warm_start_batch_size must be at most 65,536 sequences a step, got 1,000,000$
+    max-completion-length-huge | --max-completion-length 10000000
+    | max_completion_length must be at most 131,072 tokens, got 10,000,000$
+    eval-samples-a-billion | --eval-samples 1000000000
+    | eval_samples × the evaluation's problems must be at most 1,000,000 completions, got 1,000,000,000 × 1
+    +  \(eval_problems 1 per topic and tier\) = 1,000,000,000$
+    eval-problems-times-samples | --eval-problems 100000 --eval-samples 16
+    | eval_samples × the evaluation's problems must be at most 1,000,000 completions
+"""
 
 CASES = [
     # ---- item 1: a resume that fails leaves the run as it was, and the run stays a run
@@ -98,45 +129,7 @@ CASES = [
         setup=with_checkpoint(our_run("failed", 0)),
     ),
     # ---- items 5 and 7: the checkpoint's generation state, checked before anything loads
-    CliCase(
-        "resume-generate-every-zero",
-        RESUME,
-        T
-        + r"run/checkpoints/checkpoint-2/ebpo_generation_state\.json "
-        + CYCLE
-        + r"generate_every must be an integer >= 1, got 0$",
-        setup=with_checkpoint(interrupted(), generate_every=0),
-    ),  # fmt: skip
-    CliCase(
-        "resume-generate-every-fraction",
-        RESUME,
-        CHECKPOINT
-        + r"ebpo_generation_state\.json "
-        + CYCLE
-        + r"generate_every must be an integer >= 1, "
-        r"got 1\.9$",
-        setup=with_checkpoint(interrupted(), generate_every=1.9),
-    ),
-    CliCase(
-        "resume-micro-step-negative",
-        RESUME,
-        CHECKPOINT
-        + r"ebpo_generation_state\.json "
-        + CYCLE
-        + r"micro_step must be an integer >= 0, "
-        r"got -5$",
-        setup=with_checkpoint(interrupted(), micro_step=-5),
-    ),
-    CliCase(
-        "resume-num-processes-a-string",
-        RESUME,
-        CHECKPOINT
-        + r"ebpo_generation_state\.json "
-        + CYCLE
-        + r"num_processes must be an integer >= 1, "
-        r"got '1'$",
-        setup=with_checkpoint(interrupted(), num_processes="1"),
-    ),
+    # fmt: skip
     CliCase(
         "resume-state-before-batch-a-list",
         RESUME,
@@ -183,65 +176,12 @@ CASES = [
     ),
     # ---- item 5: overflow, typos and sizes
     CliCase(
-        "extra-ddp-timeout-1e300",
-        ["train", *TINY, "--extra", '{"ddp_timeout": 1e300}'],
-        T + r"extra\['ddp_timeout'\] must be an integer, got 1e\+300$",
-    ),
-    CliCase(
-        "extra-ddp-timeout-10-pow-30",
-        ["train", *TINY, "--extra", '{"ddp_timeout": ' + str(10**30) + "}"],
-        T + r"extra\['ddp_timeout'\] must be a positive number of seconds up to 2147483647",
-    ),
-    CliCase(
-        "extra-typo-key",
-        ["train", *TINY, "--extra", '{"epsilon_hihg": 0.28}'],
-        T + r"extra: unknown key 'epsilon_hihg'; expected a field of EBPOConfig \(did you mean "
-        r"'epsilon_high'\?\)$",
-    ),
-    CliCase(
         "config-extra-typo-key",
         ["train", *TINY, "--config", "job.yaml"],
         T + r"extra: unknown key 'lerning_rate'; .*\(did you mean 'learning_rate'\?\)$",
         setup=files({"job.yaml": "extra: {lerning_rate: 0.1}\n"}),
     ),
-    CliCase(
-        "extra-value-of-the-wrong-type",
-        ["train", *TINY, "--extra", '{"num_iterations": [2]}'],
-        T + r"extra\['num_iterations'\] must be an integer, got \[2\]$",
-    ),
-    CliCase(
-        "tiny-hidden-size-10-million",
-        ["train", *TINY, "--tiny-hidden-size", "10000000"],
-        T + r"the built-in model would have about 2,000,000,640,000,000 parameters .*; at most "
-        r"100,000,000: lower tiny_hidden_size or tiny_layers$",
-    ),
-    CliCase(
-        "tiny-layers-huge",
-        ["train", *TINY, "--tiny-layers", "100000"],
-        T + r"the built-in model would have about .* parameters",
-    ),
-    CliCase(
-        "warm-start-batch-size-huge",
-        ["train", *TINY, "--warm-start-batch-size", "1000000"],
-        T + r"warm_start_batch_size must be at most 65,536 sequences a step, got 1,000,000$",
-    ),
-    CliCase(
-        "max-completion-length-huge",
-        ["train", *TINY, "--max-completion-length", "10000000"],
-        T + r"max_completion_length must be at most 131,072 tokens, got 10,000,000$",
-    ),
     # ---- item 6: unbounded work
-    CliCase(
-        "eval-samples-a-billion",
-        ["train", *TINY, "--eval-samples", "1000000000"],
-        T + r"eval_samples × the evaluation's problems must be at most 1,000,000 completions, got "
-        r"1,000,000,000 × 1 \(eval_problems 1 per topic and tier\) = 1,000,000,000$",
-    ),
-    CliCase(
-        "eval-problems-times-samples",
-        ["train", *TINY, "--eval-problems", "100000", "--eval-samples", "16"],
-        T + r"eval_samples × the evaluation's problems must be at most 1,000,000 completions",
-    ),
     CliCase(
         "config-alias-bomb-under-extra",
         ["train", *TINY, "--config", "job.yaml"],
@@ -265,6 +205,17 @@ CASES = [
         setup=files({"a.yaml": "seed: 1\n", "b.yaml": "seed: 2\n"}),
     ),
 ]
+
+CASES += [
+    CliCase(
+        id,
+        RESUME,
+        CHECKPOINT + r"ebpo_generation_state\.json " + CYCLE + match,
+        setup=with_checkpoint(interrupted(), **json.loads(fields)),
+    )
+    for id, fields, match in table_rows(BAD_CYCLES, 3)
+]
+CASES += cli_table(["train", *TINY], T, TINY_TABLE)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))

@@ -33,7 +33,14 @@ import pytest
 
 from ebpo import curriculum
 from tests.curriculum.test_llm import recording_server
-from tests.hostile.harness import CliCase, assert_user_error, check_cli_error, ids, run_cli
+from tests.hostile.harness import (
+    CliCase,
+    assert_user_error,
+    check_cli_error,
+    cli_table,
+    ids,
+    run_cli,
+)
 
 
 def _input_file(tmp):
@@ -42,17 +49,8 @@ def _input_file(tmp):
     )
 
 
-LABEL = [
-    "data",
-    "label",
-    "{tmp}/in.jsonl",
-    "-o",
-    "{tmp}/out.jsonl",
-    "--topic",
-    "llm",
-    "--llm-model",
-    "judge",
-]
+NO_MODEL = ["data", "label", "{tmp}/in.jsonl", "-o", "{tmp}/out.jsonl", "--topic", "llm"]
+LABEL = [*NO_MODEL, "--llm-model", "judge"]
 KEY = "sk-hostile-secret-123"  # must never reach stdout or stderr
 PREFIX = r"^ebpo data label: error: "
 
@@ -65,13 +63,17 @@ def _llm_case(
     return CliCase(case_id, argv, PREFIX + match, setup=_input_file, env=env or {})
 
 
+#: ``ebpo data label IN -o OUT --topic llm --llm-model judge --llm-base-url ARGUMENTS``
+LLM_TABLE = r"""
+    llm-unreachable-url | http://127.0.0.1:9/v1 | cannot reach the LLM endpoint http://127\.0\.0\.1:9/v1/chat/completions
+    llm-openai-without-key | https://api.openai.com/v1 | api\.openai\.com needs a key: set OPENAI_API_KEY
+    llm-bad-port | http://127.0.0.1:99999/v1 | base_url has an invalid port: http://127\.0\.0\.1/v1
+    llm-not-http | ftp://127.0.0.1/v1 | base_url must be an http\(s\) URL
+"""
+LLM_BASE_URL = [*LABEL, "--llm-base-url"]
 KEY_ENV = ("--llm-api-key-env", "EBPO_HOSTILE_KEY")
 CLI_CASES = [
-    _llm_case(
-        "llm-unreachable-url",
-        "http://127.0.0.1:9/v1",
-        r"cannot reach the LLM endpoint http://127\.0\.0\.1:9/v1/chat/completions",
-    ),
+    *cli_table(LLM_BASE_URL, PREFIX, LLM_TABLE, _input_file),
     _llm_case(
         "llm-unreachable-url-with-key",
         "http://localhost:9/v1",
@@ -108,34 +110,13 @@ CLI_CASES = [
         KEY,
     ),
     _llm_case(
-        "llm-openai-without-key",
-        "https://api.openai.com/v1",
-        r"api\.openai\.com needs a key: set OPENAI_API_KEY",
-    ),
-    _llm_case(
         "llm-user-info-in-url",
         f"http://user:{KEY}@127.0.0.1:9/v1",
         r"base_url must not hold user info",
     ),
-    _llm_case(
-        "llm-bad-port",
-        "http://127.0.0.1:99999/v1",
-        r"base_url has an invalid port: http://127\.0\.0\.1/v1",
-    ),
-    _llm_case("llm-not-http", "ftp://127.0.0.1/v1", r"base_url must be an http\(s\) URL"),
     CliCase(
         "llm-no-model",
-        [
-            "data",
-            "label",
-            "{tmp}/in.jsonl",
-            "-o",
-            "{tmp}/out.jsonl",
-            "--topic",
-            "llm",
-            "--llm-base-url",
-            "http://127.0.0.1:9/v1",
-        ],
+        [*NO_MODEL, "--llm-base-url", "http://127.0.0.1:9/v1"],
         PREFIX + r"--topic llm needs --llm-base-url .* and --llm-model",
         setup=_input_file,
     ),
