@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ebpo.estimators.functional import factorize
+from ebpo.estimators.validation import factorize
 from ebpo.integrations.verl.advantage import nonempty_rows, resolve_options
 from ebpo.integrations.verl.state import STORE
 from ebpo.utils.runtime import torch_threads
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     scores, valid = rewards.sum(-1), nonempty_rows(mask)
     advantage = estimator(scores, ids, mask=valid, update=False).advantages
     parts = {
-        "uid -> int (ebpo.estimators.functional.factorize)": lambda: factorize(uid),
+        "uid -> int (ebpo.estimators.validation.factorize)": lambda: factorize(uid),
         "uid -> int (np.unique, as verl)": lambda: np.unique(uid, return_inverse=True),
         "rewards.sum(-1) (as grpo_vectorized)": lambda: rewards.sum(-1),
         "non-empty rows (mask[:, 0] + suspects)": lambda: nonempty_rows(mask),

@@ -361,18 +361,18 @@ class ReferenceEBPO:
         prior="history",
         half_life=50.0,
         within_variance="pooled",
-        tau2="raw",
+        tau2_mode="raw",
         normalize="batch",
         per_cluster=False,
         min_cluster_groups=8,
         eps=1e-6,
         beta_binomial=False,
         warmup_groups=8,
-        prior_mean="rewards",
+        prior_mean_from="rewards",
     ):
         self.prior, self.half_life, self.within_variance = prior, half_life, within_variance
-        self.prior_mean = prior_mean
-        self.tau2, self.normalize, self.eps = tau2, normalize, eps
+        self.prior_mean = prior_mean_from
+        self.tau2, self.normalize, self.eps = tau2_mode, normalize, eps
         self.per_cluster, self.min_cluster_groups = per_cluster, min_cluster_groups
         self.beta_binomial, self.warmup_groups = beta_binomial, warmup_groups
         self.history = []  # (step, cluster, kind, value)

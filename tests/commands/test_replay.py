@@ -40,7 +40,7 @@ def test_replay_of_a_verl_dump_writes_every_number_and_a_verdict(tmp_path, capsy
     assert list(content["estimators"]) == list(DEFAULT_ESTIMATORS)
     assert content["estimators"]["ebpo_within"]["options"] == {
         "within_variance": "within",
-        "tau2": "corrected",
+        "tau2_mode": "corrected",
     }
     assert content["estimators"]["ebpo"]["final_state"]["estimator"] == "ebpo"
     assert content["inputs"]["format"] == "verl" and content["inputs"]["key_columns"] == ["uid"]

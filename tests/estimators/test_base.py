@@ -1,5 +1,5 @@
 """The estimator contract, for every registered estimator: masked rows, singleton and empty
-groups, output dtype, bad batches that change nothing, the traits (uses_prior, keeps_history,
+groups, output dtype, bad batches that change nothing, the traits (uses_prior, a call changing the state,
 uses_clusters, uses_token_counts) a caller may rely on, and the state lock (copies, subclasses)."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_advantages_that_do_not_fit_fp16_are_refused(name):
 
 
 # ---------------------------------------------------------------------- traits
-#: (uses_prior, keeps_history, uses_clusters, uses_token_counts) of each registered estimator,
+#: (uses_prior, a call changes the state, uses_clusters, uses_token_counts) of each registered estimator,
 #: with its defaults and, where the option exists, with per-cluster priors / token whitening
 TRAITS = [
     ("dr_grpo", {}, (False, False, False, False)),
@@ -122,7 +122,7 @@ def test_the_trait_table_covers_every_registered_estimator():
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_traits_of_every_estimator(name, options, traits):
     est = ebpo.make_estimator(name, **options)
-    assert (est.uses_prior, est.keeps_history, est.uses_clusters, est.uses_token_counts) == traits
+    assert (est.uses_prior, est.uses_clusters, est.uses_token_counts) == (traits[0], *traits[2:])
 
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
@@ -133,7 +133,7 @@ def test_an_estimator_with_a_prior_reports_it(name, options, traits):
 
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
-def test_keeps_history_is_whether_a_call_changes_the_state(name, options, traits):
+def test_a_call_changes_the_state_of_the_stateful_estimators_only(name, options, traits):
     est = ebpo.make_estimator(name, **options)
     before = json.dumps(est.state_dict())
     est(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS, update=False)
@@ -200,22 +200,23 @@ def test_copies_and_pickles_get_their_own_lock_and_continue_identically(name, op
 
 
 class _Counter(ebpo.AdvantageEstimator):
-    """A user's stateful estimator that knows nothing about threads."""
-
-    keeps_history = True
+    """A user's stateful estimator: its state methods take the estimator's lock, as documented."""
 
     def __init__(self, *, eps: float = 1e-6, nan_policy: str = "raise") -> None:
         super().__init__(eps=eps, nan_policy=nan_policy)
         self.reset()
 
     def reset(self) -> None:
-        self.seen = 0
+        with self._state_lock:
+            self.seen = 0
 
     def state_dict(self):
-        return {"estimator": self.name, "seen": self.seen}
+        with self._state_lock:
+            return {"estimator": self.name, "seen": self.seen}
 
     def load_state_dict(self, state):
-        self.seen = state["seen"]
+        with self._state_lock:
+            self.seen = state["seen"]
 
     def _compute(self, batch, *, update):
         if update:
@@ -226,8 +227,9 @@ class _Counter(ebpo.AdvantageEstimator):
 
 @pytest.mark.parametrize("name", ["a user's subclass", "ebpo", "ebpo_bb", "jspo_plus_plus"])
 @pytest.mark.parametrize("method", ["state_dict", "load_state_dict", "reset", "__call__"])
-def test_a_subclass_gets_the_lock_without_asking(method, name):
-    """A subclass's own state_dict / load_state_dict / reset (and every call) wait for the lock."""
+def test_state_methods_and_calls_wait_for_the_lock(method, name):
+    """The state_dict / load_state_dict / reset of every stateful estimator (and every call)
+    wait for the estimator's lock."""
     est = _Counter() if name == "a user's subclass" else ebpo.make_estimator(name)
     saved = est.state_dict()
     call = {

@@ -57,7 +57,7 @@ def test_shrinkage_stays_in_unit_interval_on_random_batches():
     rng = np.random.default_rng(0)
     for options in (
         {},
-        {"tau2": "corrected"},
+        {"tau2_mode": "corrected"},
         {"within_variance": "within"},
         {"prior": "ema", "half_life": 2.0},
     ):
@@ -193,18 +193,20 @@ def test_nan_policy_mask_ignores_nan_rewards():
     assert res.advantages[1] == 0
 
 
-# ---------------------------------------------------------------------- prior_mean
+# ---------------------------------------------------------------------- prior_mean_from
 def test_prior_mean_group_means_is_the_mean_of_group_means_for_every_prior():
     rewards = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]  # group 0: 4 responses, group 1: 2
     ids = [0, 0, 0, 0, 1, 1]
     for prior in ("history", "batch", "ema"):
         by_rewards = ebpo.make_estimator("ebpo", prior=prior)(rewards, ids)
-        by_means = ebpo.make_estimator("ebpo", prior=prior, prior_mean="group_means")(rewards, ids)
+        by_means = ebpo.make_estimator("ebpo", prior=prior, prior_mean_from="group_means")(
+            rewards, ids
+        )
         assert by_rewards.metrics["prior_mean"] == pytest.approx(4 / 6)
         assert by_means.metrics["prior_mean"] == pytest.approx(0.5)
     equal_groups = ([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1])
     torch.testing.assert_close(
-        ebpo.make_estimator("ebpo", prior_mean="group_means")(*equal_groups).advantages,
+        ebpo.make_estimator("ebpo", prior_mean_from="group_means")(*equal_groups).advantages,
         ebpo.make_estimator("ebpo")(*equal_groups).advantages,
     )
 
@@ -230,10 +232,10 @@ def test_all_fail_batch_gets_exactly_zero_under_batch_normalisation():
 EBPO_OPTIONS = st.fixed_dictionaries(
     {
         "prior": st.sampled_from(["history", "batch", "ema"]),
-        "prior_mean": st.sampled_from(["rewards", "group_means"]),
+        "prior_mean_from": st.sampled_from(["rewards", "group_means"]),
         "half_life": st.sampled_from([1.0, 3.0, 50.0]),
         "within_variance": st.sampled_from(["pooled", "within"]),
-        "tau2": st.sampled_from(["raw", "corrected"]),
+        "tau2_mode": st.sampled_from(["raw", "corrected"]),
         "normalize": st.sampled_from(["batch", "center", "none"]),
     }
 )
@@ -264,7 +266,7 @@ def test_ebpo_per_cluster_matches_reference(stream, prior, min_cluster_groups, p
         "per_cluster": True,
         "min_cluster_groups": min_cluster_groups,
         "half_life": 2.0,
-        "prior_mean": prior_mean,
+        "prior_mean_from": prior_mean,
     }
     est = ebpo.make_estimator("ebpo", **options)
     ref = reference.ReferenceEBPO(**options)
@@ -283,7 +285,7 @@ def max_delta_ebpo_batch(prior_mean: str = "group_means", seed: int = 0, count: 
     for rewards, ids, mask in fidelity_batches(seed, count):
         for normalize, by_std in (("batch", True), ("center", False)):
             est = ebpo.make_estimator(
-                "ebpo", prior="batch", prior_mean=prior_mean, normalize=normalize
+                "ebpo", prior="batch", prior_mean_from=prior_mean, normalize=normalize
             )
             res = est(torch.from_numpy(rewards), ids, mask=mask)
             expected = reference.authors_ebpo_batch(
@@ -294,7 +296,7 @@ def max_delta_ebpo_batch(prior_mean: str = "group_means", seed: int = 0, count: 
 
 
 def test_ebpo_batch_prior_equals_the_authors_function_on_uneven_batches():
-    """Issue #10 item 2: with prior_mean="group_means" the batch prior is the authors' estimator;
+    """Issue #10 item 2: with prior_mean_from="group_means" the batch prior is the authors' estimator;
     the mean of all rewards (our default) differs as soon as groups differ in size."""
     assert max_delta_ebpo_batch("group_means") < 1e-12
     assert max_delta_ebpo_batch("rewards") > 1e-3

@@ -1,5 +1,5 @@
-"""EBPO's state: state_dict round trips, update=False, merging workers, and what load_state_dict and
-merge refuse (other options, impossible statistics, overflow)."""
+"""EBPO's state: state_dict round trips, update=False, and what load_state_dict refuses (other
+options, impossible statistics, overflow)."""
 
 from __future__ import annotations
 
@@ -47,21 +47,6 @@ def test_update_false_changes_nothing():
     assert est.state_dict() == before
     second = est(probe_rewards, probe_ids, update=False)
     torch.testing.assert_close(first.advantages, second.advantages, rtol=0, atol=0)
-
-
-def test_merge_of_worker_estimators_equals_one_estimator():
-    rng = np.random.default_rng(5)
-    batches = [random_batch(rng, offset=20 * i) for i in range(6)]
-    single, workers = ebpo.make_estimator("ebpo"), [ebpo.make_estimator("ebpo") for _ in range(3)]
-    for i, (rewards, ids) in enumerate(batches):
-        single(rewards, ids)
-        workers[i % 3](rewards, ids)
-    merged = workers[0].merge(workers[1]).merge(workers[2])
-    for key in ("rewards", "group_means", "group_variances"):
-        for stat in ("count", "mean", "m2"):
-            assert merged.state_dict()["global"][key][stat] == pytest.approx(
-                single.state_dict()["global"][key][stat], rel=1e-12
-            )
 
 
 def test_load_state_dict_rejects_foreign_or_corrupt_state():
@@ -122,9 +107,9 @@ def test_load_state_dict_refuses_a_state_saved_with_other_options(saved, loading
             {},
             {
                 "normalize": "none",
-                "tau2": "corrected",
+                "tau2_mode": "corrected",
                 "within_variance": "within",
-                "prior_mean": "group_means",
+                "prior_mean_from": "group_means",
             },
         ),
         (
@@ -144,8 +129,9 @@ def test_options_that_only_read_the_statistics_may_differ(saved, loading):
     assert est.state_dict()["global"] == source.state_dict()["global"]
 
 
-#: written by ebpo 0.1.0 (no ``prior_mean`` option yet): ema prior, half-life 3, per-cluster, after
-#: the two batches of test_state_saved_by_release_0_1_0_still_loads.
+#: written by ebpo 0.1.0 (no ``prior_mean`` option yet; ``tau2``, the old name of ``tau2_mode``):
+#: ema prior, half-life 3, per-cluster, after the two batches of
+#: test_state_saved_by_release_0_1_0_still_loads.
 STATE_0_1_0 = json.loads(
     '{"estimator": "ebpo", "options": {"prior": "ema", "half_life": 3.0, "within_variance": '
     '"pooled", "tau2": "raw", "normalize": "batch", "per_cluster": true, "min_cluster_groups": '
@@ -183,30 +169,25 @@ def test_state_saved_by_release_0_1_0_still_loads():
     assert ("t", 1) in loaded.cluster_priors  # the JSON list came back as the tuple label
 
 
-def test_merge_refuses_other_estimators_and_options_and_changes_nothing():
-    est = fed(prior="ema", half_life=3.0)
-    before = est.state_dict()
-    for other, message in [
-        (None, "merge expects another 'ebpo' estimator, got 'NoneType'"),
-        (ebpo.make_estimator("grpo"), "merge expects another 'ebpo' estimator, got 'grpo'"),
-        (fed("ebpo_bb"), "got 'ebpo_bb'"),
-        (fed(prior="history"), "cannot merge an estimator with prior='history'"),
-        (fed(prior="ema", half_life=5.0), "half_life=5.0"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            est.merge(other)
-        assert est.state_dict() == before
-
-
-def test_merge_that_overflows_changes_nothing():
-    est = ebpo.make_estimator("ebpo")
-    est([0.0, 1.0, 0.0, 1.0], [0, 0, 1, 1])
-    before = est.state_dict()
-    other = ebpo.make_estimator("ebpo")  # finite on its own; 4·4/8·(1e154)² overflows once merged
-    other(torch.full((4,), 1e154, dtype=torch.float64), [0, 0, 1, 1])
-    with pytest.raises(ValueError, match="overflow"):
-        est.merge(other)
-    assert est.state_dict() == before
+def test_a_state_with_the_option_names_before_the_rename_loads():
+    """``prior_mean`` and ``tau2`` were renamed ``prior_mean_from`` and ``tau2_mode`` (they were
+    also metric names): a state saved under the old names loads as under the new ones."""
+    options = {"prior": "batch", "prior_mean_from": "group_means", "tau2_mode": "corrected"}
+    state = json.loads(json.dumps(fed(**options).state_dict()))
+    old = dict(
+        state,
+        options={
+            {"prior_mean_from": "prior_mean", "tau2_mode": "tau2"}.get(k, k): v
+            for k, v in state["options"].items()
+        },
+    )
+    assert "prior_mean" in old["options"] and "tau2_mode" not in old["options"]
+    loaded = ebpo.make_estimator("ebpo", **options)
+    loaded.load_state_dict(old)
+    assert loaded.state_dict() == state
+    both = dict(state, options={**state["options"], "tau2": "corrected"})  # old and new: refused
+    with pytest.raises(ValueError, match=r"unknown key 'options\.tau2'"):
+        loaded.load_state_dict(both)
 
 
 # ---------------------------------------------------------------------- overflow never reaches the prior

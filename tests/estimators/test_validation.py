@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from ebpo.estimators import functional, validation
 from ebpo.estimators.validation import factorize, plain_labels
 
 
@@ -72,9 +71,3 @@ def test_factorize_names_its_argument():
         factorize([0.5, 1.5], "clusters")
     with pytest.raises(ValueError, match="^clusters must be hashable"):
         factorize([[1], [2]], "clusters")
-
-
-def test_functional_still_exports_the_id_parsing():
-    # benchmarks and docs/results.md import factorize from ebpo.estimators.functional
-    assert functional.factorize is validation.factorize
-    assert functional.plain_labels is validation.plain_labels

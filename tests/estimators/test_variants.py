@@ -40,11 +40,14 @@ def test_the_table_lists_named_variants_then_every_other_estimator():
 
 def test_the_variants_of_the_paper_and_of_our_experiments():
     assert variant_spec("ebpo") == ("ebpo", {})
-    assert variant_spec("ebpo_batch") == ("ebpo", {"prior": "batch", "prior_mean": "group_means"})
+    assert variant_spec("ebpo_batch") == (
+        "ebpo",
+        {"prior": "batch", "prior_mean_from": "group_means"},
+    )
     assert variant_spec("ebpo_ema") == ("ebpo", {"prior": "ema", "half_life": 20.0})
     assert variant_spec("ebpo_within") == (
         "ebpo",
-        {"within_variance": "within", "tau2": "corrected"},
+        {"within_variance": "within", "tau2_mode": "corrected"},
     )
     assert variant_spec("ebpo_cluster") == ("ebpo", {"per_cluster": True})
     assert variant_spec("reinforce_pp") == ("reinforce_pp_baseline", {})
@@ -59,7 +62,7 @@ def test_overrides_win_over_the_options_of_the_variant():
     est = make_variant("ebpo_ema", half_life=5)
     assert (est.prior, est.half_life) == ("ema", 5.0)
     est = make_variant("ebpo_batch", prior="history")
-    assert (est.prior, est.prior_mean) == ("history", "group_means")
+    assert (est.prior, est.prior_mean_from) == ("history", "group_means")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['halflife'\]"):
         make_variant("ebpo_ema", halflife=5)
 
@@ -99,7 +102,7 @@ def test_every_variant_is_a_trl_preset_training_that_variant(name):
 
 @pytest.mark.trl
 def test_the_papers_trl_presets_train_their_variant():
-    presets = pytest.importorskip("ebpo.integrations.trl.presets")
+    presets = pytest.importorskip("ebpo.integrations.trl.paper_methods")
     for preset, (variant, _) in presets.PAPER_METHODS.items():
         assert options_of(trl_estimator(preset)) == options_of(make_variant(variant)), preset
 
@@ -122,7 +125,7 @@ def test_trl_preset_and_bench_method_ebpo_within_give_equal_estimators():
     bench = trl_estimator(job["estimator"], estimator_options=job["estimator_options"])
     preset = trl_estimator("ebpo_within")
     assert options_of(bench) == options_of(preset)
-    assert (preset.within_variance, preset.tau2) == ("within", "corrected")
+    assert (preset.within_variance, preset.tau2_mode) == ("within", "corrected")
 
 
 def test_verl_registers_variants_of_the_table_and_applies_their_options():

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("trl")
 
 import ebpo  # noqa: E402
-from ebpo.integrations.trl.checkpoint import (  # noqa: E402
+from ebpo.integrations.trl.checkpoint_files import (  # noqa: E402
     ESTIMATOR_STATE_FILE,
     GENERATION_STATE_FILE,
 )

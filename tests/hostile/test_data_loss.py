@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE  # noqa: E402
+from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE  # noqa: E402
 from ebpo.utils.checkpoints import newest_complete  # noqa: E402
 from tests.commands.grpo.grpo_files import write_model_and_prompts  # noqa: E402
 from tests.hostile.harness import assert_user_error  # noqa: E402

@@ -177,33 +177,3 @@ def test_state_read_during_concurrent_calls_is_always_a_consistent_snapshot():
     for state in snapshots:
         assert state["global"]["rewards"]["count"] == ROWS * state["steps"]
         ebpo.make_estimator("ebpo").load_state_dict(state)
-
-
-def test_merges_in_opposite_directions_neither_deadlock_nor_lose_statistics():
-    """``a.merge(b)`` and ``b.merge(a)`` at the same time: each copies the other under the other's
-    lock and merges under its own, never holding both, so neither waits forever."""
-    batches = thread_batches()
-    a, b = ebpo.make_estimator("ebpo"), ebpo.make_estimator("ebpo")
-    a(*batches[0][0][:2])
-    b(*batches[1][0][:2])
-    errors: list[BaseException] = []
-
-    def merge(into, other) -> None:
-        try:
-            for _ in range(20):
-                into.merge(other)
-        except BaseException as error:
-            errors.append(error)
-
-    workers = [threading.Thread(target=merge, args=pair) for pair in ((a, b), (b, a))]
-    with fast_thread_switching():
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join(60)
-    assert not any(thread.is_alive() for thread in workers), "merge deadlocked"
-    assert not errors, errors
-    # every merge added at least one batch of the other's: both counts grew, both are whole batches
-    for est in (a, b):
-        count = est.global_prior.rewards.count
-        assert count > 2 * ROWS and count % ROWS == 0

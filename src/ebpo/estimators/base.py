@@ -1,5 +1,6 @@
-"""The estimator contract: :class:`AdvantageEstimator`, the :class:`Batch` it computes on and the
-:class:`AdvantageResult` it returns.
+"""The estimator contract: :class:`AdvantageEstimator`. The :class:`~ebpo.estimators.batch.Batch`
+it computes on and the :class:`~ebpo.estimators.batch.AdvantageResult` it returns live in
+:mod:`ebpo.estimators.batch`.
 
 Every estimator follows one contract (scikit-learn style: options in the constructor, state
 explicit)::
@@ -8,7 +9,7 @@ explicit)::
     res = est(rewards, group_ids, mask=None, clusters=None, token_counts=None, update=True)
     res.advantages, res.baselines, res.shrinkage, res.metrics
     est.state_dict(); est.load_state_dict(state); est.reset()
-    est.uses_prior, est.keeps_history, est.uses_clusters, est.uses_token_counts   # traits
+    est.uses_prior, est.uses_clusters, est.uses_token_counts   # traits
     est.carries_state, est.decays_per_call, est.reward_range   # what a trainer integration needs
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
@@ -18,23 +19,22 @@ with the metrics every estimator reports (:mod:`ebpo.estimators.metrics`). Subcl
 either completes or raises before any state changes.
 
 **Threads.** A call is atomic with respect to the estimator's state: each estimator holds one
-re-entrant lock (``threading.RLock``) from the moment ``_compute`` reads the state until it has
-committed the update, and ``state_dict`` / ``load_state_dict`` / ``reset`` take the same lock
-(a subclass's overrides of these three are wrapped automatically). Concurrent calls on one
-estimator are therefore serialised, not refused: the state afterwards is the state of the same
-batches applied one at a time, in the order the calls took the lock, and every call's result is
-the one that order gives. Input validation runs outside the lock. Copies (``copy.deepcopy``,
-pickling) get a lock of their own.
+re-entrant lock (``self._state_lock``, a ``threading.RLock``) from the moment ``_compute`` reads
+the state until it has committed the update. A subclass that keeps state takes the same lock in
+its ``state_dict`` / ``load_state_dict`` / ``reset`` (``with self._state_lock:``), as EBPO and
+JSPO++ do. Concurrent calls on one estimator are therefore serialised, not refused: the state
+afterwards is the state of the same batches applied one at a time, in the order the calls took
+the lock, and every call's result is the one that order gives. Input validation runs outside the
+lock. Copies (``copy.deepcopy``, pickling) get a lock of their own.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -62,28 +62,6 @@ __all__ = [
 ]
 
 NAN_POLICIES = ("raise", "mask")
-#: the methods that read or replace the state: they run under the estimator's lock, in every
-#: subclass (see :meth:`AdvantageEstimator.__init_subclass__`)
-LOCKED_METHODS = ("state_dict", "load_state_dict", "reset")
-_LOCK_ATTRIBUTE = "_state_lock"
-_WRAPPED_MARK = "__ebpo_state_locked__"
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _under_state_lock(method: _Method) -> _Method:
-    """``method`` run while holding its estimator's state lock (re-entrant: a locked method may
-    call another)."""
-    if getattr(method, _WRAPPED_MARK, False):
-        return method
-
-    @functools.wraps(method)
-    def locked(self: AdvantageEstimator, *args: Any, **kwargs: Any) -> Any:
-        with self._state_lock:
-            return method(self, *args, **kwargs)
-
-    setattr(locked, _WRAPPED_MARK, True)
-    return locked  # type: ignore[return-value]
 
 
 class AdvantageEstimator:
@@ -98,13 +76,13 @@ class AdvantageEstimator:
     the estimator; read them instead of guessing from an estimator's name or options:
 
     * :attr:`uses_prior` (class attribute);
-    * :attr:`keeps_history` (class attribute);
+    * :attr:`carries_state` (per instance: whether earlier calls change later advantages);
     * :attr:`uses_clusters` (per instance: EBPO reads clusters only with ``per_cluster=True``);
     * :attr:`uses_token_counts` (per instance: REINFORCE++ reads them only with
       ``whiten="tokens"``).
 
-    Thread-safe: a call, :meth:`state_dict`, :meth:`load_state_dict` and :meth:`reset` hold the
-    estimator's lock (concurrent calls are serialised; see the module docstring).
+    Thread-safe: a call holds the estimator's lock, and so do the state methods of the estimators
+    that keep state (concurrent calls are serialised; see the module docstring).
     """
 
     name: ClassVar[str] = ""
@@ -115,37 +93,17 @@ class AdvantageEstimator:
     #: RLOO, REINFORCE++; JSPO and JSPO++ mix a leave-one-out mean, which a lone response lacks,
     #: with the other prompts' mean).
     uses_prior: ClassVar[bool] = False
-    #: A call updates state that later calls read (EBPO's running prior and step count, JSPO++'s
-    #: smoothing): :meth:`state_dict` is what a checkpoint must save for a resumed run to continue
-    #: exactly. False when every call sees only its own batch.
-    keeps_history: ClassVar[bool] = False
     #: True when ``_compute`` itself validates its outputs with
     #: :func:`~ebpo.estimators.validation.check_outputs` (a stateful estimator must, before it
     #: commits its state); ``_result`` then does not check them again
     checks_own_outputs: ClassVar[bool] = False
     _state_lock: threading.RLock
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> AdvantageEstimator:
-        # The lock exists before any __init__ runs (a subclass's __init__ may call reset()), and
-        # for instances that copy.deepcopy / pickle rebuild without calling __init__.
-        instance = super().__new__(cls)
-        instance._state_lock = threading.RLock()
-        return instance
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Run a subclass's own ``state_dict`` / ``load_state_dict`` / ``reset`` under the state
-        lock, so that every stateful estimator is thread-safe without doing anything."""
-        super().__init_subclass__(**kwargs)
-        for name in LOCKED_METHODS:
-            method = cls.__dict__.get(name)
-            if callable(method):
-                setattr(cls, name, _under_state_lock(method))
-
     def __getstate__(self) -> dict[str, Any]:
-        # A lock cannot be copied or pickled; the copy gets its own (see __setstate__).
+        # A lock cannot be copied or pickled: copies (deepcopy, pickle) get one of their own.
         with self._state_lock:
             state = dict(self.__dict__)
-        state.pop(_LOCK_ATTRIBUTE, None)
+        del state["_state_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -153,6 +111,7 @@ class AdvantageEstimator:
         self._state_lock = threading.RLock()
 
     def __init__(self, *, eps: float = 1e-6, nan_policy: str = "raise") -> None:
+        self._state_lock = threading.RLock()  # first: a subclass's __init__ may call reset()
         self.eps = check_positive("eps", eps)
         self.nan_policy = check_choice("nan_policy", nan_policy, NAN_POLICIES)
 
@@ -171,10 +130,9 @@ class AdvantageEstimator:
     @property
     def carries_state(self) -> bool:
         """Whether, with these options, a later call's advantages depend on the state earlier
-        calls left (what a resumed run loses without its checkpointed state). Here
-        :attr:`keeps_history`; EBPO: not with ``prior="batch"``; JSPO++: not with
-        ``smooth_coef=0``."""
-        return self.keeps_history
+        calls left (what a resumed run loses without its checkpointed state). False here; EBPO:
+        not with ``prior="batch"``; JSPO++: not with ``smooth_coef=0``."""
+        return False
 
     @property
     def decays_per_call(self) -> bool:
@@ -217,12 +175,10 @@ class AdvantageEstimator:
         """Return per-row ``(baseline, advantage, shrinkage, extra_metrics)`` in float64."""
         raise NotImplementedError
 
-    @_under_state_lock
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (plain Python numbers). Stateless estimators return their name."""
         return {"estimator": self.name}
 
-    @_under_state_lock
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (here: only the estimator's name, and nothing
         else). ValueError, state unchanged, for anything :meth:`state_dict` does not write."""
@@ -232,7 +188,6 @@ class AdvantageEstimator:
         except ValueError as error:
             raise ValueError(f"invalid {self.name} state: {error}") from error
 
-    @_under_state_lock
     def reset(self) -> None:
         """Forget all running statistics."""
 
@@ -261,7 +216,7 @@ class AdvantageEstimator:
             raise ValueError(f"invalid {self.name} state: {error}") from error
         constructor_options = type(self).option_defaults()
         for name, value in saved.items():
-            if name not in constructor_options:  # recorded but fixed (ebpo_bb's prior_mean)
+            if name not in constructor_options:  # recorded but fixed (ebpo_bb's prior_mean_from)
                 continue
             try:  # the constructor's own check of the value (one option at a time: it names it)
                 type(self)(**{name: value})

@@ -53,7 +53,7 @@ def beta_method_of_moments(
 class EBPOBetaBinomial(EBPO):
     """Beta-Binomial EBPO. Options as :class:`EBPO`, plus ``warmup_groups`` (default 8): groups of
     history needed before the fitted prior replaces ``Beta(1, 1)``. ``within_variance`` and
-    ``tau2`` do not apply (the Beta prior sets the shrinkage). Extra metrics: ``beta_alpha``,
+    ``tau2_mode`` do not apply (the Beta prior sets the shrinkage). Extra metrics: ``beta_alpha``,
     ``beta_beta`` (mean over groups)."""
 
     reward_range = (0.0, 1.0)

@@ -6,11 +6,11 @@ arXiv 2602.05165, Algorithm 1. For a batch of groups (one group = the responses 
 1. Fold the batch into three running statistics (before computing its advantages):
    ``W_glob`` ← every reward,  ``W_means`` ← every group mean ``r̄_m``,
    ``W_within`` ← every group's unbiased variance ``s²_m`` (groups with ≥ 2 responses).
-2. Prior parameters:  ``μ = mean(W_glob)`` (``prior_mean="rewards"``) or ``μ = mean(W_means)``
+2. Prior parameters:  ``μ = mean(W_glob)`` (``prior_mean_from="rewards"``) or ``μ = mean(W_means)``
    (``"group_means"``, the authors' code; the two differ only when group sizes differ);
    ``σ² = var(W_glob)`` (``within_variance="pooled"``, paper v1 and the authors' code) or
    ``σ² = mean(W_within)`` (``"within"``, the revision);
-   ``τ² = var(W_means)`` (``tau2="raw"``) or ``max(var(W_means) − σ²/n_m, 0)`` (``"corrected"``).
+   ``τ² = var(W_means)`` (``tau2_mode="raw"``) or ``max(var(W_means) − σ²/n_m, 0)`` (``"corrected"``).
 3. Shrinkage  ``S_m = (σ²/n_m) / (σ²/n_m + τ²)``  (S = 1 when the denominator ≤ eps): the weight
    on the prior that minimises the Bayes risk of the baseline (Theorem 3.3).
 4. Baseline   ``V_m = (1 − S_m)·r̄_m + S_m·μ``;  raw advantage ``a = r − V_m``.
@@ -23,14 +23,14 @@ on every call (the authors' public verl code, where the prior is the current bat
 Defaults follow the paper's Algorithm 1 (history prior, pooled σ², raw τ², batch normalisation),
 because the paper's claims (O(1/T) bias, Theorem 3.3) are about that estimator. The authors'
 released verl code builds fresh Welford statistics inside each call (its prior is the current
-batch) and takes μ as the mean of the group means: ``prior="batch", prior_mean="group_means"``
+batch) and takes μ as the mean of the group means: ``prior="batch", prior_mean_from="group_means"``
 (with ``normalize="center"`` when its ``norm_adv_by_std_in_grpo`` is False). That is known from a
 description of their code, not a reading of it; docs/estimators.md says what the claim rests on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,20 +47,25 @@ from ebpo.estimators.statistics import RunningMoments, check_step_count, pooled_
 from ebpo.estimators.validation import check_json_label, check_outputs, check_state_keys
 from ebpo.utils.checks import check_choice, check_positive, check_positive_int
 
-__all__ = ["EBPO", "Prior", "PriorParameters"]
+__all__ = ["EBPO", "RENAMED_OPTIONS", "Prior", "PriorParameters", "current_option_names"]
 
 PRIORS = ("history", "batch", "ema")
 WITHIN_VARIANCES = ("pooled", "within")
 TAU2_MODES = ("raw", "corrected")
 NORMALIZE_MODES = ("batch", "center", "none")
 PRIOR_MEANS = ("rewards", "group_means")
-#: options that define what the saved statistics mean; load_state_dict and merge refuse a mismatch.
-#: (within_variance, tau2, prior_mean, normalize, eps, min_cluster_groups only change how the
+#: options that define what the saved statistics mean; load_state_dict refuses a mismatch.
+#: (within_variance, tau2_mode, prior_mean_from, normalize, eps, min_cluster_groups only change how the
 #: statistics are read, so a saved prior may be evaluated under other values of those.)
 STATE_OPTIONS = ("prior", "half_life", "per_cluster")
 #: the keys of a state (``clusters`` may be absent), and of each prior in it
 STATE_KEYS = ("estimator", "options", "steps", "global", "clusters")
 PRIOR_KEYS = ("rewards", "group_means", "group_variances")
+#: options renamed after 0.1.0, old name → new name: the old names were also metric names
+#: (``res.metrics["prior_mean"]`` is μ, ``res.metrics["tau2"]`` is τ²). A state saved before the
+#: rename records the old names; :func:`current_option_names` maps them, for every reader of a
+#: saved state (:meth:`EBPO.load_state_dict`, the verl plug-in's state file), here and only here.
+RENAMED_OPTIONS = {"prior_mean": "prior_mean_from", "tau2": "tau2_mode"}
 #: relative rounding allowed between counts that must be ordered (decay multiplies them all alike)
 _COUNT_TOLERANCE = 1e-9
 
@@ -87,20 +92,6 @@ class Prior:
     def decay(self, factor: float) -> None:
         for moments in (self.rewards, self.group_means, self.group_variances):
             moments.decay(factor)
-
-    def merge(self, other: Prior) -> Prior:
-        """Combine statistics gathered elsewhere (e.g. on another worker). On overflow nothing
-        changes (ValueError)."""
-        merged = self.copy()
-        merged.rewards.merge(other.rewards)
-        merged.group_means.merge(other.group_means)
-        merged.group_variances.merge(other.group_variances)
-        self.rewards, self.group_means, self.group_variances = (
-            merged.rewards,
-            merged.group_means,
-            merged.group_variances,
-        )
-        return self
 
     def copy(self) -> Prior:
         return Prior(self.rewards.copy(), self.group_means.copy(), self.group_variances.copy())
@@ -155,7 +146,7 @@ class Prior:
 class PriorParameters:
     """Per-group prior parameters (``[K]`` tensors), taken from each group's own prior."""
 
-    mean: torch.Tensor  # μ: mean of all rewards, or of the group means (prior_mean="group_means")
+    mean: torch.Tensor  # μ: mean of all rewards, or of the group means (see prior_mean_from)
     sigma2: torch.Tensor  # within-group variance σ²
     between_variance: torch.Tensor  # var(W_means), τ² before any correction
     means_mean: torch.Tensor  # mean of the group means (used by the Beta-Binomial variant)
@@ -168,12 +159,12 @@ class EBPO(AdvantageEstimator):
 
     Args:
         prior: ``"history"`` (default), ``"batch"`` or ``"ema"``.
-        prior_mean: ``"rewards"`` (default; μ = mean of every reward seen, Algorithm 1's W_glob) or
+        prior_mean_from: ``"rewards"`` (default; μ = mean of every reward seen, Algorithm 1's W_glob) or
             ``"group_means"`` (μ = mean of the group means, W_means, as the authors' code). Equal
             when every group has the same number of valid responses.
         half_life: for ``prior="ema"``, steps after which an observation weighs half (default 50).
         within_variance: ``"pooled"`` (default) or ``"within"``.
-        tau2: ``"raw"`` (default, conservative, keeps S in [0,1]) or ``"corrected"``.
+        tau2_mode: ``"raw"`` (default, conservative, keeps S in [0,1]) or ``"corrected"``.
         normalize: ``"batch"`` (default), ``"center"`` or ``"none"``.
         per_cluster: keep one prior per ``clusters`` label (topic, difficulty tier); a group uses
             its cluster's prior once that cluster has seen ``min_cluster_groups`` groups, and the
@@ -190,7 +181,6 @@ class EBPO(AdvantageEstimator):
     """
 
     uses_prior = True
-    keeps_history = True
     checks_own_outputs = True
 
     def __init__(
@@ -198,9 +188,9 @@ class EBPO(AdvantageEstimator):
         *,
         prior: str = "history",
         half_life: float = 50.0,
-        prior_mean: str = "rewards",
+        prior_mean_from: str = "rewards",
         within_variance: str = "pooled",
-        tau2: str = "raw",
+        tau2_mode: str = "raw",
         normalize: str = "batch",
         per_cluster: bool = False,
         min_cluster_groups: int = 8,
@@ -210,9 +200,9 @@ class EBPO(AdvantageEstimator):
         super().__init__(eps=eps, nan_policy=nan_policy)
         self.prior = check_choice("prior", prior, PRIORS)
         self.half_life = check_positive("half_life", half_life)
-        self.prior_mean = check_choice("prior_mean", prior_mean, PRIOR_MEANS)
+        self.prior_mean_from = check_choice("prior_mean_from", prior_mean_from, PRIOR_MEANS)
         self.within_variance = check_choice("within_variance", within_variance, WITHIN_VARIANCES)
-        self.tau2 = check_choice("tau2", tau2, TAU2_MODES)
+        self.tau2_mode = check_choice("tau2_mode", tau2_mode, TAU2_MODES)
         self.normalize = check_choice("normalize", normalize, NORMALIZE_MODES)
         if not isinstance(per_cluster, bool):
             raise ValueError(f"per_cluster must be True or False, got {per_cluster!r}")
@@ -237,17 +227,18 @@ class EBPO(AdvantageEstimator):
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
-        self.global_prior = Prior()
-        self.cluster_priors: dict[Hashable, Prior] = {}
-        self.steps = 0
+        with self._state_lock:
+            self.global_prior = Prior()
+            self.cluster_priors: dict[Hashable, Prior] = {}
+            self.steps = 0
 
     def options(self) -> dict[str, Any]:
         return {
             "prior": self.prior,
             "half_life": self.half_life,
-            "prior_mean": self.prior_mean,
+            "prior_mean_from": self.prior_mean_from,
             "within_variance": self.within_variance,
-            "tau2": self.tau2,
+            "tau2_mode": self.tau2_mode,
             "normalize": self.normalize,
             "per_cluster": self.per_cluster,
             "min_cluster_groups": self.min_cluster_groups,
@@ -255,15 +246,16 @@ class EBPO(AdvantageEstimator):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "estimator": self.name,
-            "options": self.options(),
-            "steps": self.steps,
-            "global": self.global_prior.state_dict(),
-            "clusters": [
-                [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
-            ],
-        }
+        with self._state_lock:
+            return {
+                "estimator": self.name,
+                "options": self.options(),
+                "steps": self.steps,
+                "global": self.global_prior.state_dict(),
+                "clusters": [
+                    [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
+                ],
+            }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the running statistics saved by :meth:`state_dict` (JSON round trip allowed).
@@ -274,10 +266,13 @@ class EBPO(AdvantageEstimator):
         statistics no run can produce (non-finite, negative or inconsistent moments, counts above
         2**53 or, without decay, not whole, a step count that is not an integer in [0, 2**53],
         duplicate or non-JSON cluster labels, a key :meth:`state_dict` does not write, at any
-        level). States written by ebpo 0.1.0 load unchanged (they carry the same options;
-        ``prior_mean`` did not exist and does not define the state).
+        level). States written by ebpo 0.1.0 load unchanged (their options carry the old names,
+        see :func:`current_option_names`; ``prior_mean_from`` did not exist and does not define
+        the state).
         """
         self._check_state_owner(state)
+        if isinstance(state.get("options"), Mapping):
+            state = {**state, "options": current_option_names(state["options"])}
         self._check_state_options(state, self._state_options())
         whole = self.prior != "ema"  # only the ema prior's decay makes counts fractional
         try:
@@ -291,7 +286,8 @@ class EBPO(AdvantageEstimator):
             raise ValueError(
                 f"invalid {self.name} state: it holds cluster priors but was saved with per_cluster=False"
             )
-        self.global_prior, self.cluster_priors, self.steps = global_prior, clusters, steps
+        with self._state_lock:
+            self.global_prior, self.cluster_priors, self.steps = global_prior, clusters, steps
 
     def _state_options(self) -> tuple[str, ...]:
         # half_life changes the statistics only under the ema prior
@@ -300,36 +296,6 @@ class EBPO(AdvantageEstimator):
             if self.prior == "ema"
             else tuple(o for o in STATE_OPTIONS if o != "half_life")
         )
-
-    def merge(self, other: EBPO) -> EBPO:
-        """Combine running statistics gathered by another instance (e.g. another worker).
-
-        ``other`` must be the same estimator with the same state-defining options (see
-        :meth:`load_state_dict`). Either every statistic is merged or, on error, none is.
-        Thread-safe: ``other`` is copied under its lock, then merged under ours (never both at
-        once: merges in opposite directions cannot deadlock).
-        """
-        if not isinstance(other, EBPO) or other.name != self.name:
-            raise ValueError(
-                f"merge expects another {self.name!r} estimator, got "
-                f"{getattr(other, 'name', None) or type(other).__name__!r}"
-            )
-        for option in self._state_options():
-            if getattr(other, option) != getattr(self, option):
-                raise ValueError(
-                    f"cannot merge an estimator with {option}={getattr(other, option)!r} into one with "
-                    f"{option}={getattr(self, option)!r}"
-                )
-        with other._state_lock:
-            other_global = other.global_prior.copy()
-            other_clusters = {label: prior.copy() for label, prior in other.cluster_priors.items()}
-        with self._state_lock:
-            global_prior = self.global_prior.copy().merge(other_global)
-            cluster_priors = {label: prior.copy() for label, prior in self.cluster_priors.items()}
-            for label, prior in other_clusters.items():
-                cluster_priors.setdefault(label, Prior()).merge(prior)
-            self.global_prior, self.cluster_priors = global_prior, cluster_priors
-        return self
 
     # ------------------------------------------------------------------ step 1: running statistics
     def _priors_after(self, batch: Batch) -> tuple[Prior, dict[Hashable, Prior]]:
@@ -394,7 +360,7 @@ class EBPO(AdvantageEstimator):
         metrics specific to how they were obtained."""
         n = batch.group_count
         tau2 = params.between_variance
-        if self.tau2 == "corrected":
+        if self.tau2_mode == "corrected":
             tau2 = (tau2 - params.sigma2 / n.clamp(min=1)).clamp(min=0)
         return params.mean, shrinkage_factor(params.sigma2, tau2, n, self.eps), {}
 
@@ -420,7 +386,7 @@ class EBPO(AdvantageEstimator):
         return baseline, advantage, batch.per_row(shrinkage), metrics
 
     def _prior_mean(self, prior: Prior) -> float:
-        return prior.rewards.mean if self.prior_mean == "rewards" else prior.group_means.mean
+        return prior.rewards.mean if self.prior_mean_from == "rewards" else prior.group_means.mean
 
     def _sigma2(self, prior: Prior) -> float:
         return (
@@ -471,3 +437,13 @@ def _cluster_priors_from_state(entries: Any, whole_counts: bool) -> dict[Hashabl
             entry[1], f"clusters[{label!r}]", whole_counts=whole_counts
         )
     return priors
+
+
+def current_option_names(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` (a saved state's, or saved estimator options) with the names of
+    :data:`RENAMED_OPTIONS` replaced by the current ones; an old name whose new name is there too
+    stays, to be refused as an unknown option by whoever reads it."""
+    return {
+        RENAMED_OPTIONS[k] if k in RENAMED_OPTIONS and RENAMED_OPTIONS[k] not in options else k: v
+        for k, v in options.items()
+    }

@@ -15,16 +15,9 @@ import math
 
 import torch
 
-# Re-exported: the id parsing lived here before it moved to validation.py, and code outside the
-# package (benchmarks, docs/results.md) imports factorize from this module.
-from ebpo.estimators.validation import Labels, factorize, plain_labels
-
 _RELATIVE_TOLERANCE = 1e-12
 
 __all__ = [
-    "Labels",
-    "factorize",
-    "plain_labels",
     "segment_sum",
     "group_moments",
     "leave_one_out_mean",

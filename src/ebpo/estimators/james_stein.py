@@ -246,7 +246,6 @@ class JSPOPlusPlus(AdvantageEstimator):
     ``jspo_batch_mean`` (this batch's, before smoothing), ``jspo_v``, ``jspo_s``.
     """
 
-    keeps_history = True
     checks_own_outputs = True
 
     def __init__(
@@ -276,18 +275,20 @@ class JSPOPlusPlus(AdvantageEstimator):
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
-        self.smoother = ShrinkageSmoother()
+        with self._state_lock:
+            self.smoother = ShrinkageSmoother()
 
     @property
     def steps(self) -> int:
         return self.smoother.steps
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "estimator": self.name,
-            "options": {"smooth_coef": self.smooth_coef, "eps": self.eps},
-            **self.smoother.state_dict(),
-        }
+        with self._state_lock:
+            return {
+                "estimator": self.name,
+                "options": {"smooth_coef": self.smooth_coef, "eps": self.eps},
+                **self.smoother.state_dict(),
+            }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the smoothing state saved by :meth:`state_dict` (JSON round trip allowed).
@@ -302,7 +303,8 @@ class JSPOPlusPlus(AdvantageEstimator):
             smoother = ShrinkageSmoother.from_state_dict(state)
         except ValueError as error:
             raise ValueError(f"invalid {self.name} state: {error}") from error
-        self.smoother = smoother
+        with self._state_lock:
+            self.smoother = smoother
 
     # ------------------------------------------------------------------ advantages
     def _compute(self, batch: Batch, *, update: bool):

@@ -2,7 +2,7 @@
 method of the paper (or of our experiments).
 
 Every layer that names methods reads this table — the simulation (``ebpo simulate``), the TRL
-presets (:mod:`ebpo.integrations.trl.presets`), the CPU bench (``ebpo bench``) and the verl
+presets (:mod:`ebpo.integrations.trl.paper_methods`), the CPU bench (``ebpo bench``) and the verl
 plug-in — so ``ebpo_within`` means the same estimator everywhere::
 
     est = ebpo.estimators.make_variant("ebpo_within")           # EBPO(within_variance="within", ...)
@@ -76,7 +76,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType(
             Variant(
                 "ebpo_batch",
                 "ebpo",
-                {"prior": "batch", "prior_mean": "group_means"},
+                {"prior": "batch", "prior_mean_from": "group_means"},
                 "EBPO as the authors' released verl code: batch prior, μ = mean of group means",
             ),
             Variant(
@@ -88,7 +88,7 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType(
             Variant(
                 "ebpo_within",
                 "ebpo",
-                {"within_variance": "within", "tau2": "corrected"},
+                {"within_variance": "within", "tau2_mode": "corrected"},
                 "EBPO, within-group σ² and corrected τ² (the revision's variant)",
             ),
             Variant(

@@ -160,10 +160,10 @@ def test_ebpo_keeps_the_papers_history_prior_and_ebpo_batch_is_the_authors_code(
     history = ebpo.make_estimator(
         "ebpo", **make_config("ebpo", output_dir="unused", **CPU).estimator_kwargs
     )
-    assert (history.prior, history.prior_mean) == ("history", "rewards")
+    assert (history.prior, history.prior_mean_from) == ("history", "rewards")
     batch_cfg = make_config("ebpo_batch", output_dir="unused", **CPU)
     batch = ebpo.make_estimator(batch_cfg.advantage_estimator, **batch_cfg.estimator_kwargs)
-    assert (batch.prior, batch.prior_mean) == ("batch", "group_means")
+    assert (batch.prior, batch.prior_mean_from) == ("batch", "group_means")
 
 
 def test_make_config_merges_estimator_options_into_the_presets():
@@ -172,13 +172,13 @@ def test_make_config_merges_estimator_options_into_the_presets():
     )
     assert cfg.estimator_options == {
         "prior": "batch",
-        "prior_mean": "group_means",
+        "prior_mean_from": "group_means",
         "normalize": "center",
     }
     cfg = make_config(
         "ebpo_batch", output_dir="unused", estimator_options={"prior": "history"}, **CPU
     )
-    assert cfg.estimator_options == {"prior": "history", "prior_mean": "group_means"}
+    assert cfg.estimator_options == {"prior": "history", "prior_mean_from": "group_means"}
     assert (
         make_config("ebpo", output_dir="unused", estimator_options=None, **CPU).estimator_options
         == {}
@@ -189,7 +189,7 @@ def test_estimator_options_none_keeps_the_options_of_the_preset():
     """What ``ebpo train`` passes when no options are given: the preset's own must stay (they were
     erased, so that the ebpo_batch preset trained the history prior)."""
     cfg = make_config("ebpo_batch", output_dir="unused", estimator_options=None, **CPU)
-    assert cfg.estimator_options == {"prior": "batch", "prior_mean": "group_means"}
+    assert cfg.estimator_options == {"prior": "batch", "prior_mean_from": "group_means"}
     cfg = make_config("ebpo_ema", output_dir="unused", estimator_options=None, **CPU)
     assert cfg.estimator_options == {"prior": "ema", "half_life": 20.0}
 
@@ -228,7 +228,7 @@ def test_presets_keep_their_trainer_settings_and_take_the_estimator_from_the_var
         "ebpo_batch": {
             **common,
             "advantage_estimator": "ebpo",
-            "estimator_options": {"prior": "batch", "prior_mean": "group_means"},
+            "estimator_options": {"prior": "batch", "prior_mean_from": "group_means"},
         },
     } == PRESETS
 
@@ -237,7 +237,7 @@ def test_any_variant_is_a_preset_with_the_paper_common_settings():
     cfg = make_config("ebpo_within", output_dir="unused", **CPU)
     assert (cfg.loss_type, cfg.beta, cfg.epsilon) == ("dapo", 0.001, 0.2)
     assert cfg.advantage_estimator == "ebpo"
-    assert cfg.estimator_options == {"within_variance": "within", "tau2": "corrected"}
+    assert cfg.estimator_options == {"within_variance": "within", "tau2_mode": "corrected"}
     assert "ebpo_within" in available_presets() and "reinforce_pp_baseline" in available_presets()
     with pytest.raises(ValueError, match="cluster_column"):  # ebpo_cluster reads clusters
         make_config("ebpo_cluster", output_dir="unused", **CPU)

@@ -39,8 +39,8 @@ def test_every_named_variant_is_an_advantage_estimator(name):
 
 
 def test_options_given_with_a_variant_win_key_by_key():
-    cfg = config(advantage_estimator="ebpo_batch", estimator_options={"prior_mean": "rewards"})
-    assert cfg.estimator_options == {"prior": "batch", "prior_mean": "rewards"}
+    cfg = config(advantage_estimator="ebpo_batch", estimator_options={"prior_mean_from": "rewards"})
+    assert cfg.estimator_options == {"prior": "batch", "prior_mean_from": "rewards"}
     # parsing a resolved config again changes nothing (TRL and transformers copy configs)
     again = config(
         advantage_estimator=cfg.advantage_estimator, estimator_options=cfg.estimator_options

@@ -25,9 +25,9 @@ from ebpo.integrations.trl import (  # noqa: E402
     GENERATION_STATE_FILE,
     EBPOConfig,
     EBPOTrainer,
-    checkpointing,
     has_lone_response_baseline,
     make_config,
+    save_and_resume,
     zero_variance_groups,
 )
 from ebpo.utils.checkpoints import incomplete_reason  # noqa: E402
@@ -486,7 +486,7 @@ def test_an_incomplete_checkpoint_is_refused_and_true_takes_the_newest_complete_
     # resume_from_checkpoint=True passes over the newest checkpoint, which lost its RNG state
     (out / "checkpoint-4" / "rng_state.pth").unlink()
     again = build(tokenizer, resumable_args(tmp_path / "full", setting), RecordingReward())
-    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.checkpointing"):
+    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.save_and_resume"):
         again.train(resume_from_checkpoint=True)
     assert (
         "checkpoint-4 is incomplete (rng_state.pth is missing): resuming from checkpoint-3"
@@ -520,7 +520,7 @@ def test_resume_with_another_generation_layout_warns_and_counts_each_batch_once(
         steps_per_generation=2,
     )
     resumed = build(tokenizer, other_layout, RecordingReward())
-    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.checkpointing"):
+    with caplog.at_level("WARNING", logger="ebpo.integrations.trl.save_and_resume"):
         resumed.train(resume_from_checkpoint=str(checkpoint))
     assert "inside a generation batch" in caplog.text and "generation layout changed" in caplog.text
     # the interrupted batch is generated again and counted once: the estimator resumed from its
@@ -533,7 +533,7 @@ def test_a_checkpoint_is_marked_complete_last_and_older_ones_go_only_then(
     tokenizer, tmp_path, monkeypatch
 ):
     seen = []
-    real_mark = checkpointing.mark_complete
+    real_mark = save_and_resume.mark_complete
 
     def mark(path, **kwargs):
         present = sorted(p.name for p in Path(path).iterdir())
@@ -541,7 +541,7 @@ def test_a_checkpoint_is_marked_complete_last_and_older_ones_go_only_then(
         seen.append((Path(path).name, present, others))
         real_mark(path, **kwargs)
 
-    monkeypatch.setattr(checkpointing, "mark_complete", mark)
+    monkeypatch.setattr(save_and_resume, "mark_complete", mark)
     args = tiny_args(tmp_path, save_strategy="steps", save_steps=1, save_total_limit=1)
     build(tokenizer, args, RecordingReward(), cls=EBPOTrainer).train()
     assert [name for name, _, _ in seen] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
@@ -752,6 +752,32 @@ def test_args_none_builds_the_default_config_as_grpo_trainer_does(tokenizer, tmp
     differ = {"output_dir", "logging_dir", "scale_rewards"}
     mine, trls = ours.to_dict(), theirs.to_dict()
     assert {k for k in trls if k not in differ and mine[k] != trls[k]} == set()
+
+
+def test_the_estimator_is_built_once_per_trainer(tokenizer, tmp_path, monkeypatch):
+    """The estimator EBPOConfig builds to check its settings is the trainer's (before: two, one
+    thrown away); a second trainer of the same configuration gets its own, and so does a trainer
+    of a configuration whose estimator settings changed after it was built."""
+    built = []  # as tests/estimators/counting.py (which the two-process worker cannot import)
+    constructor = ebpo.AdvantageEstimator.__init__
+
+    def counted(self, **options):
+        built.append(type(self).name)
+        constructor(self, **options)
+
+    monkeypatch.setattr(ebpo.AdvantageEstimator, "__init__", counted)
+    args = tiny_args(tmp_path, "ebpo_batch")
+    first = build(tokenizer, args, RecordingReward(), cls=EBPOTrainer)
+    assert built == ["ebpo"]
+    assert "_ebpo_estimator" not in vars(args)  # nothing of it left to pickle with the config
+    second = build(tokenizer, args, RecordingReward(), cls=EBPOTrainer)
+    assert built == ["ebpo", "ebpo"] and second.estimator is not first.estimator
+    changed = tiny_args(tmp_path, "ebpo_batch")
+    changed.estimator_options = {**changed.estimator_options, "normalize": "center"}
+    assert build(tokenizer, changed, RecordingReward(), cls=EBPOTrainer).estimator.normalize == (
+        "center"
+    )
+    assert built == ["ebpo"] * 4  # the config's (checked, not handed on) and the trainer's
 
 
 # ---------------------------------------------------------------------- Clip-Cov

@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 
 from trl import GRPOTrainer  # noqa: E402
 
-from ebpo.integrations.trl.checkpointing import CheckpointingMixin  # noqa: E402
+from ebpo.integrations.trl.save_and_resume import CheckpointingMixin  # noqa: E402
 from ebpo.integrations.trl.trainer import EBPOTrainerMixin  # noqa: E402
 from ebpo.integrations.trl.trl_version import (  # noqa: E402
     OVERRIDDEN_METHODS,

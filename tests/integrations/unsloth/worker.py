@@ -39,7 +39,7 @@ import torch  # noqa: E402
 import trl  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
-from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE  # noqa: E402
+from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE  # noqa: E402
 from ebpo.integrations.unsloth import GENERATED, EBPOConfig, EBPOTrainer  # noqa: E402
 
 G, STEPS = 4, 3

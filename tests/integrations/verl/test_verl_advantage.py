@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tests.estimators.counting import count_estimators
 from tests.integrations.verl.conftest import verl_batch
 
 import ebpo
@@ -190,6 +191,16 @@ def test_running_prior_persists_between_calls_per_configuration():
     assert len(STORE) == 2  # one estimator per configuration
 
 
+def test_the_estimator_is_built_once_per_run_not_per_call(monkeypatch):
+    """Three advantage calls with one configuration build one estimator: the store's (before: four,
+    one thrown away on every call to check for per-cluster priors)."""
+    built = count_estimators(monkeypatch)
+    for step in range(3):
+        data, *_ = verl_batch(GROUPS, seed=step, step=step)
+        _compute(data, "ebpo")
+    assert built == ["ebpo"]
+
+
 def test_bad_options_raise_naming_the_key():
     data, *_ = verl_batch([2, 2])
     with pytest.raises(ValueError, match="bogus"):
@@ -260,7 +271,7 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
 
 
 def test_each_registered_name_keeps_state_across_steps_or_is_missing_from_verl():
-    """Why each name is registered (advantage.REGISTERED): its estimator keeps history (the reason
+    """Why each name is registered (advantage.REGISTERED): its estimator keeps state (the reason
     says so exactly then), or verl has no estimator of that name; verl's own are never shadowed."""
     from verl.trainer.ppo import core_algos
 
@@ -270,9 +281,10 @@ def test_each_registered_name_keeps_state_across_steps_or_is_missing_from_verl()
     assert list(advantage.REGISTERED) == ["ebpo", "ebpo_bb", "jspo", "jspo_plus_plus"]
     for name, reason in advantage.REGISTERED.items():
         assert name not in verl_names
-        keeps_history = ebpo.estimators.make_variant(name).keeps_history
-        assert ("keeps" in reason) == keeps_history, name
-        assert keeps_history or "missing from verl" in reason, name
+        estimator = ebpo.estimators.make_variant(name)
+        has_state = estimator.state_dict() != {"estimator": estimator.name}
+        assert ("keeps" in reason) == has_state, name
+        assert has_state or "missing from verl" in reason, name
         assert advantage.FUNCTIONS[name].__name__ == f"compute_{name}_advantage"
 
 

@@ -254,7 +254,7 @@ def test_a_recipe_trained_with_its_estimator_reference_policy_and_kl_loss(runs, 
             )
         else:
             (entry,) = full.estimator_state["estimators"]
-            assert (entry["options"]["prior"], entry["options"]["prior_mean"]) == (
+            assert (entry["options"]["prior"], entry["options"]["prior_mean_from"]) == (
                 "batch",
                 "group_means",
             )

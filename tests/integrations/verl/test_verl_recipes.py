@@ -107,7 +107,7 @@ def test_recipe_dry_run_validates_and_matches_the_authors(name, tmp_path):
     assert val.do_sample is True and val.temperature == 1.0 and val.top_p == 1.0
     if name.startswith("ebpo"):
         # The authors' released code: the batch is the prior, μ the mean of its group means.
-        assert dict(config.algorithm.ebpo) == {"prior": "batch", "prior_mean": "group_means"}
+        assert dict(config.algorithm.ebpo) == {"prior": "batch", "prior_mean_from": "group_means"}
         assert config.trainer.checkpoint_callback_class == CALLBACK_FQN
     if name == "ebpo":
         assert recipe.order == "file"

@@ -67,6 +67,20 @@ def test_saved_state_is_strict_json_and_round_trips(tmp_path):
     assert path == str(tmp_path / STATE_FILENAME)
 
 
+def test_a_state_file_with_the_option_names_before_the_rename_restores_the_same_estimator():
+    """A run that set ``+algorithm.ebpo.prior_mean=group_means`` before the option was renamed
+    ``prior_mean_from`` saved that name: the state comes back under the current name, where the
+    advantage function looks for it."""
+    options = {"prior": "batch", "prior_mean_from": "group_means", "nan_policy": "mask"}
+    est = STORE.get("ebpo", options)
+    est([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"])
+    state = json.loads(json.dumps(STORE.state_dict()))
+    old = json.loads(json.dumps(state).replace('"prior_mean_from"', '"prior_mean"'))
+    STORE.clear()
+    STORE.load_state_dict(old)
+    assert STORE.state_dict() == state and STORE.was_restored("ebpo", options)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 def test_load_refuses_a_non_finite_state_file(tmp_path, value):
     state = _store_with_one_step()

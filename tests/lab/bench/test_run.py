@@ -370,7 +370,7 @@ def test_methods_map_to_train_job_options():
     )
     assert bench_methods.METHODS["ebpo_within"].train_options()["estimator_options"] == {
         "within_variance": "within",
-        "tau2": "corrected",
+        "tau2_mode": "corrected",
     }
     assert bench_methods.REFERENCE_METHOD in bench_methods.DEFAULT_METHODS and all(
         m in bench_methods.METHODS for m in bench_methods.DEFAULT_METHODS

@@ -12,7 +12,7 @@ from ebpo.lab import simulation as sim
 def test_parse_estimator_spec():
     assert sim.parse_estimator_spec("ebpo_batch") == (
         "ebpo",
-        {"prior": "batch", "prior_mean": "group_means"},
+        {"prior": "batch", "prior_mean_from": "group_means"},
     )
     assert sim.parse_estimator_spec("ebpo:prior=ema,half_life=5,per_cluster=true") == (
         "ebpo",
@@ -40,7 +40,7 @@ def test_variant_names_are_those_of_ebpo_estimators():
     # options after ':' override the variant's
     assert sim.parse_estimator_spec("ebpo_batch:normalize=none,prior=history") == (
         "ebpo",
-        {"prior": "history", "prior_mean": "group_means", "normalize": "none"},
+        {"prior": "history", "prior_mean_from": "group_means", "normalize": "none"},
     )
     est = sim.build_estimator("ebpo_ema:half_life=7.5")
     assert isinstance(est, EBPO) and est.prior == "ema" and est.half_life == 7.5
@@ -72,7 +72,7 @@ def test_traits():
 def test_with_normalize_overrides_only_estimators_with_the_option():
     assert (
         sim.with_normalize("ebpo_batch", "none")
-        == "ebpo:prior=batch,prior_mean=group_means,normalize=none"
+        == "ebpo:prior=batch,prior_mean_from=group_means,normalize=none"
     )
     assert sim.with_normalize("ebpo:normalize=center", "none") == "ebpo:normalize=none"
     assert sim.with_normalize("grpo", "none") == "grpo"

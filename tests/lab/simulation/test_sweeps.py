@@ -57,7 +57,7 @@ def test_prior_study_rows_and_normalize_override():
     assert rows["grpo"]["estimator"] == "grpo" and math.isnan(rows["grpo"]["prior_error"])
     assert sim.parse_estimator_spec(rows["ebpo batch / topic"]["estimator"]) == (
         "ebpo",
-        {"prior": "batch", "prior_mean": "group_means", "normalize": "none"},
+        {"prior": "batch", "prior_mean_from": "group_means", "normalize": "none"},
     )
     assert rows["ebpo batch / topic"]["prior_error"] >= 0
     assert study["curves"]["grpo"]["train_acc"].shape == (2, 7)

@@ -55,7 +55,7 @@ from ebpo.commands.grpo.output_dir import check_output_dir
 from ebpo.data.templates import build_messages
 from ebpo.evaluation.models import check_model_here, no_progress_bars, save_tiny_llama
 from ebpo.integrations.trl.config import EBPOConfig, parse_estimator_options
-from ebpo.integrations.trl.presets import PAPER_METHODS, PRESETS
+from ebpo.integrations.trl.paper_methods import PAPER_METHODS, PRESETS
 from ebpo.integrations.trl.trainer import EBPOTrainer
 
 __all__ = [

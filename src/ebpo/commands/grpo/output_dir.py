@@ -19,7 +19,7 @@ trainer's construction, comes first):
   that holds checkpoints (``trl grpo`` would write over them). Only TensorBoard logs of a run that
   stopped before its first checkpoint may be written beside (TRL adds an event file);
 * ``resume_from_checkpoint``: the checkpoint it names, or with ``True`` the newest one of
-  ``output_dir``, must be complete (:func:`.checkpointing.resolve_checkpoint`) and must exist.
+  ``output_dir``, must be complete (:func:`.save_and_resume.resolve_checkpoint`) and must exist.
 * a run killed before its first checkpoint was complete left only interrupted ebpo saves
   (unmarked ``checkpoint-N`` folders holding ebpo's files, the first a save writes, or nothing):
   nothing to resume, so a plain rerun starts again from step 0, as ``ebpo train`` does; the run
@@ -42,8 +42,8 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ebpo.integrations.trl.checkpoint import REQUIRED_FILES
-from ebpo.integrations.trl.checkpointing import resolve_checkpoint
+from ebpo.integrations.trl.checkpoint_files import REQUIRED_FILES
+from ebpo.integrations.trl.save_and_resume import resolve_checkpoint
 from ebpo.utils.checkpoints import MARKER, checkpoint_dirs, incomplete_reason, newest_complete
 from ebpo.utils.output_folder import check_folder, entries_of
 

@@ -53,6 +53,7 @@ from ebpo.integrations.verl.advantage import (
 from ebpo.integrations.verl.guards import (
     CALLBACK_FQN,
     check_calls_per_step,
+    check_clusters,
     check_rewards,
     check_trainer_mode,
     parameter_sync_step,
@@ -214,6 +215,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
         raise ValueError(
             f"invalid algorithm.{OPTIONS_SECTION} option for adv_estimator={estimator}{source}: {error}"
         ) from error
+    check_clusters(instance)
     check_rewards(estimator, instance, algorithm)
     check_calls_per_step(estimator, instance, parameter_sync_step(parsed))
 

@@ -27,6 +27,7 @@ from ebpo.estimators import estimator_options, make_estimator
 from ebpo.integrations.verl.advantage import OPTIONS_SECTION, REGISTERED_NAMES, resolve_options
 from ebpo.integrations.verl.guards import (
     check_calls_per_step,
+    check_clusters,
     check_resume_folder,
     check_rewards,
     check_trainer_mode,
@@ -125,6 +126,7 @@ def _check_estimator(config: Any, folder: str | None) -> list[str]:
         return []
     options, plugin = resolve_options(estimator, config.algorithm)
     instance = make_estimator(estimator, **options)  # validates option values
+    check_clusters(instance)
     check_rewards(estimator, instance, config.algorithm)
     check_calls_per_step(estimator, instance, parameter_sync_step(config))
     check_trainer_mode(estimator, config, plugin.get("allow_async_trainer", False))

@@ -13,15 +13,14 @@ Needs the ``trl`` extra (``pip install ebpo[trl]``).
 """
 
 from ebpo.integrations.trl.aggregation import combine_rewards, zero_variance_groups
-from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE, GENERATION_STATE_FILE
+from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE, GENERATION_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
-from ebpo.integrations.trl.config import DATA_ORDERS, FILTER_GROUPS_METRICS, EBPOConfig
-from ebpo.integrations.trl.presets import (
+from ebpo.integrations.trl.config import DATA_ORDERS, FILTER_GROUPS_METRICS, EBPOConfig, make_config
+from ebpo.integrations.trl.paper_methods import (
     PAPER_COMMON,
     PAPER_METHODS,
     PRESETS,
     available_presets,
-    make_config,
 )
 from ebpo.integrations.trl.reward import make_trl_reward, math_reward
 from ebpo.integrations.trl.trainer import METRIC_PREFIX, EBPOTrainer, has_lone_response_baseline

@@ -32,9 +32,10 @@ from ebpo.integrations.trl.estimator_settings import (
     scale_rewards_name,
     trl_estimator_kwargs,
 )
+from ebpo.integrations.trl.paper_methods import preset_fields
 from ebpo.utils.structured_input import parse_json
 
-__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig", "EBPOConfigMixin"]
+__all__ = ["DATA_ORDERS", "FILTER_GROUPS_METRICS", "EBPOConfig", "EBPOConfigMixin", "make_config"]
 
 if TYPE_CHECKING:
     from trl import GRPOConfig as _GRPOConfig  # what the mixin is mixed into, for the type checker
@@ -180,6 +181,8 @@ class EBPOConfigMixin(_GRPOConfig):
             self.shuffle_dataset = False
         check_trl_values(self)  # what TRL would refuse (or misuse) only once training runs
         super().__post_init__()
+        # Handed to the trainer by build_estimator(): built once per trainer, not twice.
+        self._ebpo_estimator = (self._estimator_recipe(), estimator)
 
     def _resolve_estimator(self) -> AdvantageEstimator:
         """A variant name becomes its estimator and options; ``scale_rewards`` maps to the
@@ -272,6 +275,20 @@ class EBPOConfigMixin(_GRPOConfig):
                 f"filter_groups_metric must be one of {list(FILTER_GROUPS_METRICS)}, got {self.filter_groups_metric!r}"
             )
 
+    def build_estimator(self) -> AdvantageEstimator:
+        """The estimator of these settings, for one :class:`EBPOTrainer`: the one ``__post_init__``
+        built to check them, the first time (unless a field it depends on changed since); a new
+        one after that, so that two trainers of one configuration never share running statistics.
+        Nothing of it stays on the configuration (``training_args.bin`` does not pickle it)."""
+        built = self.__dict__.pop("_ebpo_estimator", None)
+        if built is not None and built[0] == self._estimator_recipe():
+            return built[1]
+        return ebpo.make_estimator(self.advantage_estimator, **self.estimator_kwargs)
+
+    def _estimator_recipe(self) -> str:
+        """What the estimator is built from, as text (``1`` and ``1.0`` tell apart)."""
+        return repr((self.advantage_estimator, self.estimator_kwargs))
+
     @property
     def estimator_kwargs(self) -> dict[str, Any]:
         """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator``: ``estimator_options`` with
@@ -297,6 +314,28 @@ class EBPOConfig(EBPOConfigMixin, GRPOConfig):
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
+
+
+def make_config(preset: str, **overrides: Any) -> EBPOConfig:
+    """An :class:`EBPOConfig` for ``preset`` (a key of :data:`.paper_methods.PRESETS`, or any variant or
+    estimator name of :func:`ebpo.estimators.available_variants`).
+
+    ``overrides`` are EBPOConfig fields and win over the preset's values; ``estimator_options``
+    (dict, JSON string or None) is merged into the preset's, key by key, so that
+    ``make_config("ebpo_batch", estimator_options={"normalize": "center"})`` keeps the batch prior
+    (and so does ``estimator_options=None``).
+
+    Raises:
+        ValueError: unknown preset (the message lists presets, variants and estimators), or any
+            invalid field.
+    """
+    base = preset_fields(preset)
+    if "estimator_options" in overrides:
+        # None adds nothing: it must not erase the preset's own options (ebpo_batch's prior)
+        given = parse_estimator_options(overrides["estimator_options"])
+        merged = {**base.get("estimator_options", {}), **given}
+        overrides = {**overrides, "estimator_options": merged}
+    return EBPOConfig(**{**base, **overrides})
 
 
 def parse_estimator_options(value: Any) -> dict[str, Any]:

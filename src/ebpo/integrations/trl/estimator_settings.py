@@ -4,7 +4,7 @@
 Three rules, so that a TRL user's own GRPO configuration keeps its meaning:
 
 1. **A name is an estimator or a named variant** (:data:`ebpo.estimators.VARIANTS`: ``ebpo_batch``
-   is ``ebpo`` with ``prior="batch", prior_mean="group_means"``; ``estimator_options`` given too win
+   is ``ebpo`` with ``prior="batch", prior_mean_from="group_means"``; ``estimator_options`` given too win
    key by key, as in :func:`ebpo.estimators.make_variant`). A paper preset that also sets the
    trainer (``dapo``, ``entropy_mech``: :data:`.paper_methods.PAPER_METHODS`) is not an estimator:
    it is refused with the lines that write it out.
@@ -26,9 +26,9 @@ import shlex
 from typing import Any
 
 import ebpo
-from ebpo.estimators import VARIANTS, AdvantageEstimator, available_variants, variant_spec
+from ebpo.estimators import VARIANTS, AdvantageEstimator, available_variants
 from ebpo.integrations.trl.batch_advantages import LoneRowPolicy
-from ebpo.integrations.trl.paper_methods import PAPER_METHODS, preset_arguments
+from ebpo.integrations.trl.paper_methods import PAPER_METHODS, preset_arguments, preset_fields
 
 __all__ = [
     "SCALE_REWARDS",
@@ -100,8 +100,8 @@ def resolve_estimator(name: Any, options: dict[str, Any]) -> tuple[str, dict[str
             (the message lists estimators, variants and presets).
     """
     if isinstance(name, str) and name in available_variants():
-        estimator, variant_options = variant_spec(name)
-        return estimator, {**variant_options, **options}
+        fields = preset_fields(name)  # the one reading of a user's word: .paper_methods
+        return fields["advantage_estimator"], {**fields.get("estimator_options", {}), **options}
     if isinstance(name, str) and name in TRAINER_PRESETS:
         flags = shlex.join(preset_arguments(name))
         raise ValueError(

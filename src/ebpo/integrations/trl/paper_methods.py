@@ -1,8 +1,53 @@
-"""The paper's methods on TRL as data: each is a named variant of the estimator table
-(:data:`ebpo.estimators.VARIANTS`) plus trainer settings (:data:`PAPER_METHODS`), on top of the
-settings every method shares (:data:`PAPER_COMMON`). :mod:`.presets` documents the table and builds
-configurations from it (``make_config``); :mod:`.estimator_settings` reads it to tell an estimator
-name from a preset that also sets the trainer (``dapo``, ``entropy_mech``).
+"""The paper's methods (EBPO and its baselines) on TRL as data: `EBPOConfig` keyword overrides.
+
+A preset is a trainer setup plus a named variant of the estimator table
+(:data:`ebpo.estimators.VARIANTS`): the variant gives the estimator and its options, the preset
+adds the trainer settings. The paper (arXiv 2602.05165) trained every method in verl with
+token-mean loss aggregation, PPO clip 0.2 and a low-variance (k3) KL loss with coefficient 0.001.
+On TRL that is ``loss_type="dapo"`` (normalised by the number of completion tokens of the global
+batch, i.e. verl's ``token-mean``) and ``beta=0.001`` (TRL's KL term is the same k3 estimator):
+:data:`PAPER_COMMON`. Differences per method (:data:`PAPER_METHODS`):
+
+========================  =====================================================================
+preset                    variant, and what changes in the trainer
+========================  =====================================================================
+``grpo``                  variant ``grpo`` (group mean, divided by the group std)
+``dr_grpo``               variant ``dr_grpo`` (no std division), ``loss_type="dr_grpo"``
+                          (token sum / max_completion_length = verl's seq-mean-token-sum-norm)
+``dapo``                  variant ``grpo``; clip-higher ``epsilon_high=0.28``; token-level loss;
+                          soft overlong punishment (buffer = half of max_completion_length,
+                          penalty 1.0: the paper's 4096 of 8192); zero-variance group filtering
+                          (without resampling); no KL (``beta=0``, as in the DAPO paper)
+``entropy_mech``          variant ``grpo``; Clip-Cov with ratio 2e-4 and bounds [1, 5]; no KL
+``rloo`` ``jspo``         the variant of that name, otherwise as ``grpo``
+``ebpo`` ``ebpo_bb``      the variant of that name: the estimator with its defaults (paper's
+                          Algorithm 1: history prior, pooled σ², raw τ², batch normalisation)
+``ebpo_batch``            variant ``ebpo_batch``: ``ebpo`` with the prior of the authors'
+                          released verl code: ``prior="batch"`` (μ, σ², τ² from the current
+                          generation batch only), ``prior_mean_from="group_means"`` (μ = mean of
+                          the group means)
+========================  =====================================================================
+
+**Which prior.** The ``ebpo`` preset keeps the paper's Algorithm 1 — a prior accumulated over the
+whole run (``prior="history"``, the library default) — and not the per-batch prior the authors'
+released code uses (and the verl recipes reproduce, ``recipes/verl/README.md``): a TRL generation
+batch holds a few to a few dozen prompts (8-64 typically), and a prior estimated from that few
+group means (τ² from 8-64 numbers) is noisy, while the history prior keeps sharpening over the
+run. The authors ran verl with 512-prompt batches, where the batch prior is well estimated.
+``ebpo_batch`` offers their convention on TRL for comparison; give it large generation batches
+(``generation_batch_size`` / ``steps_per_generation``).
+
+Every other variant name (``ebpo_ema``, ``ebpo_within``, ``ebpo_cluster``, ...,
+:func:`ebpo.estimators.available_variants`, which includes every bare estimator name such as
+``reinforce_pp_baseline``) is accepted by ``make_config`` too: :data:`PAPER_COMMON` plus that
+variant's estimator and options. Per-topic EBPO is ``make_config("ebpo_cluster",
+cluster_column="topic")`` (add ``data_order="topic"`` for a topic-ordered stream).
+
+A user's word (a paper method, a named variant or an estimator name) becomes an estimator, its
+options and the trainer's settings here and only here, in :func:`preset_fields`: ``make_config``
+(:mod:`.config`) starts from it, and ``EBPOConfig`` resolves ``advantage_estimator`` through it
+(:func:`.estimator_settings.resolve_estimator`, which refuses the presets that also set the
+trainer, ``dapo`` and ``entropy_mech``).
 """
 
 from __future__ import annotations
@@ -16,6 +61,7 @@ __all__ = [
     "PAPER_COMMON",
     "PAPER_METHODS",
     "PRESETS",
+    "available_presets",
     "preset_arguments",
     "preset_fields",
     "variant_preset",
@@ -73,8 +119,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def available_presets() -> list[str]:
+    """Names accepted by ``make_config``: the presets, then the other variant and estimator
+    names (:func:`ebpo.estimators.available_variants`)."""
+    return list(PRESETS) + [name for name in available_variants() if name not in PRESETS]
+
+
 def preset_fields(preset: str) -> dict[str, Any]:
-    """The EBPOConfig fields that ``preset`` sets (what :func:`make_config` starts from).
+    """The EBPOConfig fields that ``preset`` sets (what ``make_config`` starts from).
 
     Raises:
         ValueError: unknown preset (the message lists presets, variants and estimators).

@@ -27,8 +27,8 @@ How it plugs into TRL 1.16.0 without copying TRL's 600-line ``_generate_and_scor
 5. The estimator state is written as JSON into every checkpoint and read back on
    ``resume_from_checkpoint``, like TRL's own adaptive-entropy state; with TRL's position in its
    generation cycle and, for a checkpoint inside a generation batch, the batch itself, so that
-   resuming is exact (see :mod:`.checkpoint`). A checkpoint is marked complete once every file is
-   written, and only a complete one is resumed from (see :mod:`.checkpointing`).
+   resuming is exact (see :mod:`.checkpoint_files`). A checkpoint is marked complete once every file is
+   written, and only a complete one is resumed from (see :mod:`.save_and_resume`).
 6. In a multi-process run, every process checks after each estimator update (and after a resume)
    that all processes hold the same estimator state: one all-gather of a 64-bit digest a
    generation batch; a difference raises an error naming the ranks and the step (see
@@ -54,8 +54,7 @@ import ebpo
 from ebpo.estimators import GRPO
 from ebpo.integrations.trl.aggregation import unscorable_rows, zero_variance_groups
 from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages
-from ebpo.integrations.trl.checkpoint import ESTIMATOR_STATE_FILE
-from ebpo.integrations.trl.checkpointing import CheckpointingMixin
+from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig, EBPOConfigMixin
 from ebpo.integrations.trl.consistency import check_ranks_agree, gather_digests, state_digest
@@ -64,6 +63,7 @@ from ebpo.integrations.trl.gguf_policy import load_gguf_policy, model_init_kwarg
 from ebpo.integrations.trl.notices import estimator_line
 from ebpo.integrations.trl.reference_model import reference_from_policy
 from ebpo.integrations.trl.reward_calls import checked_rewards
+from ebpo.integrations.trl.save_and_resume import CheckpointingMixin
 from ebpo.integrations.trl.signal import NoSignalWatch
 from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.integrations.trl.trace import RankTrace
@@ -145,7 +145,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
                 f"args must be an EBPOConfig ({self._ebpo_config_hint}), got {type(args).__name__}"
             )
         # Everything that can fail on the user's input fails here, before the model is touched.
-        estimator = ebpo.make_estimator(args.advantage_estimator, **args.estimator_kwargs)
+        estimator = args.build_estimator()  # the one the config built to check its settings
         if args.cluster_column is not None:
             check_columns("train_dataset", train_dataset, [args.cluster_column], "cluster_column")
             for split_name, split in eval_splits(eval_dataset):
@@ -307,7 +307,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
             signal_logger.warning("EBPOTrainer: %s", notice)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """``GRPOTrainer.train`` (resuming as :class:`.checkpointing.CheckpointingMixin` says),
+        """``GRPOTrainer.train`` (resuming as :class:`.save_and_resume.CheckpointingMixin` says),
         after the main process printed the estimator and its settings
         (:func:`.notices.estimator_line`)."""
         if self.announce and self.accelerator.is_main_process:

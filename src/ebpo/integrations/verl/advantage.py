@@ -47,10 +47,11 @@ from typing import Any
 
 import torch
 
-from ebpo.estimators import estimator_options, make_estimator, variant_spec
+from ebpo.estimators import estimator_options, variant_spec
 from ebpo.integrations.verl.guards import (
     MISSING_STATE_POLICIES,
     check_calls_per_step,
+    check_clusters,
     check_resume,
     check_rewards,
     check_trainer_mode,
@@ -77,7 +78,7 @@ logger = logging.getLogger(__name__)
 #: The names the plug-in registers in verl, each the variant of that name in
 #: ``ebpo.estimators.VARIANTS``, and why. verl computes GRPO, Dr. GRPO (``grpo`` with
 #: ``norm_adv_by_std_in_grpo=False``), RLOO and REINFORCE++ itself; the plug-in adds the estimators
-#: that keep state across steps (``keeps_history``: the state must live in the process that
+#: that keep state across steps (their ``state_dict``: the state must live in the process that
 #: computes advantages and be checkpointed with the run, see :mod:`ebpo.integrations.verl.state`)
 #: and those verl lacks.
 REGISTERED = {
@@ -140,9 +141,6 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     * ``normalize`` (ebpo, ebpo_bb): ``algorithm.ebpo.normalize``, else ``"batch"`` when
       ``algorithm.norm_adv_by_std_in_grpo`` is True (default) and ``"center"`` when False — the
       authors' code skips the std division in that case. JSPO never divides by a std.
-    * an estimator that reads clusters (``per_cluster=True``: its ``uses_clusters`` trait) is
-      rejected: verl hands estimators no per-row column but ``uid``, so a topic cannot reach
-      them; use a topic-ordered stream instead (the EBPO-topic recipe).
     * a registered name's variant options (:data:`ebpo.estimators.VARIANTS`) come first; the
       ``algorithm`` keys override them.
     * ``nan_policy`` defaults to ``"mask"``: a NaN score is a failed verifier call, not a reason
@@ -180,23 +178,7 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     if "normalize" in allowed and "normalize" not in options:
         by_std = _get(config, "norm_adv_by_std_in_grpo", True)
         options["normalize"] = "batch" if bool(by_std) else "center"
-    _refuse_clusters(core, options)
     return options, plugin
-
-
-def _refuse_clusters(core: str, options: Mapping[str, Any]) -> None:
-    """Refuse an estimator that reads clusters (its ``uses_clusters`` trait): verl hands
-    estimators no per-row column but ``uid``. Options the estimator refuses (or Hydra
-    interpolations not resolved yet) are left to where the estimator is built."""
-    try:
-        estimator = make_estimator(core, **options)
-    except ValueError:
-        return
-    if estimator.uses_clusters:
-        raise ValueError(
-            f"algorithm.{OPTIONS_SECTION}.per_cluster=True is not supported in verl: estimators only "
-            "receive the group uid, not a topic; order the training data by topic instead"
-        )
 
 
 # ---------------------------------------------------------------------- threads and padding
@@ -393,7 +375,8 @@ def outcome_advantage(
     options, plugin = resolve_options(name, config)
     core = REGISTERED_NAMES[name]
     trainer_metrics, trainer = _trainer_frame_metrics()
-    estimator = STORE.get(core, options)
+    estimator = STORE.get(core, options)  # built on the first call of this configuration only
+    check_clusters(estimator)
     check_rewards(name, estimator, config)
     trainer_config = _trainer_config(trainer)
     if trainer_config is not None:

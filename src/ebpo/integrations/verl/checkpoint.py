@@ -43,6 +43,7 @@ from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 from ebpo.integrations.verl.advantage import REGISTERED_NAMES, resolve_options
 from ebpo.integrations.verl.guards import (
     check_calls_per_step,
+    check_clusters,
     check_rewards,
     check_trainer_mode,
     parameter_sync_step,
@@ -106,5 +107,6 @@ def check_config(config: Any) -> None:
     options, plugin = resolve_options(name, config.algorithm)
     check_trainer_mode(name, config, plugin.get("allow_async_trainer", False))
     estimator = make_estimator(REGISTERED_NAMES[name], **options)
+    check_clusters(estimator)
     check_rewards(name, estimator, config.algorithm)
     check_calls_per_step(name, estimator, parameter_sync_step(config))

@@ -10,6 +10,8 @@ user asked for — refused in one line, or repaired where the repair is exact.
   will not carry it unless ``trainer.checkpoint_callback_class`` is set; otherwise training stops
   with one line naming that key. ``+algorithm.ebpo.on_missing_state=start_empty`` accepts an
   empty start instead.
+* **Per-cluster priors** (:func:`check_clusters`): verl hands estimators no per-row column but
+  ``uid``, so a topic cannot reach them. Refused.
 * **KL in the reward with a bounded prior** (:func:`check_rewards`): ``algorithm.use_kl_in_reward``
   puts verl's KL penalty into ``token_level_rewards``, the only rewards an estimator receives; an
   estimator whose rewards must lie in a range (EBPO-BB: a success rate in [0, 1]) would take the
@@ -47,6 +49,7 @@ __all__ = [
     "MISSING_STATE_POLICIES",
     "ASYNC_TRAINER_MODES",
     "check_calls_per_step",
+    "check_clusters",
     "check_resume",
     "check_resume_folder",
     "check_rewards",
@@ -77,6 +80,16 @@ def _describe(name: str, estimator: AdvantageEstimator) -> str:
     options = estimator.options() if hasattr(estimator, "options") else {}
     shown = {k: options[k] for k in ("prior", "half_life", "smooth_coef") if k in options}
     return f"{name} ({', '.join(f'{k}={v}' for k, v in shown.items())})" if shown else name
+
+
+def check_clusters(estimator: AdvantageEstimator) -> None:
+    """Refuse an estimator that reads clusters (its ``uses_clusters`` trait: ``per_cluster=True``):
+    verl hands estimators no per-row column but ``uid``, so a topic cannot reach them."""
+    if estimator.uses_clusters:
+        raise ValueError(
+            "algorithm.ebpo.per_cluster=True is not supported in verl: estimators only "
+            "receive the group uid, not a topic; order the training data by topic instead"
+        )
 
 
 def check_rewards(name: str, estimator: AdvantageEstimator, algorithm: Any) -> None:

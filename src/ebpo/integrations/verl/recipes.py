@@ -16,12 +16,12 @@ every 10 steps.
 | ``dapo`` | clip-high 0.28, group filtering on ``acc``, overlong buffer 4096 (penalty 1.0), no std division, KL kept |
 | ``entropy_mech`` | Clip-Cov (ratio 2e-4, bounds [1, 5]) with PPO clipping opened to [0, 2], no KL loss |
 
-The EBPO recipes use ``algorithm.ebpo.prior=batch`` and ``algorithm.ebpo.prior_mean=group_means``:
+The EBPO recipes use ``algorithm.ebpo.prior=batch`` and ``algorithm.ebpo.prior_mean_from=group_means``:
 the paper's numbers come from the authors' verl fork, whose Welford statistics are created inside
 the advantage function, so the prior is the current batch (512 prompts) and μ the mean of its
 group means — which is also what makes the topic-sorted stream matter (each
 batch's prior is its topic's mean, Prop. 3.8). The paper's text describes a whole-history prior;
-pass ``+algorithm.ebpo.prior=history +algorithm.ebpo.prior_mean=rewards`` (or ``prior=ema``) to
+pass ``+algorithm.ebpo.prior=history +algorithm.ebpo.prior_mean_from=rewards`` (or ``prior=ema``) to
 run that instead.
 
 Every deliberate difference from the authors' scripts is listed, with its reason, in
@@ -177,7 +177,7 @@ def _common(model: str, data_dir: str, order: str, project: str, experiment: str
 EBPO_OVERRIDES = (
     "algorithm.adv_estimator=ebpo",
     "+algorithm.ebpo.prior=batch",
-    "+algorithm.ebpo.prior_mean=group_means",
+    "+algorithm.ebpo.prior_mean_from=group_means",
 )
 
 RECIPES: dict[str, Recipe] = {

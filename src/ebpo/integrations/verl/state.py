@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ebpo.estimators import AdvantageEstimator, make_estimator
+from ebpo.estimators.ebpo import current_option_names
 from ebpo.utils.files import write_json
 from ebpo.utils.structured_input import read_json_file
 
@@ -141,7 +142,8 @@ class EstimatorStore:
         rebuilt: dict[str, tuple[str, dict[str, Any], AdvantageEstimator]] = {}
         for entry in state.get("estimators", []):
             try:
-                name, options = entry["name"], dict(entry["options"])
+                # a state file written before an option was renamed names it the old way
+                name, options = entry["name"], current_option_names(entry["options"])
             except (KeyError, TypeError) as error:
                 raise ValueError(
                     f"each saved estimator needs 'name', 'options' and 'state'; got {entry!r}"

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ebpo.integrations.trl.checkpoint import read_state
+from ebpo.integrations.trl.checkpoint_files import read_state
 from ebpo.integrations.trl.config_checks import MAX_DDP_TIMEOUT
 from ebpo.lab.cpu_task.policy import BUILTIN_MODEL
 from ebpo.lab.runs import directory as rundir

@@ -1,4 +1,4 @@
-"""ebpo.integrations.trl.checkpointing without training: which checkpoint ``train()`` resumes from,
+"""ebpo.integrations.trl.save_and_resume without training: which checkpoint ``train()`` resumes from,
 and which ones the rotation deletes. (Saves and resumes of a real EBPOTrainer: test_trainer.py;
 kills at every point of a save: tests/hostile/test_resume.py.)"""
 
@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ebpo.integrations.trl.checkpoint import REQUIRED_FILES  # noqa: E402
-from ebpo.integrations.trl.checkpointing import resolve_checkpoint, rotate  # noqa: E402
+from ebpo.integrations.trl.checkpoint_files import REQUIRED_FILES  # noqa: E402
+from ebpo.integrations.trl.save_and_resume import resolve_checkpoint, rotate  # noqa: E402
 from ebpo.utils.checkpoints import MARKER, mark_complete  # noqa: E402
 
 pytestmark = pytest.mark.trl
@@ -54,7 +54,7 @@ def test_true_falls_back_to_the_newest_complete_checkpoint_and_warns(tmp_path, c
     checkpoint(tmp_path, 11)
     checkpoint(tmp_path, 12, complete=False)
     (tmp_path / "checkpoint-12" / "trainer_state.json").unlink()
-    with caplog.at_level(logging.WARNING, logger="ebpo.integrations.trl.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="ebpo.integrations.trl.save_and_resume"):
         found = resolve_checkpoint(True, str(tmp_path))
     assert found == str(tmp_path / "checkpoint-11")
     assert "checkpoint-12 is incomplete (no ebpo_checkpoint_complete.json" in caplog.text

@@ -5,7 +5,7 @@ A save, on every process, in this order:
 
 1. the main process removes the completeness marker of an older checkpoint of the same step
    (:func:`ebpo.utils.checkpoints.unmark`); a barrier;
-2. ebpo's files (:mod:`.checkpoint`): the estimator state and the generation-cycle record (main
+2. ebpo's files (:mod:`.checkpoint_files`): the estimator state and the generation-cycle record (main
    process), each process's buffered generation batch when the checkpoint falls inside one;
 3. TRL's and transformers' own save (model, tokenizer, optimizer, scheduler, RNG states, trainer
    state, TRL's extras), with their deletion of old checkpoints (``save_total_limit``) held back;
@@ -56,8 +56,8 @@ from transformers.trainer_pt_utils import reissue_pt_warnings
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 from transformers.utils.import_utils import check_torch_load_is_safe
 
-from ebpo.integrations.trl import checkpoint as ckpt
-from ebpo.integrations.trl.checkpoint import REQUIRED_FILES, GenerationCycle
+from ebpo.integrations.trl import checkpoint_files as ckpt
+from ebpo.integrations.trl.checkpoint_files import REQUIRED_FILES, GenerationCycle
 from ebpo.integrations.trl.notices import restored_line, tied_missing_keys
 from ebpo.utils.checkpoints import (
     checkpoint_dirs,

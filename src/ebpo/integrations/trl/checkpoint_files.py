@@ -27,7 +27,7 @@ once) and a warning says the run is no longer identical.
 
 A checkpoint is resumed from only when it is complete: ``ebpo_checkpoint_complete.json``, written
 last, lists every file with its size (:mod:`ebpo.utils.checkpoints`; the order of the writes is in
-:mod:`.checkpointing`).
+:mod:`.save_and_resume`).
 """
 
 from __future__ import annotations
