@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -19,9 +21,9 @@ pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
 CLUSTER = textwrap.dedent(
     """
-    import json, sys, tempfile
+    import json, os, sys
     from ray.cluster_utils import Cluster
-    temp = tempfile.mkdtemp(prefix="ebpo-rc-", dir="/tmp")
+    temp = os.path.join(os.environ["RAY_TMPDIR"], "ray")  # where Ray writes ray_current_cluster
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": temp},
@@ -31,7 +33,6 @@ CLUSTER = textwrap.dedent(
     print(json.dumps({"address": cluster.address, "good": good, "bad": bad}), flush=True)
     sys.stdin.read()  # until the test closes our stdin
     cluster.shutdown()
-    import shutil; shutil.rmtree(temp, ignore_errors=True)
     """
 )
 #: Ray takes 127.0.0.1 as the node address (see ebpo.lab.verl_cpu.v1.launch)
@@ -42,7 +43,11 @@ LOCAL = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0
 def cluster():
     from ebpo.lab.verl_cpu.v1.launch import _Watcher
 
-    env = {**os.environ, **LOCAL}
+    # Ray's files in a folder of the module's own (RAY_TMPDIR, read by every process below),
+    # not in /tmp/ray, which may not exist and would outlive the tests
+    temp = tempfile.mkdtemp(prefix="ebpo-rc-", dir="/tmp")
+    os.mkdir(os.path.join(temp, "ray"))
+    env = {**os.environ, **LOCAL, "RAY_TMPDIR": temp}
     process = subprocess.Popen(
         [sys.executable, "-c", CLUSTER],
         stdin=subprocess.PIPE,
@@ -68,6 +73,7 @@ def cluster():
             process.wait()
         # nothing of the cluster may outlive it (Ray's processes fate-share with the script)
         leftovers = watcher.kill_leftovers()
+        shutil.rmtree(temp, ignore_errors=True)
         assert not leftovers, f"left running after the cluster shut down: {leftovers}"
 
 
