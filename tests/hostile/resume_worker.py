@@ -251,10 +251,16 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def uncovered(run_dir: Path, events: dict[int, list[list[str]]]) -> list[str]:
-    """Files of the checkpoints that no recorded event wrote (a writer the injector misses)."""
+    """Files of the checkpoints that no recorded event wrote (a writer the injector misses). Only
+    ``checkpoint-N/``: the log history and config the trainer leaves beside them at the end of
+    ``train()`` are written after the last save, not by one."""
     written = {path for save in events.values() for kind, path in save if kind != "end of save"}
     checkpoints = run_dir / "checkpoints"
-    files = {str(p.relative_to(checkpoints)) for p in checkpoints.rglob("*") if p.is_file()}
+    files = {
+        str(p.relative_to(checkpoints))
+        for p in checkpoints.glob("checkpoint-*/**/*")
+        if p.is_file()
+    }
     return sorted(files - written)
 
 
