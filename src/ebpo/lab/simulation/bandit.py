@@ -223,7 +223,8 @@ def run_bandit(
         probs = torch.softmax(policy.logits(idx), dim=-1)
         answers, rewards = _sample_rewards(bandit, idx, probs, g, gen)
         clusters = bandit.topic[idx].repeat_interleave(g) if pass_clusters else None
-        res = est(rewards.flatten(), group_ids, clusters=clusters)
+        keys = idx.repeat_interleave(g) if est.uses_prompt_keys else None  # SPO: the prompt
+        res = est(rewards.flatten(), group_ids, clusters=clusters, prompt_keys=keys)
         adv = res.advantages.double().view(m, g)
         policy.reinforce(idx, probs, answers, adv, lr)
         _record_step(out, t, rewards, adv, all_theta[idx], res if est.uses_prior else None)
