@@ -25,7 +25,7 @@ DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 def estimator_metrics() -> set[str]:
     """The keys of ``res.metrics`` of every named variant (so of every estimator and option that
-    adds one), on a batch with an all-fail group, clusters and token counts."""
+    adds one), on a batch with an all-fail group, clusters, token counts and prompt keys."""
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     groups = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
     names: set[str] = set()
@@ -36,6 +36,8 @@ def estimator_metrics() -> set[str]:
             options["clusters"] = ["a", "a", "b", "b", "a", "a", "b", "b"]
         if estimator.uses_token_counts:
             options["token_counts"] = torch.arange(3, 11)
+        if estimator.uses_prompt_keys:
+            options["prompt_keys"] = groups
         names |= set(estimator(rewards, groups, **options).metrics)
     return names
 

@@ -254,7 +254,7 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
     importlib.reload(plugin)
     importlib.reload(advantage)  # new function objects under the same names
     importlib.reload(plugin)
-    names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus")
+    names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus", "grpo_bn", "spo", "krpo")
     assert set(advantage.FUNCTIONS) == set(names)
     assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in names)
     assert len({id(fn) for fn in advantage.FUNCTIONS.values()}) == len(
@@ -278,7 +278,15 @@ def test_each_registered_name_keeps_state_across_steps_or_is_missing_from_verl()
     import ebpo.integrations.verl.advantage as advantage
 
     verl_names = {e.value for e in core_algos.AdvantageEstimator}
-    assert list(advantage.REGISTERED) == ["ebpo", "ebpo_bb", "jspo", "jspo_plus_plus"]
+    assert list(advantage.REGISTERED) == [
+        "ebpo",
+        "ebpo_bb",
+        "jspo",
+        "jspo_plus_plus",
+        "grpo_bn",
+        "spo",
+        "krpo",
+    ]
     for name, reason in advantage.REGISTERED.items():
         assert name not in verl_names
         estimator = ebpo.estimators.make_variant(name)

@@ -1,6 +1,6 @@
-"""verl plug-in: importing this module registers ``ebpo``, ``ebpo_bb``, ``jspo`` and ``jspo_plus_plus``
-in verl (:data:`ebpo.integrations.verl.advantage.REGISTERED` says why these; one function per name,
-:data:`ebpo.integrations.verl.advantage.FUNCTIONS`).
+"""verl plug-in: importing this module registers ``ebpo``, ``ebpo_bb``, ``jspo``, ``jspo_plus_plus``,
+``grpo_bn``, ``spo`` and ``krpo`` in verl (:data:`ebpo.integrations.verl.advantage.REGISTERED`
+says why these; one function per name, :data:`ebpo.integrations.verl.advantage.FUNCTIONS`).
 
 How it gets imported in every process, including the Ray actor that computes advantages:
 
