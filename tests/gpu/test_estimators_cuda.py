@@ -40,6 +40,7 @@ def batches() -> list[dict[str, torch.Tensor]]:
                 "mask": mask,
                 "clusters": ids % 3,
                 "token_counts": torch.randint(1, 20, (n,), generator=generator),
+                "prompt_keys": ids,  # SPO's: the same prompts every step
             }
         )
     return out
