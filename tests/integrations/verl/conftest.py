@@ -229,3 +229,28 @@ def assert_trained_on_core_advantages(run, calls: int) -> None:
     assert made == calls
     assert nonzero >= 1  # the comparison saw real signal
     assert reference.state_dict() == entry["state"]
+
+
+# ---------------------------------------------------------------------- a verl trainer on the stack
+def verl_trainer(config):
+    """A stand-in for verl's trainer: ``advantages(data)`` is a method of a ``verl.trainer.*``
+    class holding ``config`` and ``global_steps`` and a local ``metrics`` dict, calling verl's own
+    ``compute_advantage`` with ``config.algorithm`` (what the plug-in looks for on the stack)."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    namespace = {
+        "__name__": "verl.trainer.ppo.fake_trainer",
+        "compute_advantage": compute_advantage,
+    }
+    exec(
+        "class Trainer:\n"
+        "    def __init__(self, config):\n"
+        "        self.config, self.global_steps = config, 1\n"
+        "    def advantages(self, data):\n"
+        "        metrics = {}\n"
+        "        algo = self.config.algorithm\n"
+        "        out = compute_advantage(data, adv_estimator=algo.adv_estimator, config=algo)\n"
+        "        return out.batch['advantages']\n",
+        namespace,
+    )
+    return namespace["Trainer"](config)

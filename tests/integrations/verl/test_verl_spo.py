@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tests.integrations.verl.conftest import verl_batch
+from tests.integrations.verl.conftest import verl_batch, verl_trainer
 
 from ebpo.integrations.verl.state import STORE
 
@@ -25,26 +25,8 @@ def _fresh_store():
 
 
 def _trainer():
-    """A stand-in for verl's trainer: a method of a ``verl.trainer.*`` class calling verl's
-    ``compute_advantage`` with a local ``metrics`` dict."""
-    from verl.trainer.ppo.ray_trainer import compute_advantage
-
-    namespace = {
-        "__name__": "verl.trainer.ppo.fake_trainer",
-        "compute_advantage": compute_advantage,
-    }
-    exec(
-        "class Trainer:\n"
-        "    def __init__(self, config):\n"
-        "        self.config, self.global_steps = config, 1\n"
-        "    def advantages(self, data):\n"
-        "        metrics = {}\n"
-        "        algo = self.config.algorithm\n"
-        "        return compute_advantage(data, adv_estimator='spo', config=algo).batch['advantages']\n",
-        namespace,
-    )
     config = {"algorithm": {"adv_estimator": "spo", "use_kl_in_reward": False}, "trainer": {}}
-    return namespace["Trainer"](OmegaConf.create(config))
+    return verl_trainer(OmegaConf.create(config))
 
 
 def _step(step: int):
