@@ -618,3 +618,12 @@ def test_reinforce_pp_verl_equals_verls_reinforce_plus_plus_baseline(seed, dtype
 
     by_response = ebpo.make_estimator("reinforce_pp_baseline")(token_rewards.sum(-1), uids)
     assert float((by_response.advantages[:, None] * mask - expected).abs().max()) > 1e-3
+
+
+def test_eps_defaults_to_the_estimators_own_unless_verl_sets_epsilon():
+    """KRPO's reference in verl divides by √P + 1e-8; the others use verl's GRPO's 1e-6."""
+    from ebpo.integrations.verl.advantage import resolve_options
+
+    assert resolve_options("krpo", None)[0]["eps"] == 1e-8
+    assert resolve_options("ebpo", None)[0]["eps"] == 1e-6
+    assert resolve_options("krpo", {"epsilon": 1e-3})[0]["eps"] == 1e-3

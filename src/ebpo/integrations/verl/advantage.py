@@ -99,7 +99,6 @@ OPTIONS_SECTION = "ebpo"
 #: estimator option ← the ``algorithm`` key that sets it when ``algorithm.ebpo.<option>`` does not:
 #: the JSPO authors' verl fork reads the smoothing of ``jspo_plus_plus`` from ``algorithm.js_smooth_coef``
 ALGORITHM_KEYS = {"smooth_coef": "js_smooth_coef"}
-DEFAULT_EPS = 1e-6  # verl's default epsilon for GRPO
 
 
 # ---------------------------------------------------------------------- config
@@ -137,7 +136,8 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
 
     Rules (verl's own keys are honoured; explicit ``algorithm.ebpo.*`` wins):
 
-    * ``eps``: ``algorithm.ebpo.eps``, else ``algorithm.epsilon`` if present, else 1e-6.
+    * ``eps``: ``algorithm.ebpo.eps``, else ``algorithm.epsilon`` if present, else the
+      estimator's default (1e-6, verl's for GRPO; ``krpo``: 1e-8, as its reference in verl).
     * ``smooth_coef`` (jspo_plus_plus): ``algorithm.ebpo.smooth_coef``, else the JSPO authors' key
       ``algorithm.js_smooth_coef`` if present (``+algorithm.js_smooth_coef=0.99`` on stock verl,
       whose schema lacks it), else the estimator's default 0 (no smoothing). See :data:`ALGORITHM_KEYS`.
@@ -154,7 +154,8 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     """
     core, variant_options = variant_spec(name)
     section = _plain(_get(config, OPTIONS_SECTION))
-    allowed = set(estimator_options(core))
+    allowed_defaults = estimator_options(core)
+    allowed = set(allowed_defaults)
     valid = sorted(allowed | set(PLUGIN_KEYS))
     unknown = sorted(set(section) - set(valid), key=str)
     if unknown:
@@ -176,7 +177,7 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
         value = _get(config, key)
         if option in allowed and option not in options and value is not None:
             options[option] = value
-    options.setdefault("eps", float(_get(config, "epsilon", DEFAULT_EPS)))
+    options.setdefault("eps", float(_get(config, "epsilon", allowed_defaults["eps"])))
     options.setdefault("nan_policy", "mask")
     if "normalize" in allowed and "normalize" not in options:
         by_std = _get(config, "norm_adv_by_std_in_grpo", True)
