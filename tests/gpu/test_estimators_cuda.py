@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from ebpo.estimators import available_variants, make_variant
+from ebpo.estimators import available_estimators, make_estimator
 from tests.gpu.cuda import GPU, needs_bf16
 
 pytestmark = GPU
@@ -47,7 +47,7 @@ def batches() -> list[dict[str, torch.Tensor]]:
 
 def run(name: str, device: str, dtype: torch.dtype) -> tuple[list[Any], dict[str, Any]]:
     """Each batch's result, and the estimator's state at the end."""
-    estimator = make_variant(name)
+    estimator = make_estimator(name)
     results = []
     for batch in batches():
         placed = {key: value.to(device) for key, value in batch.items()}
@@ -80,7 +80,7 @@ def assert_same_state(ours: dict[str, Any], cpus: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_bf16)], ids=str
 )
-@pytest.mark.parametrize("name", available_variants())
+@pytest.mark.parametrize("name", available_estimators())
 def test_a_variant_on_cuda_rewards_gives_the_cpus_numbers(name, dtype):
     cpu, cpu_state = run(name, "cpu", dtype)
     cuda, cuda_state = run(name, "cuda", dtype)

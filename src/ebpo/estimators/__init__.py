@@ -10,17 +10,14 @@ from ebpo.estimators.ebpo import EBPO, Prior
 from ebpo.estimators.group_relative import GRPO, RLOO, DrGRPO, ReinforcePlusPlusBaseline
 from ebpo.estimators.james_stein import JSPO, JSPOPlusPlus
 from ebpo.estimators.registry import (
+    FunctionEstimator,
     available_estimators,
     estimator_options,
+    estimator_spec,
+    import_estimator_module,
+    import_estimator_modules,
     make_estimator,
     register_estimator,
-)
-from ebpo.estimators.variants import (
-    VARIANTS,
-    Variant,
-    available_variants,
-    make_variant,
-    variant_spec,
 )
 
 __all__ = [
@@ -30,6 +27,7 @@ __all__ = [
     "DrGRPO",
     "EBPO",
     "EBPOBetaBinomial",
+    "FunctionEstimator",
     "GRPO",
     "JSPO",
     "JSPOPlusPlus",
@@ -38,11 +36,9 @@ __all__ = [
     "ReinforcePlusPlusBaseline",
     "available_estimators",
     "estimator_options",
+    "estimator_spec",
+    "import_estimator_module",
+    "import_estimator_modules",
     "make_estimator",
     "register_estimator",
-    "VARIANTS",
-    "Variant",
-    "available_variants",
-    "make_variant",
-    "variant_spec",
 ]

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("trl")
 
 import ebpo  # noqa: E402
-from ebpo.estimators import VARIANTS, available_variants  # noqa: E402
+from ebpo.estimators import available_estimators, estimator_spec  # noqa: E402
 from ebpo.integrations.trl import PRESETS, EBPOConfig  # noqa: E402
 from ebpo.integrations.trl.estimator_settings import TRAINER_PRESETS, TRL_GRPO_EPS  # noqa: E402
 
@@ -27,11 +27,10 @@ def config(**kwargs) -> EBPOConfig:
         return EBPOConfig(output_dir="unused", **{**CPU, **kwargs})
 
 
-@pytest.mark.parametrize("name", available_variants())
-def test_every_named_variant_is_an_advantage_estimator(name):
+@pytest.mark.parametrize("name", available_estimators())
+def test_every_estimator_name_is_an_advantage_estimator(name):
     cfg = config(advantage_estimator=name, cluster_column="topic")
-    variant = VARIANTS.get(name)  # None: a bare estimator name
-    estimator, options = (variant.estimator, dict(variant.options)) if variant else (name, {})
+    estimator, options = estimator_spec(name)
     assert (cfg.advantage_estimator, cfg.estimator_options) == (estimator, options)
     built = ebpo.make_estimator(cfg.advantage_estimator, **cfg.estimator_kwargs)
     for key, value in options.items():

@@ -1,7 +1,7 @@
 """Each step's rewards through every estimator, as in training, and what came out.
 
-:class:`Replay` holds one estimator per name (:func:`ebpo.estimators.make_variant`: any variant of
-:data:`~ebpo.estimators.VARIANTS` or registered estimator), built once, so the stateful ones
+:class:`Replay` holds one estimator per name (:func:`ebpo.estimators.make_estimator`: any name of
+:func:`~ebpo.estimators.available_estimators`), built once, so the stateful ones
 (EBPO's running prior, JSPO++'s smoothing) carry their state from step to step exactly as in a
 training run that used them — with one difference a replay cannot remove: the run's policy, and so
 its rewards, came from the estimator the run actually trained with.
@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ebpo.analysis.replay.sources import StepBatch
-from ebpo.estimators import AdvantageEstimator, AdvantageResult, make_variant, variant_spec
+from ebpo.estimators import AdvantageEstimator, AdvantageResult, estimator_spec, make_estimator
 from ebpo.estimators.functional import segment_sum
 from ebpo.estimators.metrics import SIGNAL_THRESHOLD
 from ebpo.utils.runtime import torch_threads
@@ -88,11 +88,11 @@ ESTIMATOR_FIELDS = (
 
 
 def estimator_names(names: Sequence[str]) -> list[str]:
-    """``names`` checked (each a variant or a registered estimator: ValueError naming the known
+    """``names`` checked (each a registered estimator name: ValueError naming the known
     ones otherwise), duplicates removed, with GRPO first (the reference)."""
     out: list[str] = [REFERENCE]
     for name in names:
-        variant_spec(name)  # raises on an unknown name
+        estimator_spec(name)  # raises on an unknown name
         if name not in out:
             out.append(name)
     return out
@@ -104,7 +104,7 @@ class Replay:
     def __init__(self, names: Sequence[str]) -> None:
         self.names = estimator_names(names)
         self.estimators: dict[str, AdvantageEstimator] = {
-            name: make_variant(name) for name in self.names
+            name: make_estimator(name) for name in self.names
         }
         #: the results of the last step, by estimator name (tests compare them)
         self.last_results: dict[str, AdvantageResult] = {}
