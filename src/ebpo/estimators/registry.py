@@ -65,6 +65,9 @@ class FunctionEstimator(AdvantageEstimator):
 
     def _compute(self, batch: Batch, *, update: bool):
         rows = batch.valid
+        if not rows.any():  # nothing to score: the function never sees an empty batch
+            zeros = torch.zeros_like(batch.rewards)
+            return batch.rewards, zeros, zeros, {}
         values = type(self).function(batch.rewards[rows], batch.group_index[rows])
         given = torch.as_tensor(values, dtype=torch.float64).flatten()
         if given.numel() != int(rows.sum()):

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ebpo.estimators import estimator_spec
+from ebpo.estimators import available_estimators, estimator_spec
 
-__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method"]
+__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method", "method"]
 
 
 @dataclass(frozen=True)
@@ -131,3 +131,20 @@ DEFAULT_METHODS = (
 )
 #: every paired difference is against this method (at the same G and seed)
 REFERENCE_METHOD = "grpo"
+
+
+def method(name: str) -> Method:
+    """The method ``name``: a row of :data:`METHODS`, or any other estimator name (a user's own
+    included) trained as its own TRL preset on the shuffled stream.
+
+    Raises:
+        ValueError: ``name`` is neither (naming both lists).
+    """
+    if name in METHODS:
+        return METHODS[name]
+    if isinstance(name, str) and name in available_estimators():
+        return Method(name, name, description=f"the estimator {name!r}")
+    raise ValueError(
+        f"unknown method {name!r}: expected one of {list(METHODS)} or an estimator name "
+        f"{[n for n in available_estimators() if n not in METHODS]}"
+    )
