@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,7 @@ def test_register_estimator_takes_a_class_or_a_function(bad):
 
 def test_a_module_is_imported_by_file_path_too(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.delitem(sys.modules, "ebpo_user_estimator_my_estimator", raising=False)
     ebpo.import_estimator_module(str(FIXTURE))
     ebpo.import_estimator_module(str(FIXTURE))  # twice: once
     assert "running_mean" in ebpo.available_estimators()

@@ -100,8 +100,13 @@ def _as_estimator_class(name: str, target: Any) -> type[AdvantageEstimator]:
 
 
 def _same_definition(a: type, b: type) -> bool:
-    # A module executed twice (a reload, a file imported under two names) defines equal classes.
-    return a is b or (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+    # A module executed twice (a reload, a file imported by path and by name) defines equal classes.
+    return a is b or (a.__qualname__ == b.__qualname__ and _source(a) == _source(b))
+
+
+def _source(cls: type) -> str:
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return os.path.realpath(file) if file else cls.__module__
 
 
 def register_estimator(

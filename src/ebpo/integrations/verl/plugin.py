@@ -15,7 +15,7 @@ How it gets imported in every process, including the Ray actor that computes adv
   (``ebpo verl`` adds that override for you).
 * a user's own estimator: its module goes into the same variable, after ours
   (``VERL_USE_EXTERNAL_MODULES=ebpo.integrations.verl.plugin,my_pkg.my_est``), so that every
-  process that imports verl imports it (``ebpo verl --estimator-module my_pkg.my_est`` does it).
+  process that imports verl imports it, in either order.
 
 Registration is idempotent: verl's ``register_adv_est`` raises ValueError when a *different*
 function object is registered under an existing name, which happens if this module is executed
