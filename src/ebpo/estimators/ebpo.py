@@ -232,19 +232,6 @@ class EBPO(AdvantageEstimator):
             self.cluster_priors: dict[Hashable, Prior] = {}
             self.steps = 0
 
-    def options(self) -> dict[str, Any]:
-        return {
-            "prior": self.prior,
-            "half_life": self.half_life,
-            "prior_mean_from": self.prior_mean_from,
-            "within_variance": self.within_variance,
-            "tau2_mode": self.tau2_mode,
-            "normalize": self.normalize,
-            "per_cluster": self.per_cluster,
-            "min_cluster_groups": self.min_cluster_groups,
-            "eps": self.eps,
-        }
-
     def state_dict(self) -> dict[str, Any]:
         with self._state_lock:
             return {
