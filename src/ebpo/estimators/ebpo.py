@@ -442,12 +442,9 @@ def current_option_names(options: Mapping[str, Any]) -> dict[str, Any]:
 # a policy that has moved over a 100-step run. ebpo_within: the revision's within-group σ² and
 # corrected τ². ebpo_cluster: one prior per cluster (topic). ebpo_center / ebpo_none: advantages
 # centred over the batch without the std division / the raw r − V.
-for _name, _options in (
-    ("ebpo_batch", {"prior": "batch", "prior_mean_from": "group_means"}),
-    ("ebpo_ema", {"prior": "ema", "half_life": 20.0}),
-    ("ebpo_within", {"within_variance": "within", "tau2_mode": "corrected"}),
-    ("ebpo_cluster", {"per_cluster": True}),
-    ("ebpo_center", {"normalize": "center"}),
-    ("ebpo_none", {"normalize": "none"}),
-):
-    register_estimator(_name, _options)(EBPO)
+register_estimator("ebpo_batch", {"prior": "batch", "prior_mean_from": "group_means"})(EBPO)
+register_estimator("ebpo_ema", {"prior": "ema", "half_life": 20.0})(EBPO)
+register_estimator("ebpo_within", {"within_variance": "within", "tau2_mode": "corrected"})(EBPO)
+register_estimator("ebpo_cluster", {"per_cluster": True})(EBPO)
+register_estimator("ebpo_center", {"normalize": "center"})(EBPO)
+register_estimator("ebpo_none", {"normalize": "none"})(EBPO)
