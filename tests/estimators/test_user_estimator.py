@@ -5,7 +5,9 @@ TRL (EBPOTrainer, resume) and verl (``compute_advantage``) are in tests/integrat
 
 from __future__ import annotations
 
+import copy as copy_module
 import json
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -70,6 +72,13 @@ def test_a_plain_function_is_a_stateless_estimator_on_the_valid_rows(user_estima
     assert ebpo.make_estimator("group_centered").state_dict() == {"estimator": "group_centered"}
     nothing = ebpo.make_estimator("group_centered")(rewards, groups, mask=torch.zeros_like(mask))
     assert nothing.advantages.abs().sum() == 0
+
+
+def test_a_function_estimator_pickles_and_copies(user_estimators):
+    est = ebpo.make_estimator("group_centered", nan_policy="mask")
+    for copy in (pickle.loads(pickle.dumps(est)), copy_module.deepcopy(est)):
+        assert type(copy) is type(est) and copy.nan_policy == "mask"
+        assert torch.equal(copy([1.0, 0.0], [0, 0]).advantages, est([1.0, 0.0], [0, 0]).advantages)
 
 
 def test_a_function_that_returns_the_wrong_number_of_advantages_is_refused(monkeypatch):

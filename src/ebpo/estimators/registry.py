@@ -63,6 +63,11 @@ class FunctionEstimator(AdvantageEstimator):
 
     function: Callable[[torch.Tensor, torch.Tensor], Any]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The class is made at registration, not importable by name: a copy is rebuilt by name
+        # (the user's module imported there too) and given this one's attributes.
+        return (make_estimator, (self.name,), self.__getstate__())
+
     def _compute(self, batch: Batch, *, update: bool):
         rows = batch.valid
         if not rows.any():  # nothing to score: the function never sees an empty batch
