@@ -1,4 +1,4 @@
-"""Every estimator and named variant on CUDA rewards gives the CPU's advantages, baselines,
+"""Every estimator name on CUDA rewards gives the CPU's advantages, baselines,
 shrinkage and running state, with its output on the rewards' device and in their dtype (bfloat16
 included), over three batches (so the running statistics of the stateful ones act)."""
 
@@ -81,7 +81,7 @@ def assert_same_state(ours: dict[str, Any], cpus: dict[str, Any]) -> None:
     "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_bf16)], ids=str
 )
 @pytest.mark.parametrize("name", available_estimators())
-def test_a_variant_on_cuda_rewards_gives_the_cpus_numbers(name, dtype):
+def test_an_estimator_on_cuda_rewards_gives_the_cpus_numbers(name, dtype):
     cpu, cpu_state = run(name, "cpu", dtype)
     cuda, cuda_state = run(name, "cuda", dtype)
     for step, (mine, reference) in enumerate(zip(cuda, cpu, strict=True)):
