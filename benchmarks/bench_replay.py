@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from ebpo.analysis.replay.engine import DEFAULT_ESTIMATORS
 from ebpo.analysis.replay.sources import Source
-from ebpo.estimators import make_variant
+from ebpo.estimators import make_estimator
 
 GROUP_SIZE = 4
 PADDING = 8
@@ -96,7 +96,7 @@ def estimators_only(directory: Path) -> float:
         (torch.from_numpy(b.rewards), torch.from_numpy(b.group_index))
         for b in Source([str(directory)], "verl").steps()
     ]
-    estimators = [make_variant(name) for name in DEFAULT_ESTIMATORS]
+    estimators = [make_estimator(name) for name in DEFAULT_ESTIMATORS]
     torch.set_num_threads(1)
     start = time.perf_counter()
     for rewards, index in batches:

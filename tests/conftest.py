@@ -16,10 +16,16 @@ fixture (a training run, verl's ``fit()``, the kill-and-resume runs) is built on
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 from hypothesis import settings
+
+from ebpo.estimators import registry
 
 # No per-example deadline: Hypothesis's 200 ms default is a wall-clock assertion, which a loaded
 # 2-core CI (verl's actors starting on the other worker) breaks without any bug.
@@ -55,3 +61,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = {module_of(item) for item in items if item.get_closest_marker("slow")}
     # stable: every module stays in one piece, in its own order (the same in every worker)
     items.sort(key=lambda item: module_of(item) not in slow)
+
+
+#: the user's estimators of ``ebpo docs estimators`` ("Your own estimator"), outside the package
+USER_ESTIMATOR_MODULE = "tests.fixtures.user_estimator.my_estimator"
+
+
+@pytest.fixture
+def user_estimators(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The user's module imported afresh into a copy of the registry: its names (``running_mean``,
+    ``group_centered``) exist during the test only, so no other test sees them."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    sys.modules.pop(USER_ESTIMATOR_MODULE, None)
+    yield importlib.import_module(USER_ESTIMATOR_MODULE)
+    sys.modules.pop(USER_ESTIMATOR_MODULE, None)

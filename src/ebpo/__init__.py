@@ -1,9 +1,10 @@
 """ebpo: Empirical Bayes Policy Optimization and its peers as group-relative advantage estimators.
 
     import ebpo
-    est = ebpo.make_estimator("ebpo")            # see ebpo.available_estimators()
+    est = ebpo.make_estimator("ebpo")            # or "ebpo_batch", ...: ebpo.available_estimators()
     res = est(rewards, group_ids)                # res.advantages, res.baselines, res.shrinkage, res.metrics
-    est = ebpo.make_variant("ebpo_batch")        # a named variant: see ebpo.available_variants()
+
+    @ebpo.register_estimator("mine")             # your own: a class or f(rewards, groups) -> advantages
 
 The core imports only torch and numpy; trainer integrations live in ``ebpo.integrations``.
 """
@@ -20,10 +21,10 @@ from ebpo.estimators import (
     JSPOPlusPlus,
     ReinforcePlusPlusBaseline,
     available_estimators,
-    available_variants,
     estimator_options,
+    estimator_spec,
+    import_estimator_module,
     make_estimator,
-    make_variant,
     register_estimator,
 )
 from ebpo.estimators.statistics import RunningMoments
@@ -43,10 +44,10 @@ __all__ = [
     "ReinforcePlusPlusBaseline",
     "RunningMoments",
     "available_estimators",
-    "available_variants",
     "estimator_options",
+    "estimator_spec",
+    "import_estimator_module",
     "make_estimator",
-    "make_variant",
     "register_estimator",
     "__version__",
 ]

@@ -1,4 +1,4 @@
-"""Every estimator and named variant on CUDA rewards gives the CPU's advantages, baselines,
+"""Every estimator name on CUDA rewards gives the CPU's advantages, baselines,
 shrinkage and running state, with its output on the rewards' device and in their dtype (bfloat16
 included), over three batches (so the running statistics of the stateful ones act)."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from ebpo.estimators import available_variants, make_variant
+from ebpo.estimators import available_estimators, make_estimator
 from tests.gpu.cuda import GPU, needs_bf16
 
 pytestmark = GPU
@@ -48,7 +48,7 @@ def batches() -> list[dict[str, torch.Tensor]]:
 
 def run(name: str, device: str, dtype: torch.dtype) -> tuple[list[Any], dict[str, Any]]:
     """Each batch's result, and the estimator's state at the end."""
-    estimator = make_variant(name)
+    estimator = make_estimator(name)
     results = []
     for batch in batches():
         placed = {key: value.to(device) for key, value in batch.items()}
@@ -81,8 +81,8 @@ def assert_same_state(ours: dict[str, Any], cpus: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_bf16)], ids=str
 )
-@pytest.mark.parametrize("name", available_variants())
-def test_a_variant_on_cuda_rewards_gives_the_cpus_numbers(name, dtype):
+@pytest.mark.parametrize("name", available_estimators())
+def test_an_estimator_on_cuda_rewards_gives_the_cpus_numbers(name, dtype):
     cpu, cpu_state = run(name, "cpu", dtype)
     cuda, cuda_state = run(name, "cuda", dtype)
     for step, (mine, reference) in enumerate(zip(cuda, cpu, strict=True)):

@@ -135,7 +135,7 @@ DUMPS_TABLE = r"""
     file-given-twice | run/1.jsonl run/../run/1.jsonl --output-dir out
     | input file 'run/\.\./run/1\.jsonl' is given twice
     unknown-estimator | run --output-dir out --estimators ebpo,ebpo_typo
-    | unknown variant 'ebpo_typo'; expected one of \[
+    | unknown estimator 'ebpo_typo'; expected one of \[
     no-estimator | run --output-dir out --estimators ' , ' | --estimators must name at least one estimator
     output-dir-is-a-file | run --output-dir run/1.jsonl | --output-dir 'run/1\.jsonl' is a file, expected a directory
     column-option-with-verl-format | run --output-dir out --format verl --reward-column acc

@@ -15,6 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ebpo.commands.estimator_module import (
+    add_estimator_module_argument,
+    import_estimator_module_of,
+)
 from ebpo.lab.bench import run as bench
 from ebpo.lab.bench.cells import load_cells
 from ebpo.lab.bench.config import BenchConfig
@@ -124,6 +128,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="aggregate the finished cells and write the report; run nothing",
     )
     parser.add_argument("--list", action="store_true", help="list the methods and exit")
+    add_estimator_module_argument(parser)
     parser.add_argument(
         "--threads",
         type=int,
@@ -195,6 +200,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    import_estimator_module_of(args)  # before the methods are read
     if args.list:
         for name, method in METHODS.items():
             default = "*" if name in DEFAULT_METHODS else " "

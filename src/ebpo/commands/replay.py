@@ -23,6 +23,10 @@ from ebpo.analysis.replay.plots import PLOTS, plot_writers
 from ebpo.analysis.replay.readers import Columns
 from ebpo.analysis.replay.report import console_table, report, report_writers
 from ebpo.analysis.replay.sources import INPUT_FORMATS, Source
+from ebpo.commands.estimator_module import (
+    add_estimator_module_argument,
+    import_estimator_module_of,
+)
 from ebpo.utils.files import check_output_path
 from ebpo.utils.output_folder import (
     check_apart,
@@ -68,9 +72,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--estimators",
         default=",".join(DEFAULT_ESTIMATORS),
-        help="comma-separated variant or estimator names (default: %(default)s); grpo, the "
+        help="comma-separated estimator names (default: %(default)s); grpo, the "
         "reference, is always replayed",
     )
+    add_estimator_module_argument(parser)
     parser.add_argument(
         "--format",
         choices=INPUT_FORMATS,
@@ -137,6 +142,7 @@ def check_outputs(out_dir: Path, source: Source, plots: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import_estimator_module_of(args)  # before the names are read
     fmt, columns, names, out_dir = check_args(args)
     plots = not args.no_plots
     import pyarrow  # noqa: F401  (the data extra: a missing one fails here, before any reading)

@@ -17,7 +17,11 @@ from typing import Any
 
 import torch
 
-from ebpo.lab.simulation import report
+from ebpo.commands.estimator_module import (
+    add_estimator_module_argument,
+    import_estimator_module_of,
+)
+from ebpo.lab.simulation import BASELINE_ESTIMATORS, build_estimator, report
 from ebpo.utils.checks import check_int
 from ebpo.utils.files import atomic_write, check_output_path, storage_error
 
@@ -59,6 +63,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "instead of a per-prompt table",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--estimators",
+        default=None,
+        help="comma-separated estimator names (or specs name:option=value) added to the baseline "
+        "and bandit experiments: your own, with --estimator-module",
+    )
+    add_estimator_module_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -125,8 +136,30 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
     return chosen, check_output_path(args.output_dir, "--output-dir", kind="dir")
 
 
+def extra_estimators(args: argparse.Namespace) -> tuple[str, ...]:
+    """The specs of ``--estimators``, each built once to check it (ValueError naming it)."""
+    specs = tuple(s.strip() for s in str(args.estimators or "").split(",") if s.strip())
+    for spec in specs:
+        try:
+            build_estimator(spec)
+        except ValueError as error:
+            raise ValueError(f"--estimators {spec!r}: {error}") from None
+    return specs
+
+
+def with_estimators(size: dict[str, Any], name: str, extra: tuple[str, ...]) -> dict[str, Any]:
+    """``size`` of experiment ``name`` with the ``--estimators`` added to its own (baseline and
+    bandit only; the others compare fixed EBPO variants)."""
+    if not extra or name not in ("baseline", "bandit"):
+        return size
+    own = tuple(size.get("estimators", BASELINE_ESTIMATORS))
+    return {**size, "estimators": own + tuple(e for e in extra if e not in own)}
+
+
 def run(args: argparse.Namespace) -> int:
+    import_estimator_module_of(args)  # before the names are read
     chosen, out_dir = check_args(args)
+    args.estimators = extra_estimators(args)
     try:
         return _run(args, chosen, out_dir)
     except OSError as error:  # a full disk: one line, exit 2; every file is the old or the new one
@@ -155,12 +188,16 @@ def _run(args: argparse.Namespace, chosen: list[str], out_dir: Path) -> int:
             if name in ("bandit", "priors")
             else sizes[name]
         )
-        section = SECTIONS[name](size, seed, out_dir, plots)
+        section = SECTIONS[name](with_estimators(size, name, args.estimators), seed, out_dir, plots)
         timings[name] = time.perf_counter() - t0
         sections.append(section)
         print(section, flush=True)
     wall = time.perf_counter() - start
-    flags = (" --quick" if args.quick else "") + (" --shared" if args.shared else "")
+    flags = (
+        (" --quick" if args.quick else "")
+        + (" --shared" if args.shared else "")
+        + (f" --estimators {','.join(args.estimators)}" if args.estimators else "")
+    )
     header = (
         "# ebpo simulate — results\n\n"
         f"Command: `ebpo simulate --experiments {','.join(chosen)} --seed {seed}{flags}` · "

@@ -13,19 +13,16 @@ from ebpo.estimators.james_stein import JSPO, JSPOPlusPlus
 from ebpo.estimators.krpo import KRPO
 from ebpo.estimators.opo import OPO
 from ebpo.estimators.registry import (
+    FunctionEstimator,
     available_estimators,
     estimator_options,
+    estimator_spec,
+    import_estimator_module,
+    import_estimator_modules,
     make_estimator,
     register_estimator,
 )
 from ebpo.estimators.spo import SPO
-from ebpo.estimators.variants import (
-    VARIANTS,
-    Variant,
-    available_variants,
-    make_variant,
-    variant_spec,
-)
 
 __all__ = [
     "AdvantageEstimator",
@@ -34,6 +31,7 @@ __all__ = [
     "DrGRPO",
     "EBPO",
     "EBPOBetaBinomial",
+    "FunctionEstimator",
     "GRPO",
     "GRPOBatchNorm",
     "JSPO",
@@ -46,11 +44,9 @@ __all__ = [
     "ReinforcePlusPlusBaseline",
     "available_estimators",
     "estimator_options",
+    "estimator_spec",
+    "import_estimator_module",
+    "import_estimator_modules",
     "make_estimator",
     "register_estimator",
-    "VARIANTS",
-    "Variant",
-    "available_variants",
-    "make_variant",
-    "variant_spec",
 ]

@@ -15,7 +15,7 @@ explicit)::
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
 the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and assembles the outputs
-with the metrics every estimator reports (:mod:`ebpo.estimators.metrics`). Subclasses implement
+with the metrics every estimator reports (:func:`common_metrics`). Subclasses implement
 ``_compute`` and, if they keep state, ``state_dict`` / ``load_state_dict`` / ``reset``. A call
 either completes or raises before any state changes.
 
@@ -40,8 +40,7 @@ from typing import Any, ClassVar
 import torch
 
 from ebpo.estimators.batch import AdvantageResult, Batch
-from ebpo.estimators.functional import group_moments, masked
-from ebpo.estimators.metrics import common_metrics
+from ebpo.estimators.functional import group_moments, masked, segment_sum
 from ebpo.estimators.validation import (
     as_mask,
     as_reward_tensor,
@@ -58,9 +57,11 @@ from ebpo.utils.checks import check_choice, check_positive
 
 __all__ = [
     "NAN_POLICIES",
+    "SIGNAL_THRESHOLD",
     "AdvantageEstimator",
     "AdvantageResult",
     "Batch",
+    "common_metrics",
 ]
 
 NAN_POLICIES = ("raise", "mask")
@@ -251,6 +252,12 @@ class AdvantageEstimator:
                     f"{name}={ours!r}; build the estimator with {name}={saved[name]!r} to load it"
                 )
 
+    def options(self) -> dict[str, Any]:
+        """The options this estimator was built with, as a state records them (``"options"`` of
+        :meth:`state_dict`): every keyword of the constructor but ``nan_policy`` (how bad input
+        is handled, not what a statistic means)."""
+        return {k: getattr(self, k) for k in type(self).option_defaults() if k != "nan_policy"}
+
     @classmethod
     def option_defaults(cls) -> dict[str, Any]:
         """The options of this estimator with their defaults: the keyword-only parameters of its
@@ -393,3 +400,50 @@ class AdvantageEstimator:
             return t.to(dtype=batch.out_dtype, device=batch.out_device)
 
         return AdvantageResult(out(advantage), out(baseline), out(shrinkage), metrics)
+
+
+#: an advantage counts as a learning signal when |A| exceeds this (rounding residue does not)
+SIGNAL_THRESHOLD = 1e-8
+
+
+def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
+    """Metrics every estimator reports.
+
+    ``zero_variance_group_frac``: groups (of ≥ 2 responses) whose rewards are all equal — GRPO
+    gives them no signal. ``zero_signal_group_frac``: groups where this estimator gives every
+    response a zero advantage (``|A| ≤ SIGNAL_THRESHOLD``). ``saturated_failure_group_frac``:
+    groups whose rewards are all ≤ 0; ``saturated_failure_signal_frac``: of those, the fraction
+    that still get a non-zero advantage (Theorem 3.2: 0 under GRPO, > 0 under EBPO once the prior
+    mean is positive).
+    """
+    nonempty = batch.nonempty
+    num_groups = int(nonempty.sum())
+    num_valid = batch.num_valid
+    multi = batch.group_count > 1
+    zero_variance = multi & (batch.group_variance <= 0)
+    # advantage and rewards are 0 on invalid rows, so plain segment sums count valid rows only.
+    advantage_sq = advantage**2
+    group_signal = (
+        segment_sum(advantage_sq, batch.group_index, batch.num_groups) > SIGNAL_THRESHOLD**2
+    )
+    positive = segment_sum(batch.rewards.clamp(min=0), batch.group_index, batch.num_groups)
+    failed = nonempty & (positive == 0)
+    n = max(num_valid, 1)
+    adv_mean = float(advantage.sum()) / n
+    # adv_mean * adv_mean, not adv_mean**2: a Python float power raises OverflowError instead of
+    # giving inf (which _result reports as an overflow, in a ValueError)
+    adv_var = (float(advantage_sq.sum()) - num_valid * adv_mean * adv_mean) / max(num_valid - 1, 1)
+    return {
+        "num_responses": float(num_valid),
+        "num_groups": float(num_groups),
+        "reward_mean": float((batch.group_count * batch.group_mean).sum()) / n,
+        "zero_variance_group_frac": float(zero_variance.sum()) / max(int(multi.sum()), 1),
+        "zero_signal_group_frac": float((nonempty & ~group_signal).sum()) / max(num_groups, 1),
+        "saturated_failure_group_frac": float(failed.sum()) / max(num_groups, 1),
+        "saturated_failure_signal_frac": (
+            float((failed & group_signal).sum()) / max(int(failed.sum()), 1)
+        ),
+        "advantage_mean": adv_mean,
+        "advantage_std": math.sqrt(max(adv_var, 0.0)) if num_valid > 1 else 0.0,
+        "advantage_abs_max": float(advantage.abs().max()),
+    }

@@ -82,7 +82,9 @@ class EBPOBetaBinomial(EBPO):
         self.warmup_groups = check_positive_int("warmup_groups", warmup_groups)
 
     def options(self) -> dict[str, Any]:
-        return {**super().options(), "warmup_groups": self.warmup_groups}
+        # EBPO's options this estimator fixes are recorded too, as ebpo 0.1.0 wrote them
+        fixed = ("prior_mean_from", "within_variance", "tau2_mode")
+        return {**super().options(), **{k: getattr(self, k) for k in fixed}}
 
     def _check_rewards(self, rewards: torch.Tensor, valid: torch.Tensor) -> None:
         outside = ((rewards < 0) | (rewards > 1)) & valid

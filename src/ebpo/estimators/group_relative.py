@@ -131,3 +131,8 @@ class ReinforcePlusPlusBaseline(AdvantageEstimator):
 def _group_mean_baseline(batch: Batch) -> torch.Tensor:
     """``[K]`` group means, 0 for singleton groups (verl's convention: mean 0, std 1)."""
     return torch.where(batch.group_count <= 1, torch.zeros_like(batch.group_mean), batch.group_mean)
+
+
+# Named methods (the estimator with options): the REINFORCE++ whitening over responses, and as verl.
+register_estimator("reinforce_pp")(ReinforcePlusPlusBaseline)
+register_estimator("reinforce_pp_verl", {"whiten": "tokens"})(ReinforcePlusPlusBaseline)

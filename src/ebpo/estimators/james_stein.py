@@ -286,7 +286,7 @@ class JSPOPlusPlus(AdvantageEstimator):
         with self._state_lock:
             return {
                 "estimator": self.name,
-                "options": {"smooth_coef": self.smooth_coef, "eps": self.eps},
+                "options": self.options(),
                 **self.smoother.state_dict(),
             }
 

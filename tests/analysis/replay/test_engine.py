@@ -20,8 +20,8 @@ from ebpo.analysis.replay.engine import (
     summarize,
 )
 from ebpo.analysis.replay.sources import StepBatch
-from ebpo.estimators import make_variant
-from ebpo.estimators.metrics import SIGNAL_THRESHOLD
+from ebpo.estimators import make_estimator
+from ebpo.estimators.base import SIGNAL_THRESHOLD
 
 
 def random_step(
@@ -140,14 +140,14 @@ def test_stateful_estimators_carry_their_state_across_steps():
     replay = Replay(["ebpo", "jspo_plus_plus"])
     replay_steps(iter(batches), replay)
     for name in ("ebpo", "jspo_plus_plus"):
-        reference = make_variant(name)
+        reference = make_estimator(name)
         for batch in batches:
             result = reference(torch.from_numpy(batch.rewards), torch.from_numpy(batch.group_index))
         assert replay.estimators[name].state_dict() == reference.state_dict()
         torch.testing.assert_close(
             replay.last_results[name].advantages, result.advantages, rtol=0, atol=0
         )
-    fresh = make_variant("ebpo")(
+    fresh = make_estimator("ebpo")(
         torch.from_numpy(batches[-1].rewards), torch.from_numpy(batches[-1].group_index)
     )
     assert not torch.equal(fresh.advantages, replay.last_results["ebpo"].advantages)
@@ -202,7 +202,7 @@ def test_estimator_names_put_grpo_first_and_refuse_unknown_names():
     assert estimator_names(["ebpo", "grpo", "ebpo"]) == ["grpo", "ebpo"]
     assert estimator_names(DEFAULT_ESTIMATORS) == list(DEFAULT_ESTIMATORS)
     assert estimator_names(["reinforce_pp_baseline"]) == ["grpo", "reinforce_pp_baseline"]
-    with pytest.raises(ValueError, match="unknown variant 'ebpo_typo'; expected one of"):
+    with pytest.raises(ValueError, match="unknown estimator 'ebpo_typo'; expected one of"):
         estimator_names(["ebpo_typo"])
 
 
@@ -222,7 +222,7 @@ def test_spo_tracks_each_prompt_id_across_steps_and_the_comparators_replay():
         batches.append(StepBatch(s, batch.rewards, batch.group_index, labels, "memory", batch.rows))
     replay = Replay(["grpo_bn", "spo", "krpo"])
     replay_steps(iter(batches), replay)
-    reference = make_variant("spo")
+    reference = make_estimator("spo")
     for batch in batches:
         keys = [f"prompt-{g}" for g in batch.group_index]
         result = reference(

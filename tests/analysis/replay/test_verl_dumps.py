@@ -14,7 +14,7 @@ import torch
 
 from ebpo.analysis.replay.engine import Replay
 from ebpo.analysis.replay.sources import Source
-from ebpo.estimators import make_variant
+from ebpo.estimators import make_estimator
 
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl
@@ -85,7 +85,7 @@ def test_replayed_advantages_equal_the_estimators_run_step_by_step(run, layout):
     state is the replay's."""
     root, prompts = run
     replay = Replay(ESTIMATORS)
-    references = {name: make_variant(name) for name in replay.names}
+    references = {name: make_estimator(name) for name in replay.names}
     for batch in Source([str(root / layout)], "verl").steps():
         replay.step(batch)
         step_prompts = prompts[batch.step]

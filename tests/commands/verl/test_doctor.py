@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ebpo.commands.verl.doctor import run_checks
+from ebpo.integrations.verl.advantage import plugin_names
 
 pytestmark = pytest.mark.verl
 
@@ -14,7 +15,7 @@ def test_doctor_passes_on_this_install():
     assert [c.name for c in checks] == [
         "verl version",
         "entry point",
-        "compute_advantage(ebpo, ebpo_bb, jspo, jspo_plus_plus)",
+        "compute_advantage(dr_grpo, ebpo, ebpo_bb, jspo, jspo_plus_plus, reinforce_pp_baseline)",
         "checkpoint callback",
     ]
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
@@ -43,7 +44,7 @@ def test_doctor_fails_when_the_entry_point_is_missing(monkeypatch):
 def test_doctor_fresh_interpreter_probe():
     checks = {c.name: c for c in run_checks(fresh_process=True)}
     probe = checks["fresh `import verl` registers"]
-    assert probe.ok and probe.detail == "ebpo, ebpo_bb, jspo, jspo_plus_plus"
+    assert probe.ok and probe.detail == ", ".join(sorted(plugin_names()))
 
 
 def test_doctor_points_to_the_cpu_smoke_when_healthy(capsys):

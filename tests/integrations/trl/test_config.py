@@ -40,7 +40,7 @@ def test_estimator_help_names_every_registered_estimator():
     import dataclasses
 
     (field,) = [f for f in dataclasses.fields(EBPOConfig) if f.name == "advantage_estimator"]
-    listed = field.metadata["help"].split("One of the estimators ")[1].split(" or a named")[0]
+    listed = field.metadata["help"].split("One of the estimators ")[1].split(" (a name such")[0]
     assert listed.split(", ") == [repr(name) for name in ebpo.available_estimators()]
     assert "'jspo_plus_plus'" in listed
 

@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("trl")
 
 import ebpo  # noqa: E402
-from ebpo.estimators import available_variants  # noqa: E402
+from ebpo.estimators import available_estimators  # noqa: E402
 from ebpo.integrations.trl import batch_advantages  # noqa: E402
 from ebpo.integrations.trl import reward as trl_reward  # noqa: E402
 from ebpo.integrations.trl import trainer as trl_trainer  # noqa: E402
@@ -29,8 +29,8 @@ def estimator_metrics() -> set[str]:
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     groups = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
     names: set[str] = set()
-    for variant in available_variants():
-        estimator = ebpo.make_variant(variant)
+    for variant in available_estimators():
+        estimator = ebpo.make_estimator(variant)
         options = {}
         if estimator.uses_clusters:
             options["clusters"] = ["a", "a", "b", "b", "a", "a", "b", "b"]

@@ -957,11 +957,11 @@ def test_token_weighted_estimators_get_the_completion_token_counts(tokenizer, tm
     counts = output["completion_mask"].sum(1).cpu()
     rewards = torch.tensor(reward.calls[0])
     group_ids = torch.arange(len(rewards)) // G
-    expected = ebpo.make_variant("reinforce_pp_verl", nan_policy="mask")(
+    expected = ebpo.make_estimator("reinforce_pp_verl", nan_policy="mask")(
         rewards, group_ids, token_counts=counts
     )
     torch.testing.assert_close(output["advantages"], expected.advantages.float())
-    uniform = ebpo.make_variant("reinforce_pp_verl", nan_policy="mask")(
+    uniform = ebpo.make_estimator("reinforce_pp_verl", nan_policy="mask")(
         rewards, group_ids, token_counts=torch.ones_like(counts)
     )
     assert not torch.allclose(expected.advantages, uniform.advantages)  # the counts mattered

@@ -254,7 +254,8 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
     importlib.reload(plugin)
     importlib.reload(advantage)  # new function objects under the same names
     importlib.reload(plugin)
-    names = ("ebpo", "ebpo_bb", "jspo", "jspo_plus_plus", "grpo_bn", "spo", "krpo")
+    names = tuple(advantage.plugin_names())
+    assert {"ebpo", "ebpo_batch", "ebpo_bb", "jspo", "jspo_plus_plus", "grpo_bn", "spo", "krpo"} <= set(names)
     assert set(advantage.FUNCTIONS) == set(names)
     assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in names)
     assert len({id(fn) for fn in advantage.FUNCTIONS.values()}) == len(
@@ -270,30 +271,27 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
         core_algos.ADV_ESTIMATOR_REGISTRY["jspo"] = saved
 
 
-def test_each_registered_name_keeps_state_across_steps_or_is_missing_from_verl():
-    """Why each name is registered (advantage.REGISTERED): its estimator keeps state (the reason
-    says so exactly then), or verl has no estimator of that name; verl's own are never shadowed."""
+def test_every_name_but_verls_own_is_registered_and_verls_are_never_shadowed():
+    """``algorithm.adv_estimator`` takes every name ``ebpo.make_estimator`` takes (``ebpo_batch``
+    included), but the names verl computes itself, which stay verl's."""
     from verl.trainer.ppo import core_algos
 
     import ebpo.integrations.verl.advantage as advantage
+    import ebpo.integrations.verl.plugin  # noqa: F401
 
     verl_names = {e.value for e in core_algos.AdvantageEstimator}
-    assert list(advantage.REGISTERED) == [
-        "ebpo",
-        "ebpo_bb",
-        "jspo",
-        "jspo_plus_plus",
-        "grpo_bn",
-        "spo",
-        "krpo",
-    ]
-    for name, reason in advantage.REGISTERED.items():
-        assert name not in verl_names
-        estimator = ebpo.estimators.make_variant(name)
-        has_state = estimator.state_dict() != {"estimator": estimator.name}
-        assert ("keeps" in reason) == has_state, name
-        assert has_state or "missing from verl" in reason, name
-        assert advantage.FUNCTIONS[name].__name__ == f"compute_{name}_advantage"
+    assert verl_names == advantage.VERL_OWN_NAMES
+    for name in ebpo.available_estimators():
+        fn = (
+            core_algos.get_adv_estimator_fn(name)
+            if name in core_algos.ADV_ESTIMATOR_REGISTRY
+            else None
+        )
+        if name in advantage.VERL_OWN_NAMES:
+            assert fn is None or fn.__module__.startswith("verl."), name
+        else:
+            assert fn is advantage.FUNCTIONS[name], name
+            assert fn.__name__ == f"compute_{name}_advantage"
 
 
 def test_nonempty_rows_equals_full_row_sum():
@@ -606,7 +604,7 @@ def test_reinforce_pp_verl_equals_verls_reinforce_plus_plus_baseline(seed, dtype
     token_rewards, mask, uids = _rpp_batch(seed, dtype)
     expected, returns = verl_rpp(token_rewards.clone(), mask, uids)
 
-    est = ebpo.make_variant("reinforce_pp_verl")
+    est = ebpo.make_estimator("reinforce_pp_verl")
     # verl counts a padding row in its group's mean and size and leaves it out of the whitening
     # only: pass it unmasked, with its 0 tokens.
     res = est(token_rewards.sum(-1), uids, token_counts=mask.sum(-1))

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ebpo.estimators import make_estimator, make_variant
+from ebpo.estimators import make_estimator
 from ebpo.lab import simulation as sim
 from tests.lab.simulation.helpers import one_row
 
@@ -101,7 +101,7 @@ def test_closed_form_mse_follows_the_kind_of_baseline():
     )
     assert sim.closed_form_mse(make_estimator("rloo"), theory) == theory["mse_leave_one_out"]
     for name in ("jspo", "ebpo_within", "ebpo_bb"):  # estimated priors: no closed form
-        assert math.isnan(sim.closed_form_mse(make_variant(name), theory))
+        assert math.isnan(sim.closed_form_mse(make_estimator(name), theory))
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ebpo.estimators import EBPO, variant_spec
+from ebpo.estimators import EBPO, estimator_spec
 from ebpo.lab import simulation as sim
 
 
@@ -35,7 +35,7 @@ def test_variant_names_are_those_of_ebpo_estimators():
         "ebpo_bb",
         "reinforce_pp_baseline",
     ):
-        assert sim.parse_estimator_spec(name) == variant_spec(name)
+        assert sim.parse_estimator_spec(name) == estimator_spec(name)
     assert sim.parse_estimator_spec("reinforce_pp") == ("reinforce_pp_baseline", {})
     # options after ':' override the variant's
     assert sim.parse_estimator_spec("ebpo_batch:normalize=none,prior=history") == (

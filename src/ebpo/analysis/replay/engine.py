@@ -1,7 +1,7 @@
 """Each step's rewards through every estimator, as in training, and what came out.
 
-:class:`Replay` holds one estimator per name (:func:`ebpo.estimators.make_variant`: any variant of
-:data:`~ebpo.estimators.VARIANTS` or registered estimator), built once, so the stateful ones
+:class:`Replay` holds one estimator per name (:func:`ebpo.estimators.make_estimator`: any name of
+:func:`~ebpo.estimators.available_estimators`), built once, so the stateful ones
 (EBPO's running prior, JSPO++'s smoothing) carry their state from step to step exactly as in a
 training run that used them — with one difference a replay cannot remove: the run's policy, and so
 its rewards, came from the estimator the run actually trained with.
@@ -13,7 +13,7 @@ group):
   gives them no signal — split into all-fail (the common reward ≤ 0: a verifier's 0, DAPO's −1)
   and all-pass (> 0), the responses in those, and the mean reward;
 * for each estimator: the responses with a non-zero advantage (``|A| > SIGNAL_THRESHOLD``, the
-  threshold of :mod:`ebpo.estimators.metrics`), the groups where every advantage is zero, the
+  threshold of :data:`ebpo.estimators.base.SIGNAL_THRESHOLD`), the groups where every advantage is zero, the
   responses GRPO leaves at zero that this estimator moves, the all-fail groups it gives a signal,
   the mean advantage of all-fail and of all-pass responses, the mean shrinkage over groups (the
   weight on the prior for EBPO, on the other prompts' mean for JSPO; 0 without shrinkage), the
@@ -34,9 +34,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ebpo.analysis.replay.sources import StepBatch
-from ebpo.estimators import AdvantageEstimator, AdvantageResult, make_variant, variant_spec
+from ebpo.estimators import AdvantageEstimator, AdvantageResult, estimator_spec, make_estimator
+from ebpo.estimators.base import SIGNAL_THRESHOLD
 from ebpo.estimators.functional import segment_sum
-from ebpo.estimators.metrics import SIGNAL_THRESHOLD
 from ebpo.utils.runtime import torch_threads
 
 __all__ = [
@@ -88,14 +88,13 @@ ESTIMATOR_FIELDS = (
 
 
 def estimator_names(names: Sequence[str]) -> list[str]:
-    """``names`` checked (each a variant or a registered estimator: ValueError naming the known
-    ones otherwise; one that needs each response's token count, e.g. ``opo``, is refused: a
-    replay's inputs carry rewards, not tokens), duplicates removed, with GRPO first (the
-    reference)."""
+    """``names`` checked (each a registered estimator name: ValueError naming the known ones
+    otherwise; one that needs each response's token count, e.g. ``opo``, is refused: a replay's
+    inputs carry rewards, not tokens), duplicates removed, with GRPO first (the reference)."""
     out: list[str] = [REFERENCE]
     for name in names:
-        variant_spec(name)  # raises on an unknown name
-        if make_variant(name).uses_token_counts:
+        estimator_spec(name)  # raises on an unknown name
+        if make_estimator(name).uses_token_counts:
             raise ValueError(
                 f"estimator {name!r} needs the number of tokens of each response, which a replay's "
                 "inputs (a prompt id and a reward per response) do not carry"
@@ -111,7 +110,7 @@ class Replay:
     def __init__(self, names: Sequence[str]) -> None:
         self.names = estimator_names(names)
         self.estimators: dict[str, AdvantageEstimator] = {
-            name: make_variant(name) for name in self.names
+            name: make_estimator(name) for name in self.names
         }
         #: the results of the last step, by estimator name (tests compare them)
         self.last_results: dict[str, AdvantageResult] = {}

@@ -28,8 +28,8 @@ from typing import Any
 
 from ebpo import __version__
 from ebpo.analysis.replay.engine import ESTIMATOR_FIELDS, INPUT_FIELDS, REFERENCE
-from ebpo.estimators import AdvantageEstimator, variant_spec
-from ebpo.estimators.metrics import SIGNAL_THRESHOLD
+from ebpo.estimators import AdvantageEstimator, estimator_spec
+from ebpo.estimators.base import SIGNAL_THRESHOLD
 from ebpo.utils.file_sets import Writer
 from ebpo.utils.files import atomic_write, write_json
 
@@ -64,8 +64,8 @@ def report(
         "signal_threshold": SIGNAL_THRESHOLD,
         "estimators": {
             name: {
-                "estimator": variant_spec(name)[0],
-                "options": variant_spec(name)[1],
+                "estimator": estimator_spec(name)[0],
+                "options": estimator_spec(name)[1],
                 "final_state": estimator.state_dict(),
             }
             for name, estimator in estimators.items()

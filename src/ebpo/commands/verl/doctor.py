@@ -8,8 +8,8 @@ verl reports that deep inside a Ray actor, minutes into a job. The doctor checks
 2. the ``verl.plugins`` entry point ``ebpo`` is declared in the installed metadata and
    ``VERL_USE_EXTERNAL_PLUGINS`` lets verl load it;
 3. in a FRESH interpreter (as a Ray worker starts), ``import verl`` alone registers every name of
-   :data:`~ebpo.integrations.verl.advantage.REGISTERED_NAMES` (``ebpo``, ``ebpo_bb``, ``jspo``,
-   ``jspo_plus_plus``) with ebpo's functions; if not, the entry point is loaded by hand there to
+   :func:`~ebpo.integrations.verl.advantage.plugin_names` (``ebpo``, ``ebpo_batch``, ``jspo``,
+   ...) with ebpo's functions; if not, the entry point is loaded by hand there to
    show the real traceback;
 4. verl's ``compute_advantage`` runs with each of these estimators on a tiny batch with a padding row;
 5. the checkpoint callback class loads through verl's own loader.
@@ -35,7 +35,7 @@ import torch
 from ebpo.commands.verl.launcher import CALLBACK_FQN, PLUGIN_MODULE, entry_point_active
 from ebpo.commands.verl.nodes import ADVANTAGE_MODULE, fresh_process_report
 from ebpo.integrations.verl import advantage
-from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+from ebpo.integrations.verl.advantage import plugin_names
 from ebpo.integrations.verl.state import EstimatorStore
 
 __all__ = ["SMOKE_HINT", "Check", "run_checks", "run_node_checks"]
@@ -115,10 +115,13 @@ def _fresh_process(timeout: float) -> Check:
 
 #: options for the doctor's tiny batch: EBPO with the batch prior (two groups are its whole world)
 DOCTOR_OPTIONS = {"ebpo": {"prior": "batch"}}
+#: the estimators the doctor runs: one per estimator class the plug-in registers (its named
+#: methods share the class's code path)
+DOCTOR_ESTIMATORS = tuple(sorted(set(plugin_names().values())))
 
 
 def _compute_advantage() -> Check:
-    name = f"compute_advantage({', '.join(REGISTERED_NAMES)})"
+    name = f"compute_advantage({', '.join(DOCTOR_ESTIMATORS)})"
     try:
         from omegaconf import OmegaConf  # optional heavy dependencies (verl extra)
         from verl import DataProto
@@ -136,7 +139,7 @@ def _compute_advantage() -> Check:
         # A private store: the doctor must not leave state in the process-wide one.
         saved, advantage.STORE = advantage.STORE, EstimatorStore()
         try:
-            for estimator in REGISTERED_NAMES:
+            for estimator in DOCTOR_ESTIMATORS:
                 data = DataProto.from_dict(
                     tensors={"token_level_rewards": rewards, "response_mask": mask},
                     non_tensors={"uid": uid},

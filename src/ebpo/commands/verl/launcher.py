@@ -38,7 +38,6 @@ from typing import Any
 
 from ebpo.commands.verl.machine import cluster_address
 from ebpo.commands.verl.validation import (
-    OUR_ESTIMATORS,
     check_options_read,
     compose,
     dry_run,
@@ -48,6 +47,7 @@ from ebpo.estimators import make_estimator
 from ebpo.integrations.verl.advantage import (
     ALGORITHM_KEYS,
     OPTIONS_SECTION,
+    plugin_names,
     resolve_options,
 )
 from ebpo.integrations.verl.guards import (
@@ -119,7 +119,7 @@ def with_defaults(overrides: Sequence[str], *, plugin_via_env: bool = False) -> 
         out.insert(0, "algorithm.adv_estimator=ebpo")
         estimator = "ebpo"
     if (
-        estimator in OUR_ESTIMATORS
+        estimator in plugin_names()
         and override_value(out, "trainer.checkpoint_callback_class") is None
     ):
         out.append(f"trainer.checkpoint_callback_class={CALLBACK_FQN}")
@@ -195,7 +195,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
         algorithm = {}
     estimator = algorithm.get("adv_estimator", "gae")  # verl's default when none is given
     check_options_read(estimator, algorithm)
-    if estimator not in OUR_ESTIMATORS:
+    if estimator not in plugin_names():
         return
     options, plugin = resolve_options(estimator, algorithm)  # unknown keys
     check_trainer_mode(estimator, parsed, plugin.get("allow_async_trainer", False))
@@ -256,7 +256,7 @@ def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | Non
         raise PluginUnavailable(
             "ebpo's verl plug-in is not usable on this machine, where main_ppo starts its Ray "
             "workers: `import verl` in a fresh interpreter did not register "
-            + ", ".join(sorted(report.get("registered") or OUR_ESTIMATORS))
+            + ", ".join(sorted(report.get("registered") or plugin_names()))
             + (f" ({cause[-1]})" if cause else "")
         )
 
@@ -304,7 +304,7 @@ def run(overrides: Sequence[str], *, defaults: bool = True) -> int:
     env = _external_modules_env() if via_env else None
     check_launchable(args)
     estimator = override_value(args, "algorithm.adv_estimator")
-    if estimator in OUR_ESTIMATORS:
+    if estimator in plugin_names():
         check_plugin_where_it_runs(args, env)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *args]
     print("+ " + " ".join(command), flush=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ebpo.commands.verl.machine import check_reachable
-from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+from ebpo.integrations.verl.advantage import plugin_names
 
 __all__ = [
     "ADVANTAGE_MODULE",
@@ -49,7 +49,7 @@ PROBE = textwrap.dedent(
     try:
         import verl
         from verl.trainer.ppo import core_algos
-        names = {tuple(REGISTERED_NAMES)!r}
+        names = {tuple(plugin_names())!r}
         report["verl"] = verl.__version__
         report["registered"] = {{
             n: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(n), "__module__", None) for n in names
@@ -160,7 +160,7 @@ def _report(
         )
     else:
         missing = sorted(n for n, m in registered.items() if m != ADVANTAGE_MODULE) or list(
-            REGISTERED_NAMES
+            plugin_names()
         )
         cause = (found.get("error") or "").strip().splitlines()
         detail = f"{', '.join(missing)} NOT registered after `import verl`" + (

@@ -24,7 +24,7 @@ from typing import Any
 
 from ebpo.commands.verl.machine import launch_problems
 from ebpo.estimators import estimator_options, make_estimator
-from ebpo.integrations.verl.advantage import OPTIONS_SECTION, REGISTERED_NAMES, resolve_options
+from ebpo.integrations.verl.advantage import OPTIONS_SECTION, plugin_names, resolve_options
 from ebpo.integrations.verl.guards import (
     check_calls_per_step,
     check_clusters,
@@ -37,15 +37,11 @@ from ebpo.integrations.verl.resume import resume_folder
 
 __all__ = [
     "MACHINE_LOGGERS",
-    "OUR_ESTIMATORS",
     "check_options_read",
     "compose",
     "dry_run",
     "validate",
 ]
-
-#: the ``algorithm.adv_estimator`` names the plug-in registers (ebpo, ebpo_bb, jspo, jspo_plus_plus)
-OUR_ESTIMATORS = tuple(REGISTERED_NAMES)
 
 
 def compose(overrides: Sequence[str]) -> Any:
@@ -122,7 +118,7 @@ def _check_estimator(config: Any, folder: str | None) -> list[str]:
     if estimator not in ("gae", "grpo") and estimator not in core_algos.ADV_ESTIMATOR_REGISTRY:
         raise ValueError(f"algorithm.adv_estimator={estimator!r} is not registered in verl")
     check_options_read(estimator, config.algorithm)
-    if estimator not in OUR_ESTIMATORS:
+    if estimator not in plugin_names():
         return []
     options, plugin = resolve_options(estimator, config.algorithm)
     instance = make_estimator(estimator, **options)  # validates option values
@@ -155,13 +151,13 @@ def check_options_read(estimator: str, algorithm: Any) -> None:
         ValueError: naming the options and the two ways out.
     """
     section = algorithm.get(OPTIONS_SECTION) if hasattr(algorithm, "get") else None
-    if estimator in OUR_ESTIMATORS or section is None or section == {}:
+    if estimator in plugin_names() or section is None or section == {}:
         return
     keys = sorted(map(str, section)) if hasattr(section, "keys") else []
     named = ", ".join(f"algorithm.{OPTIONS_SECTION}.{key}" for key in keys)
     raise ValueError(
         f"{named or f'algorithm.{OPTIONS_SECTION}'} {'are' if len(keys) > 1 else 'is'} read only by "
-        f"ebpo's estimators ({', '.join(OUR_ESTIMATORS)}), not by adv_estimator={estimator!r}, "
+        f"ebpo's estimators ({', '.join(plugin_names())}), not by adv_estimator={estimator!r}, "
         f"which would ignore {'them' if len(keys) > 1 else 'it'}: drop the "
         f"algorithm.{OPTIONS_SECTION} override(s), or set algorithm.adv_estimator to one of "
         "ebpo's estimators"

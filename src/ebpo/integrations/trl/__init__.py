@@ -1,6 +1,6 @@
 """TRL integration: `EBPOTrainer` (a `trl.GRPOTrainer` whose advantages come from an ebpo estimator),
-its `EBPOConfig`, and presets reproducing the paper's methods (or any variant of
-``ebpo.estimators.VARIANTS``) on TRL.
+its `EBPOConfig`, and presets reproducing the paper's methods (or any estimator name
+of ``ebpo.available_estimators()``) on TRL.
 
     from ebpo.integrations.trl import EBPOTrainer, make_config
     args = make_config("ebpo", output_dir="runs/ebpo", num_generations=4)

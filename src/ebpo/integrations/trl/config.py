@@ -23,7 +23,7 @@ from trl import GRPOConfig
 
 import ebpo
 from ebpo.curriculum import ORDERS
-from ebpo.estimators import VARIANTS, AdvantageEstimator
+from ebpo.estimators import AdvantageEstimator, import_estimator_modules
 from ebpo.integrations.trl.aggregation import AGGREGATIONS
 from ebpo.integrations.trl.batch_advantages import FILTER_METRICS
 from ebpo.integrations.trl.config_checks import check_trl_values
@@ -64,9 +64,8 @@ class EBPOConfigMixin(_GRPOConfig):
             "history prior, batch normalisation). 'grpo' is exactly TRL's GRPO (group mean, divided by std + 1e-4 "
             "as scale_rewards says; with dr_grpo settings, Dr. GRPO). One of the estimators "
             + ", ".join(map(repr, ebpo.available_estimators()))
-            + " or a named variant (an estimator with options: "
-            + ", ".join(repr(v) for v in VARIANTS if v not in ebpo.available_estimators())
-            + "; estimator_options given too win). The estimator's `state_dict()` (EBPO's running prior, "
+            + " (a name such as 'ebpo_batch' fixes options; estimator_options given too win), or your own "
+            "(import its module with estimator_module). The estimator's `state_dict()` (EBPO's running prior, "
             "JSPO++'s smoothing) is saved with every checkpoint and restored on resume."
         },
     )
@@ -88,6 +87,14 @@ class EBPOConfigMixin(_GRPOConfig):
             "help": "Keyword arguments for `ebpo.make_estimator(advantage_estimator, ...)`, as a dict or a JSON "
             'string (e.g. \'{"prior": "ema", "half_life": 20}\'). `nan_policy` defaults to \'mask\' so that '
             "completions no reward function scored (TRL marks them NaN) are left out of the statistics."
+        },
+    )
+    estimator_module: str | None = field(
+        default=None,
+        metadata={
+            "help": "Your own estimator: a module (my_pkg.my_est) or .py file that registers it with "
+            "`@ebpo.register_estimator(name)`, imported before advantage_estimator is read (several: "
+            "comma-separated). Then --advantage_estimator name."
         },
     )
 
@@ -171,6 +178,7 @@ class EBPOConfigMixin(_GRPOConfig):
 
     def __post_init__(self) -> None:
         # Our fields first, so that a bad value fails before TRL / transformers set anything up.
+        import_estimator_modules(self.estimator_module)
         estimator = self._resolve_estimator()
         self._check_groups_and_dapo()
         self._check_clip_cov()
@@ -185,7 +193,7 @@ class EBPOConfigMixin(_GRPOConfig):
         self._ebpo_estimator = (self._estimator_recipe(), estimator)
 
     def _resolve_estimator(self) -> AdvantageEstimator:
-        """A variant name becomes its estimator and options; ``scale_rewards`` maps to the
+        """An estimator name becomes its registered estimator and options; ``scale_rewards`` maps to the
         estimator's option that means the same, or is refused (see :mod:`.estimator_settings`).
         Returns the estimator these settings build (``make_estimator`` raises ValueError naming an
         unknown option or a bad value)."""
@@ -309,7 +317,7 @@ class EBPOConfig(EBPOConfigMixin, GRPOConfig):
 
     Use :func:`ebpo.integrations.trl.make_config` to start from a preset that reproduces one of the
     paper's methods (``grpo``, ``dr_grpo``, ``dapo``, ``entropy_mech``, ``rloo``, ``jspo``, ``ebpo``,
-    ``ebpo_bb``, ``ebpo_batch``) or trains any variant of ``ebpo.estimators.VARIANTS``.
+    ``ebpo_bb``, ``ebpo_batch``) or trains any estimator of ``ebpo.available_estimators()``.
     docs/trl.md describes how TRL's options carry over.
     """
 
@@ -317,8 +325,8 @@ class EBPOConfig(EBPOConfigMixin, GRPOConfig):
 
 
 def make_config(preset: str, **overrides: Any) -> EBPOConfig:
-    """An :class:`EBPOConfig` for ``preset`` (a key of :data:`.paper_methods.PRESETS`, or any variant or
-    estimator name of :func:`ebpo.estimators.available_variants`).
+    """An :class:`EBPOConfig` for ``preset`` (a key of :data:`.paper_methods.PRESETS`, or any
+    estimator name of :func:`ebpo.estimators.available_estimators`).
 
     ``overrides`` are EBPOConfig fields and win over the preset's values; ``estimator_options``
     (dict, JSON string or None) is merged into the preset's, key by key, so that
@@ -326,7 +334,7 @@ def make_config(preset: str, **overrides: Any) -> EBPOConfig:
     (and so does ``estimator_options=None``).
 
     Raises:
-        ValueError: unknown preset (the message lists presets, variants and estimators), or any
+        ValueError: unknown preset (the message lists presets and estimators), or any
             invalid field.
     """
     base = preset_fields(preset)

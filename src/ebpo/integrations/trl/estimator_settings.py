@@ -3,9 +3,9 @@
 
 Three rules, so that a TRL user's own GRPO configuration keeps its meaning:
 
-1. **A name is an estimator or a named variant** (:data:`ebpo.estimators.VARIANTS`: ``ebpo_batch``
+1. **A name is an estimator name** (:func:`ebpo.estimators.available_estimators`: ``ebpo_batch``
    is ``ebpo`` with ``prior="batch", prior_mean_from="group_means"``; ``estimator_options`` given too win
-   key by key, as in :func:`ebpo.estimators.make_variant`). A paper preset that also sets the
+   key by key, as in :func:`ebpo.estimators.make_estimator`). A paper preset that also sets the
    trainer (``dapo``, ``entropy_mech``: :data:`.paper_methods.PAPER_METHODS`) is not an estimator:
    it is refused with the lines that write it out.
 2. **TRL's GRPO is TRL's to the last digit.** An estimator with TRL's ``scale`` option (``grpo``,
@@ -26,7 +26,7 @@ import shlex
 from typing import Any
 
 import ebpo
-from ebpo.estimators import VARIANTS, AdvantageEstimator, available_variants
+from ebpo.estimators import AdvantageEstimator, available_estimators
 from ebpo.integrations.trl.batch_advantages import LoneRowPolicy
 from ebpo.integrations.trl.paper_methods import PAPER_METHODS, preset_arguments, preset_fields
 
@@ -48,7 +48,9 @@ SCALE_REWARDS = ("group", "batch", "none")
 #: the ``1e-4`` of TRL's ``GRPOTrainer``: ``(r - mean) / (std + 1e-4)`` (verl's GRPO: 1e-6)
 TRL_GRPO_EPS = 1e-4
 #: paper presets that are more than an estimator: they also set the trainer
-TRAINER_PRESETS: tuple[str, ...] = tuple(n for n in PAPER_METHODS if n not in available_variants())
+TRAINER_PRESETS: tuple[str, ...] = tuple(
+    n for n in PAPER_METHODS if n not in available_estimators()
+)
 
 #: what the TRL user asked for, in words, for error messages
 _MEANING = {
@@ -93,13 +95,13 @@ def lone_row_policy(estimator: AdvantageEstimator, aggregation: str) -> LoneRowP
 
 def resolve_estimator(name: Any, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(registered estimator, options)`` for ``advantage_estimator=name`` with ``estimator_options=
-    options``: a variant's own options first, then ``options`` (they win key by key).
+    options``: the options the name fixes first, then ``options`` (they win key by key).
 
     Raises:
         ValueError: ``name`` is a trainer preset (the message writes it out as flags) or unknown
-            (the message lists estimators, variants and presets).
+            (the message lists estimators and presets).
     """
-    if isinstance(name, str) and name in available_variants():
+    if isinstance(name, str) and name in available_estimators():
         fields = preset_fields(name)  # the one reading of a user's word: .paper_methods
         return fields["advantage_estimator"], {**fields.get("estimator_options", {}), **options}
     if isinstance(name, str) and name in TRAINER_PRESETS:
@@ -109,11 +111,9 @@ def resolve_estimator(name: Any, options: dict[str, Any]) -> tuple[str, dict[str
             f"estimator: write it out as {flags} (the same keys in a YAML file; from Python: "
             f"make_config({name!r}))"
         )
-    variants = [v for v in VARIANTS if v not in ebpo.available_estimators()]
     raise ValueError(
-        f"unknown advantage_estimator {name!r}; expected an estimator {ebpo.available_estimators()} "
-        f"or a named variant {variants}; a variant is an estimator with options, written out as "
-        '--advantage_estimator ebpo --estimator_options \'{"prior": "batch"}\'; the presets '
+        f"unknown advantage_estimator {name!r}; expected an estimator {available_estimators()} "
+        "(your own: import its module with estimator_module); the presets "
         f"{list(TRAINER_PRESETS)} also set the trainer (`ebpo docs trl`)"
     )
 
@@ -131,7 +131,7 @@ def scale_rewards_name(value: Any) -> str | None:
 
 def scale_options(estimator: str, options: dict[str, Any], scale: str) -> dict[str, Any]:
     """The estimator options that give TRL's ``scale_rewards=scale`` with ``estimator``, given the
-    options already chosen (``options``: a variant's and the user's).
+    options already chosen (``options``: the name's and the user's).
 
     ``scale`` option (``grpo``, ``dr_grpo``): TRL's three modes, as they are. ``normalize``
     (``ebpo``, ``ebpo_bb``): ``"batch"`` is their batch normalisation, ``"none"`` their centred
@@ -187,7 +187,7 @@ def trl_estimator_kwargs(
     """What :class:`EBPOTrainer` passes to ``ebpo.make_estimator(estimator, ...)``: ``nan_policy=
     "mask"`` (TRL marks unscored completions NaN), TRL's eps for its GRPO, the options that
     ``scale_rewards`` maps to (:func:`scale_options`), then ``options`` (the user's and the
-    variant's). Raises ValueError as :func:`scale_options`."""
+    name's). Raises ValueError as :func:`scale_options`."""
     kwargs: dict[str, Any] = {"nan_policy": "mask"}
     if follows_trl_grpo(estimator):
         kwargs["eps"] = TRL_GRPO_EPS

@@ -1,28 +1,28 @@
 """The paper's methods (EBPO and its baselines) on TRL as data: `EBPOConfig` keyword overrides.
 
-A preset is a trainer setup plus a named variant of the estimator table
-(:data:`ebpo.estimators.VARIANTS`): the variant gives the estimator and its options, the preset
-adds the trainer settings. The paper (arXiv 2602.05165) trained every method in verl with
+A preset is a trainer setup plus an estimator name (:func:`ebpo.estimators.available_estimators`,
+e.g. ``ebpo_batch``: ``ebpo`` with options): the name gives the estimator and its options, the
+preset adds the trainer settings. The paper (arXiv 2602.05165) trained every method in verl with
 token-mean loss aggregation, PPO clip 0.2 and a low-variance (k3) KL loss with coefficient 0.001.
 On TRL that is ``loss_type="dapo"`` (normalised by the number of completion tokens of the global
 batch, i.e. verl's ``token-mean``) and ``beta=0.001`` (TRL's KL term is the same k3 estimator):
 :data:`PAPER_COMMON`. Differences per method (:data:`PAPER_METHODS`):
 
 ========================  =====================================================================
-preset                    variant, and what changes in the trainer
+preset                    estimator, and what changes in the trainer
 ========================  =====================================================================
-``grpo``                  variant ``grpo`` (group mean, divided by the group std)
-``dr_grpo``               variant ``dr_grpo`` (no std division), ``loss_type="dr_grpo"``
+``grpo``                  ``grpo`` (group mean, divided by the group std)
+``dr_grpo``               ``dr_grpo`` (no std division), ``loss_type="dr_grpo"``
                           (token sum / max_completion_length = verl's seq-mean-token-sum-norm)
-``dapo``                  variant ``grpo``; clip-higher ``epsilon_high=0.28``; token-level loss;
+``dapo``                  ``grpo``; clip-higher ``epsilon_high=0.28``; token-level loss;
                           soft overlong punishment (buffer = half of max_completion_length,
                           penalty 1.0: the paper's 4096 of 8192); zero-variance group filtering
                           (without resampling); no KL (``beta=0``, as in the DAPO paper)
-``entropy_mech``          variant ``grpo``; Clip-Cov with ratio 2e-4 and bounds [1, 5]; no KL
-``rloo`` ``jspo``         the variant of that name, otherwise as ``grpo``
-``ebpo`` ``ebpo_bb``      the variant of that name: the estimator with its defaults (paper's
+``entropy_mech``          ``grpo``; Clip-Cov with ratio 2e-4 and bounds [1, 5]; no KL
+``rloo`` ``jspo``         the estimator of that name, otherwise as ``grpo``
+``ebpo`` ``ebpo_bb``      the estimator of that name: the estimator with its defaults (paper's
                           Algorithm 1: history prior, pooled σ², raw τ², batch normalisation)
-``ebpo_batch``            variant ``ebpo_batch``: ``ebpo`` with the prior of the authors'
+``ebpo_batch``            ``ebpo_batch``: ``ebpo`` with the prior of the authors'
                           released verl code: ``prior="batch"`` (μ, σ², τ² from the current
                           generation batch only), ``prior_mean_from="group_means"`` (μ = mean of
                           the group means)
@@ -37,13 +37,13 @@ run. The authors ran verl with 512-prompt batches, where the batch prior is well
 ``ebpo_batch`` offers their convention on TRL for comparison; give it large generation batches
 (``generation_batch_size`` / ``steps_per_generation``).
 
-Every other variant name (``ebpo_ema``, ``ebpo_within``, ``ebpo_cluster``, ...,
-:func:`ebpo.estimators.available_variants`, which includes every bare estimator name such as
-``reinforce_pp_baseline``) is accepted by ``make_config`` too: :data:`PAPER_COMMON` plus that
-variant's estimator and options. Per-topic EBPO is ``make_config("ebpo_cluster",
-cluster_column="topic")`` (add ``data_order="topic"`` for a topic-ordered stream).
+Every other estimator name (``ebpo_ema``, ``ebpo_within``, ``ebpo_cluster``,
+``reinforce_pp_baseline``, a user's own, ...: :func:`ebpo.estimators.available_estimators`) is
+accepted by ``make_config`` too: :data:`PAPER_COMMON` plus that estimator and its options.
+Per-topic EBPO is ``make_config("ebpo_cluster", cluster_column="topic")``
+(add ``data_order="topic"`` for a topic-ordered stream).
 
-A user's word (a paper method, a named variant or an estimator name) becomes an estimator, its
+A user's word (a paper method or an estimator name) becomes an estimator, its
 options and the trainer's settings here and only here, in :func:`preset_fields`: ``make_config``
 (:mod:`.config`) starts from it, and ``EBPOConfig`` resolves ``advantage_estimator`` through it
 (:func:`.estimator_settings.resolve_estimator`, which refuses the presets that also set the
@@ -55,7 +55,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ebpo.estimators import available_variants, variant_spec
+from ebpo.estimators import available_estimators, estimator_spec
 
 __all__ = [
     "PAPER_COMMON",
@@ -64,13 +64,13 @@ __all__ = [
     "available_presets",
     "preset_arguments",
     "preset_fields",
-    "variant_preset",
+    "estimator_preset",
 ]
 
 #: settings every method shares in the paper's setup (verl token-mean loss, k3 KL 0.001, clip 0.2)
 PAPER_COMMON: dict[str, Any] = {"loss_type": "dapo", "beta": 0.001, "epsilon": 0.2}
 
-#: the paper's methods: preset name → (variant of ``ebpo.estimators.VARIANTS``, trainer settings
+#: the paper's methods: preset name → (estimator name, trainer settings
 #: beyond :data:`PAPER_COMMON`)
 PAPER_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "grpo": ("grpo", {}),
@@ -99,14 +99,14 @@ PAPER_METHODS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def variant_preset(variant: str, **settings: Any) -> dict[str, Any]:
-    """EBPOConfig fields that train variant ``variant``: :data:`PAPER_COMMON`, then ``settings``,
-    then the variant's ``advantage_estimator`` and (if it has any) ``estimator_options``.
+def estimator_preset(name: str, **settings: Any) -> dict[str, Any]:
+    """EBPOConfig fields that train estimator ``name``: :data:`PAPER_COMMON`, then ``settings``,
+    then the name's registered ``advantage_estimator`` and (if it fixes any) ``estimator_options``.
 
     Raises:
-        ValueError: ``variant`` is neither a variant nor a registered estimator.
+        ValueError: ``name`` is not a registered estimator name.
     """
-    estimator, options = variant_spec(variant)
+    estimator, options = estimator_spec(name)
     preset = {**PAPER_COMMON, **settings, "advantage_estimator": estimator}
     if options:
         preset["estimator_options"] = options
@@ -115,32 +115,33 @@ def variant_preset(variant: str, **settings: Any) -> dict[str, Any]:
 
 #: the paper's methods as EBPOConfig keyword overrides (see :data:`PAPER_METHODS`)
 PRESETS: dict[str, dict[str, Any]] = {
-    name: variant_preset(variant, **settings) for name, (variant, settings) in PAPER_METHODS.items()
+    name: estimator_preset(estimator, **settings)
+    for name, (estimator, settings) in PAPER_METHODS.items()
 }
 
 
 def available_presets() -> list[str]:
-    """Names accepted by ``make_config``: the presets, then the other variant and estimator
-    names (:func:`ebpo.estimators.available_variants`)."""
-    return list(PRESETS) + [name for name in available_variants() if name not in PRESETS]
+    """Names accepted by ``make_config``: the presets, then the other estimator names
+    (:func:`ebpo.estimators.available_estimators`)."""
+    return list(PRESETS) + [name for name in available_estimators() if name not in PRESETS]
 
 
 def preset_fields(preset: str) -> dict[str, Any]:
     """The EBPOConfig fields that ``preset`` sets (what ``make_config`` starts from).
 
     Raises:
-        ValueError: unknown preset (the message lists presets, variants and estimators).
+        ValueError: unknown preset (the message lists presets and estimators).
     """
     if not isinstance(preset, str):
         raise ValueError(f"preset must be a string, got {type(preset).__name__}")
     if preset in PRESETS:
         return dict(PRESETS[preset])
-    if preset in available_variants():
-        return variant_preset(preset)
-    others = [name for name in available_variants() if name not in PRESETS]
+    if preset in available_estimators():
+        return estimator_preset(preset)
+    others = [name for name in available_estimators() if name not in PRESETS]
     raise ValueError(
-        f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or a variant or "
-        f"estimator name {others}"
+        f"unknown preset {preset!r}; expected a preset {sorted(PRESETS)} or an estimator name "
+        f"{others}"
     )
 
 

@@ -18,9 +18,11 @@ and expects ``(advantages, returns)``, both ``[bs, T]``. For each row ``i`` this
    ``A[i, t] = Â_i · response_mask[i, t]``; returns are the same tensor (outcome supervision, as
    verl's GRPO).
 
-Which estimators are registered, and why, is :data:`REGISTERED`: each is the variant of the same
-name in :data:`ebpo.estimators.VARIANTS`, and one function per name is made by
-:func:`advantage_function` (:data:`FUNCTIONS`). Options come from the ``algorithm`` config,
+Which names are registered is :func:`plugin_names`: every name of ebpo's registry
+(:func:`ebpo.available_estimators`: ``ebpo``, ``ebpo_batch``, ..., a user's own once its module is
+imported) but those verl computes itself (:data:`VERL_OWN_NAMES`: ``grpo``, ``rloo``, ...), so
+``algorithm.adv_estimator=ebpo_batch`` means what ``ebpo.make_estimator("ebpo_batch")`` means. One
+function per name is made by :func:`function_for`. Options come from the ``algorithm`` config,
 ``algorithm.ebpo.<option>`` (``+algorithm.ebpo.prior=ema`` on the Hydra command line), for every
 registered name. See :func:`resolve_options`.
 
@@ -47,7 +49,7 @@ from typing import Any
 
 import torch
 
-from ebpo.estimators import estimator_options, variant_spec
+from ebpo.estimators import available_estimators, estimator_options, estimator_spec
 from ebpo.integrations.verl.guards import (
     MISSING_STATE_POLICIES,
     check_calls_per_step,
@@ -65,33 +67,37 @@ __all__ = [
     "ALGORITHM_KEYS",
     "FUNCTIONS",
     "PLUGIN_KEYS",
-    "REGISTERED",
-    "REGISTERED_NAMES",
+    "VERL_OWN_NAMES",
     "advantage_function",
+    "function_for",
     "missing_sessions",
     "outcome_advantage",
+    "plugin_names",
     "resolve_options",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: The names the plug-in registers in verl, each the variant of that name in
-#: ``ebpo.estimators.VARIANTS``, and why. verl computes GRPO, Dr. GRPO (``grpo`` with
-#: ``norm_adv_by_std_in_grpo=False``), RLOO and REINFORCE++ itself; the plug-in adds the estimators
-#: that keep state across steps (their ``state_dict``: the state must live in the process that
-#: computes advantages and be checkpointed with the run, see :mod:`ebpo.integrations.verl.state`)
-#: and those verl lacks.
-REGISTERED = {
-    "ebpo": "keeps its running prior across steps",
-    "ebpo_bb": "keeps its running prior across steps",
-    "jspo": "is missing from verl",
-    "jspo_plus_plus": "keeps its smoothing across steps (and is missing from verl)",
-    "grpo_bn": "is missing from verl (the EBPO authors' GRPO with batch normalisation)",
-    "spo": "keeps a tracker per prompt across steps (keyed by the prompt's tokens)",
-    "krpo": "keeps its Kalman filter across steps (and is missing from verl)",
-}
-#: verl registry name → core estimator name (the variant's estimator)
-REGISTERED_NAMES = {name: variant_spec(name)[0] for name in REGISTERED}
+#: the names of verl's own registry (verl 0.9, ``core_algos.AdvantageEstimator``): where ebpo's
+#: registry has one too (``grpo``, ``rloo``), verl computes it and the plug-in leaves it alone
+VERL_OWN_NAMES = frozenset(
+    (
+        "gae",
+        "gdpo",
+        "grpo",
+        "grpo_passk",
+        "grpo_vectorized",
+        "gpg",
+        "opo",
+        "optimal_token_baseline",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "rloo",
+        "rloo_vectorized",
+        "tir_optimal_token_baseline",
+    )
+)
 #: keys of ``algorithm.ebpo`` that configure the plug-in rather than the estimator
 #: (``on_missing_state``, ``allow_async_trainer``: see :mod:`ebpo.integrations.verl.guards`)
 PLUGIN_KEYS = ("metrics_file", "log_to_trainer", "on_missing_state", "allow_async_trainer")
@@ -144,7 +150,7 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     * ``normalize`` (ebpo, ebpo_bb): ``algorithm.ebpo.normalize``, else ``"batch"`` when
       ``algorithm.norm_adv_by_std_in_grpo`` is True (default) and ``"center"`` when False — the
       authors' code skips the std division in that case. JSPO never divides by a std.
-    * a registered name's variant options (:data:`ebpo.estimators.VARIANTS`) come first; the
+    * the options the name fixes (``ebpo_batch``: :func:`ebpo.estimator_spec`) come first; the
       ``algorithm`` keys override them.
     * ``nan_policy`` defaults to ``"mask"``: a NaN score is a failed verifier call, not a reason
       to kill a multi-node job.
@@ -152,7 +158,7 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
     Raises:
         ValueError: an unknown key under ``algorithm.ebpo`` (naming it and the allowed keys).
     """
-    core, variant_options = variant_spec(name)
+    core, fixed_options = estimator_spec(name)
     section = _plain(_get(config, OPTIONS_SECTION))
     allowed_defaults = estimator_options(core)
     allowed = set(allowed_defaults)
@@ -172,7 +178,7 @@ def resolve_options(name: str, config: Any) -> tuple[dict[str, Any], dict[str, A
             f"algorithm.{OPTIONS_SECTION}.on_missing_state must be one of "
             f"{', '.join(MISSING_STATE_POLICIES)}, got {policy!r}"
         )
-    options = {**variant_options, **section}
+    options = {**fixed_options, **section}
     for option, key in ALGORITHM_KEYS.items():
         value = _get(config, key)
         if option in allowed and option not in options and value is not None:
@@ -407,7 +413,7 @@ def outcome_advantage(
     if index is None:
         raise ValueError(f"index (verl's uid per row) is required by adv_estimator={name!r}")
     options, plugin = resolve_options(name, config)
-    core = REGISTERED_NAMES[name]
+    core = estimator_spec(name)[0]
     trainer_metrics, trainer = _trainer_frame_metrics()
     estimator = STORE.get(core, options)  # built on the first call of this configuration only
     check_clusters(estimator)
@@ -430,8 +436,12 @@ def outcome_advantage(
         # The big [bs, T] ops (reward sum, token broadcast) keep every thread; the estimator's
         # small [bs] ops run on one (see ebpo.utils.runtime.torch_threads).
         with torch_threads(1):
-            # the core hashes verl's uid strings (and the prompt keys) once
-            result = estimator(scores, index, mask=valid, prompt_keys=prompt_keys)
+            # the core hashes verl's uid strings (and the prompt keys) once; token counts for an
+            # estimator that reads them (a whitening over tokens)
+            tokens = response_mask.sum(dim=-1) if estimator.uses_token_counts else None
+            result = estimator(
+                scores, index, mask=valid, prompt_keys=prompt_keys, token_counts=tokens
+            )
         per_row = result.advantages
         if sessions is not None:  # every output of a session gets its final output's advantage
             per_row = per_row[torch.tensor(sessions[1])]
@@ -473,15 +483,30 @@ def advantage_function(name: str) -> Callable[..., tuple[torch.Tensor, torch.Ten
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return outcome_advantage(name, token_level_rewards, response_mask, index, config)
 
-    estimator = REGISTERED_NAMES[name]
     compute_advantage.__name__ = compute_advantage.__qualname__ = f"compute_{name}_advantage"
     compute_advantage.__doc__ = (
-        f"verl advantage estimator {name!r}: the core estimator {estimator!r} (see "
-        f"ebpo.make_estimator({estimator!r})) on the outcome rewards, broadcast over the tokens. "
-        f"Registered because it {REGISTERED[name]}."
+        f"verl advantage estimator {name!r}: ebpo.make_estimator({name!r}) on the outcome "
+        "rewards, broadcast over the tokens."
     )
     return compute_advantage
 
 
-#: registry name → function registered by :mod:`ebpo.integrations.verl.plugin`
-FUNCTIONS = {name: advantage_function(name) for name in REGISTERED}
+def plugin_names() -> dict[str, str]:
+    """verl ``adv_estimator`` name → the estimator class's own name (``ebpo_batch`` → ``ebpo``),
+    for every name the plug-in registers: ebpo's registry less :data:`VERL_OWN_NAMES`."""
+    return {
+        name: estimator_spec(name)[0]
+        for name in available_estimators()
+        if name not in VERL_OWN_NAMES
+    }
+
+
+#: verl name → the function registered for it (one object per name: verl refuses a second)
+FUNCTIONS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def function_for(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The one function registered in verl under ``name`` (:func:`advantage_function`)."""
+    if name not in FUNCTIONS:
+        FUNCTIONS[name] = advantage_function(name)
+    return FUNCTIONS[name]

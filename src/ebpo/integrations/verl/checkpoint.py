@@ -40,7 +40,7 @@ from typing import Any
 # verl is this module's base (verl loads the callback by name): it needs the verl extra
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
-from ebpo.integrations.verl.advantage import REGISTERED_NAMES, resolve_options
+from ebpo.integrations.verl.advantage import plugin_names, resolve_options
 from ebpo.integrations.verl.guards import (
     check_calls_per_step,
     check_clusters,
@@ -102,11 +102,11 @@ def check_config(config: Any) -> None:
     from ebpo.estimators import make_estimator
 
     name = config.algorithm.get("adv_estimator") if config.get("algorithm") is not None else None
-    if name not in REGISTERED_NAMES:
+    if name not in plugin_names():
         return
     options, plugin = resolve_options(name, config.algorithm)
     check_trainer_mode(name, config, plugin.get("allow_async_trainer", False))
-    estimator = make_estimator(REGISTERED_NAMES[name], **options)
+    estimator = make_estimator(name, **options)
     check_clusters(estimator)
     check_rewards(name, estimator, config.algorithm)
     check_calls_per_step(name, estimator, parameter_sync_step(config))

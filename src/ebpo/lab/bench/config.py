@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ebpo.estimators import available_estimators
 from ebpo.lab.bench.methods import DEFAULT_METHODS, METHODS
 from ebpo.lab.cpu_task import task
 from ebpo.lab.train.config import TrainJobConfig
@@ -86,10 +87,12 @@ class BenchConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
-        unknown = [m for m in self.methods if m not in METHODS]
+        known = [*METHODS, *(n for n in available_estimators() if n not in METHODS)]
+        unknown = [m for m in self.methods if m not in known]
         if not self.methods or unknown:
             raise ValueError(
-                f"methods must be a non-empty subset of {list(METHODS)}, got {list(self.methods)}"
+                f"methods must be a non-empty subset of {known} (a method or an estimator name), "
+                f"got {list(self.methods)}"
             )
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods has duplicates: {list(self.methods)}")

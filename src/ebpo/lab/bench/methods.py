@@ -1,5 +1,5 @@
-"""The rows of ``ebpo bench``: a :class:`Method` is a named estimator variant
-(:data:`ebpo.estimators.VARIANTS`) trained with a TRL preset and a data order, so "EBPO with topic
+"""The rows of ``ebpo bench``: a :class:`Method` is an estimator name
+(:func:`ebpo.estimators.available_estimators`) trained with a TRL preset and a data order, so "EBPO with topic
 order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds them all,
 :data:`DEFAULT_METHODS` is the default matrix, and every paired difference is against
 :data:`REFERENCE_METHOD`.
@@ -10,48 +10,48 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ebpo.estimators import variant_spec
+from ebpo.estimators import available_estimators, estimator_spec
 
-__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method"]
+__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method", "method"]
 
 
 @dataclass(frozen=True)
 class Method:
-    """One row of the comparison: a named variant of the estimator table trained in a given setup.
+    """One row of the comparison: an estimator name trained in a given setup.
 
-    ``variant`` names the estimator and its options (:data:`ebpo.estimators.VARIANTS`: the bench
-    never spells estimator options itself). The method adds what is not a property of the
+    ``estimator`` names the estimator and its options (:func:`ebpo.estimators.estimator_spec`: the
+    bench never spells estimator options itself). The method adds what is not a property of the
     estimator: ``preset``, the TRL preset whose trainer settings (loss, KL, clipping, ...) the
-    cells use (:data:`ebpo.integrations.trl.PRESETS`; None: the variant's own name, for the
+    cells use (:data:`ebpo.integrations.trl.PRESETS`; None: the estimator's own name, for the
     paper's methods), the data ``order``, the dataset column given to the estimator as its
     clusters, and a description.
     """
 
     name: str
-    variant: str
+    estimator: str
     preset: str | None = None
     order: str = "shuffle"
     cluster_column: str | None = None
     description: str = ""
 
     def __post_init__(self) -> None:
-        variant_spec(self.variant)  # an unknown variant fails here, naming the known ones
+        estimator_spec(self.estimator)  # an unknown name fails here, naming the known ones
         if self.preset is None:
-            object.__setattr__(self, "preset", self.variant)
+            object.__setattr__(self, "preset", self.estimator)
 
     @property
     def estimator_options(self) -> dict[str, Any]:
-        """The variant's estimator options."""
-        return variant_spec(self.variant)[1]
+        """The options the estimator name fixes."""
+        return estimator_spec(self.estimator)[1]
 
     def train_options(self) -> dict[str, Any]:
         """The :class:`ebpo.lab.train.job.TrainJobConfig` fields this method sets.
 
-        A preset named after the variant already trains it with its options; any other preset
-        gets the variant's options as ``estimator_options``, which ``make_config`` merges into the
+        A preset named after the estimator already trains it with its options; any other preset
+        gets the estimator's options as ``estimator_options``, which ``make_config`` merges into the
         preset's.
         """
-        options = {} if self.preset == self.variant else self.estimator_options
+        options = {} if self.preset == self.estimator else self.estimator_options
         return {
             "estimator": self.preset,
             "order": self.order,
@@ -131,3 +131,20 @@ DEFAULT_METHODS = (
 )
 #: every paired difference is against this method (at the same G and seed)
 REFERENCE_METHOD = "grpo"
+
+
+def method(name: str) -> Method:
+    """The method ``name``: a row of :data:`METHODS`, or any other estimator name (a user's own
+    included) trained as its own TRL preset on the shuffled stream.
+
+    Raises:
+        ValueError: ``name`` is neither (naming both lists).
+    """
+    if name in METHODS:
+        return METHODS[name]
+    if isinstance(name, str) and name in available_estimators():
+        return Method(name, name, description=f"the estimator {name!r}")
+    raise ValueError(
+        f"unknown method {name!r}: expected one of {list(METHODS)} or an estimator name "
+        f"{[n for n in available_estimators() if n not in METHODS]}"
+    )

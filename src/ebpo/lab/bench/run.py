@@ -2,7 +2,7 @@
 built-in task.
 
 Every *cell* of the matrix is one ``ebpo train`` job (:mod:`ebpo.lab.train.job`) for one (method, G,
-learning rate, seed). A *method* is a named estimator variant trained with a TRL preset and a
+learning rate, seed). A *method* is an estimator name trained with a TRL preset and a
 data order (:data:`ebpo.lab.bench.methods.METHODS`), so "EBPO with topic order" and "EBPO with
 per-topic priors" are rows like GRPO.
 

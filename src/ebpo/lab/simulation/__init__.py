@@ -21,8 +21,8 @@ Experiments
   seeds) and at an equal one; history / batch / EMA priors on a policy that improves;
   topic-ordered vs shuffled data vs per-cluster priors (Proposition 3.8).
 
-Estimators are named by *specs* (:mod:`~ebpo.lab.simulation.specs`): a variant name of
-:data:`ebpo.estimators.VARIANTS` (e.g. ``"ebpo_batch"``) or a registered estimator name, with
+Estimators are named by *specs* (:mod:`~ebpo.lab.simulation.specs`): an estimator name of
+:func:`ebpo.estimators.available_estimators` (e.g. ``"ebpo_batch"``), with
 optional overrides ``"<name>:option=value,..."`` (e.g. ``"ebpo:prior=ema,half_life=5"``).
 :mod:`~ebpo.lab.simulation.report` renders the rows as Markdown tables.
 """

@@ -1,7 +1,7 @@
 """Estimator specs: how the experiments name the estimators they compare.
 
-A spec is a variant name of :data:`ebpo.estimators.VARIANTS` or a registered estimator name
-(``"ebpo_batch"``, ``"grpo"``), optionally followed by options that override the variant's:
+A spec is an estimator name of :func:`ebpo.estimators.available_estimators` (``"ebpo_batch"``,
+``"grpo"``), optionally followed by options that override the ones the name fixes:
 ``"<name>:option=value,..."`` (e.g. ``"ebpo:prior=ema,half_life=5"``). Option values are parsed
 as int, float, ``true``/``false`` or left as strings.
 
@@ -20,10 +20,10 @@ from ebpo.estimators import (
     JSPO,
     AdvantageEstimator,
     JSPOPlusPlus,
-    available_variants,
+    available_estimators,
     estimator_options,
+    estimator_spec,
     make_estimator,
-    variant_spec,
 )
 
 __all__ = [
@@ -39,15 +39,15 @@ __all__ = [
 def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``"ebpo_ema"`` or ``"ebpo:prior=ema,half_life=5"`` -> ``(registry name, options)``.
 
-    The name before ``:`` is looked up with :func:`ebpo.estimators.variant_spec`; options after it
-    override the variant's. A name that is neither a variant nor a registered estimator is returned
-    as it is (:func:`build_estimator` then reports it, with the names it knows).
+    The name before ``:`` is looked up with :func:`ebpo.estimators.estimator_spec`; options after
+    it override the name's. An unknown name is returned as it is (:func:`build_estimator` then
+    reports it, with the names it knows).
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"estimator spec must be a non-empty string, got {spec!r}")
     base, _, rest = spec.partition(":")
-    if base in available_variants():
-        name, options = variant_spec(base)
+    if base in available_estimators():
+        name, options = estimator_spec(base)
     else:
         name, options = base, {}
     for item in filter(None, rest.split(",")):

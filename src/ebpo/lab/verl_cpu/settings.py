@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ebpo.integrations.verl.advantage import REGISTERED_NAMES
+from ebpo.integrations.verl.advantage import plugin_names
 from ebpo.integrations.verl.recipes import EBPO_OVERRIDES, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.shared.task import training_problems
 from ebpo.utils.checks import check_int, check_positive_int
@@ -80,7 +80,7 @@ class EstimatorRun:
     @property
     def ours(self) -> bool:
         """Whether the estimator is one of ebpo's (it logs ``<name>/*`` and carries a state)."""
-        return self.registry_name in REGISTERED_NAMES
+        return self.registry_name in plugin_names()
 
     @property
     def metric_prefixes(self) -> tuple[str, ...]:
