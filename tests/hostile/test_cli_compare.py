@@ -346,8 +346,8 @@ CASES = [
     CliCase("two methods recorded as grpo", ["compare", "grpo0", "dapo0", "ebpo0", *OUT],
             R + r"RUN: 'grpo0/verl_metrics.jsonl' and 'dapo0/verl_metrics.jsonl' are both grpo "
             r"with seed 0: each estimator needs one run per seed; where they are two methods "
-            r"that record one estimator \(the recipes dapo and entropy_mech train with grpo's advantages\), label each: "
-            r"METHOD@SEED=PATH",
+            r"that record one estimator \(the recipes dapo and entropy_mech train with grpo's "
+            r"advantages\), label each: METHOD@SEED=PATH",
             setup=then(verl(("grpo", 0), ("ebpo", 0)),
                        lambda tmp: write_verl_run(tmp / "dapo0", "grpo", 0, (0.1, 0.2), ACCURACY))),
     CliCase("metric all with no metric comparable", ["compare", "grpo@0=a", "ebpo@0=b",
