@@ -326,6 +326,18 @@ CASES = [
     CliCase("output a symbolic link loop", ["compare", *RUNS, "--output-dir", "loop"],
             R + r"--output-dir 'loop' is, or lies below, a symbolic link loop",
             setup=then(verl(*PAIR), lambda tmp: os.symlink("loop", tmp / "loop"))),
+    *(CliCase(f"output holding PNGs named like a report's{' '.join(['', *flag])}", ["compare", *RUNS, *OUT, *flag],
+              R + r"--output-dir 'out' holds files that are not an ebpo compare report "
+              r"\(curves_my_thesis.png, difference_old.png\)",
+              setup=then(verl(*PAIR), leftover("out", {"curves_my_thesis.png": "mine",
+                                                       "difference_old.png": "mine"})))
+      for flag in ([], ["--no-plots"])),
+    CliCase("output holding a compare.json that is not ours", ["compare", *RUNS, *OUT],
+            R + r"--output-dir 'out' holds files that are not an ebpo compare report "
+            r"\(compare.csv, compare.json, curves_x.png\)",
+            setup=then(verl(*PAIR), leftover("out", {"compare.json": '{"files": ["compare.csv"]}',
+                                                     "compare.csv": "mine",
+                                                     "curves_x.png": "mine"}))),
     CliCase("output holding a user's folder named as our staging", ["compare", *RUNS, *OUT],
             R + rf"--output-dir 'out' holds files that are not an ebpo compare report \({OLD}\)",
             setup=then(verl(*PAIR), leftover("out", {f"{OLD}/notes.txt": "mine"}))),

@@ -17,7 +17,8 @@ the verdict lines and a console table.
      "multiplicity": {"alpha", "intervals", "excluding_zero", "expected_by_chance",
                       "holm_excluding_zero"},
      "verdict": ["one line per estimator and metric", ...],
-     "metric_note": "which metric, and why (a fallback to the training reward said)"}
+     "metric_note": "which metric, and why (a fallback to the training reward said)",
+     "files": ["the report's files", ...]}  (added by the command that writes them)
 
 Differences are estimator minus baseline, in the metric's units; ``ci_low`` / ``ci_high`` bound
 the 95 % Student-t interval (null with one pair); ``holm``: the interval still excludes 0 after
