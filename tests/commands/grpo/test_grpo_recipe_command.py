@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -94,18 +93,3 @@ def test_prepare_data_keeps_the_validation_set(capsys) -> None:
     assert main(["grpo", "prepare-data", "--eval", "math-500"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--eval must keep aime-2024" in err
-
-
-def test_prepare_data_never_replaces_a_users_file(tmp_path, monkeypatch) -> None:
-    from ebpo.commands.grpo import recipes
-
-    folder = tmp_path / "trl" / "file"
-    folder.mkdir(parents=True)
-    (folder / "train.parquet").write_text("mine")
-    with pytest.raises(ValueError, match="exists and is not a link of ours"):
-        recipes._link(folder / "train.parquet", "../../dapo_math_17k.file.parquet")
-    assert (folder / "train.parquet").read_text() == "mine"
-    recipes._link(folder / "test.parquet", "../../aime24.parquet")
-    recipes._link(folder / "test.parquet", "../../aime24.parquet")  # a link of ours is replaced
-    assert Path(folder / "test.parquet").readlink() == Path("../../aime24.parquet")
-    assert sorted(p.name for p in folder.iterdir()) == ["test.parquet", "train.parquet"]

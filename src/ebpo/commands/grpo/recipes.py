@@ -124,26 +124,14 @@ def _prepare(args: argparse.Namespace) -> int:
         raise ValueError(
             "--eval must keep aime-2024: the recipes validate on it (dataset_test_split: test)"
         )
-    run_prepare(args)
-    out_dir = Path(args.out_dir)
+    links = {}
     for order in TRL_ORDERS:
-        folder = out_dir / "trl" / order
-        folder.mkdir(parents=True, exist_ok=True)
-        _link(folder / "train.parquet", f"../../dapo_math_17k.{order}.parquet")
-        _link(folder / "test.parquet", "../../aime24.parquet")
+        links[f"trl/{order}/train.parquet"] = f"../../dapo_math_17k.{order}.parquet"
+        links[f"trl/{order}/test.parquet"] = "../../aime24.parquet"
+    run_prepare(args, links)  # every path checked before the first write, the links last
+    for order in TRL_ORDERS:
         print(
-            f"wrote {folder}: train.parquet -> dapo_math_17k.{order}.parquet, "
-            "test.parquet -> aime24.parquet"
+            f"wrote {Path(args.out_dir) / 'trl' / order}: train.parquet -> "
+            f"dapo_math_17k.{order}.parquet, test.parquet -> aime24.parquet"
         )
     return 0
-
-
-def _link(path: Path, target: str) -> None:
-    """``path`` a symbolic link to ``target``, replaced atomically (a link of a previous run is
-    swapped, never removed first); a regular file or folder there is a user's and refused."""
-    if path.exists() and not path.is_symlink():
-        raise ValueError(f"{path} exists and is not a link of ours: move it away, then run again")
-    staging = path.with_name(f".{path.name}.{os.getpid()}.link")
-    staging.unlink(missing_ok=True)
-    staging.symlink_to(target)
-    os.replace(staging, path)
