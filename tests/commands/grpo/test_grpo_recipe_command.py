@@ -77,6 +77,19 @@ def test_a_file_of_that_name_wins_over_the_shipped_recipe(tmp_path, monkeypatch,
     assert capsys.readouterr().err == ""
 
 
+def test_a_yaml_file_here_wins_over_the_shipped_recipe_and_says_so(tmp_path, monkeypatch, capsys):
+    """``--config qwen3-1.7b/grpo`` beside a ``qwen3-1.7b/grpo.yaml`` of the user's (a copy of the
+    recipe they edited) runs their file, and a line says so (issue 53)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qwen3-1.7b").mkdir()
+    (tmp_path / "qwen3-1.7b" / "grpo.yaml").write_text("max_steps: 1\n")
+    assert resolve_config_name(["--config=qwen3-1.7b/grpo"]) == ["--config=qwen3-1.7b/grpo.yaml"]
+    assert capsys.readouterr().err == (
+        "ebpo grpo: --config qwen3-1.7b/grpo: your file qwen3-1.7b/grpo.yaml (a file here wins "
+        "over the shipped recipe of that name)\n"
+    )
+
+
 @pytest.mark.slow
 def test_a_shipped_recipe_dry_runs_by_name_outside_the_repository(tmp_path):
     done = subprocess.run(
