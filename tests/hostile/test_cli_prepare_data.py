@@ -72,6 +72,9 @@ CASES = [
          made({"out/aime24.parquet": "mine",
                f"out/{LIST_NAME}": json.dumps({"format": "ebpo-prepare-data", "files": []})}),
          R + r"'out/aime24\.parquet' exists and is not a file ebpo prepare-data wrote"),
+    case("a file of the user's named as our list", made({f"out/{LIST_NAME}": "mine"}),
+         R + rf"'out/{LIST_NAME}' is a file, not prepare-data's list of the files it wrote: move "
+         "it away$"),
     CliCase("an output inside the installed package",
             [*PREPARE, "--out-dir", str(Path(ebpo.__file__).parent / "hostile-prepare-data")],
             r"^ebpo grpo: error: --out-dir '.*hostile-prepare-data' lies inside the "

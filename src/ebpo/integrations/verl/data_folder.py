@@ -40,15 +40,21 @@ _OPTION = "--out-dir"
 def our_files(out: Path) -> set[str]:
     """The files of ``out`` that an earlier run listed in :data:`LIST_NAME` (plain names, regular
     files); none when the list is absent or not ours."""
-    path = out / LIST_NAME
-    try:
-        listed = read_json(path) if path.is_file() and not path.is_symlink() else None
-    except (OSError, ValueError):
-        listed = None
-    if not (isinstance(listed, dict) and listed.get("format") == _FORMAT):
-        return set()
-    names = [n for n in listed.get("files", ()) if isinstance(n, str) and "/" not in n]
+    listed = _list_of(out / LIST_NAME)
+    names = [n for n in listed or () if isinstance(n, str) and "/" not in n]
     return {n for n in names if _is_plain_file(out / n)}
+
+
+def _list_of(path: Path) -> list[object] | None:
+    """The names :data:`LIST_NAME` at ``path`` holds; None when it is absent or not ours."""
+    try:
+        listed = read_json(path) if _is_plain_file(path) else None
+    except (OSError, ValueError):
+        return None
+    if isinstance(listed, dict) and listed.get("format") == _FORMAT:
+        files = listed.get("files")
+        return files if isinstance(files, list) else []
+    return None
 
 
 def check_outputs(out: Path, names: Iterable[str], links: Mapping[str, str]) -> None:
@@ -57,6 +63,10 @@ def check_outputs(out: Path, names: Iterable[str], links: Mapping[str, str]) -> 
     without changing anything of the user's. Reads only."""
     ours = our_files(out) if out.is_dir() else set()
     _check_folder_on_the_way(out, out)
+    listing = out / LIST_NAME
+    if os.path.lexists(listing) and _list_of(listing) is None:
+        raise _refusal(listing, f"is {_kind(listing)}, not prepare-data's list of the files it "
+                       "wrote: move it away")  # fmt: skip
     for name in names:
         path = out / name
         if not os.path.lexists(path):
