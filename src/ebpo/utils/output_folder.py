@@ -1,5 +1,6 @@
-"""The one output-folder guard of ``ebpo train``, ``grpo``, ``replay`` and ``compare``; each
-command says only what marks a folder of its kind (a run's manifest, TRL's files, a report's names).
+"""The one output-folder guard of ``ebpo train``, ``grpo``, ``replay``, ``compare`` and
+``prepare-data``; each command says only what marks a folder of its kind (a run's manifest, TRL's
+files, a report's names, the list of the files it wrote).
 
     out = check_folder(args.output_dir, "--output-dir")  # no file, loop or dead link there
     check_apart(out, inputs, option="--output-dir")      # not an input, nor around one
