@@ -12,6 +12,7 @@ import pytest
 
 from ebpo.analysis.compare.runs import read_run
 from ebpo.cli import main
+from ebpo.commands.compare import previous_report
 from ebpo.utils.file_sets import MARK
 from ebpo.utils.run_lock import lock_run_dir
 from tests.analysis.compare.verl_runs import write_trl_state
@@ -74,6 +75,26 @@ def test_a_new_report_replaces_the_old_one_whole(train_runs, tmp_path):
         "compare.csv", "compare.json", "curves_reward.png", "difference_reward.png",
     ]  # fmt: skip
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_report_is_what_its_compare_json_lists(train_runs, tmp_path):
+    """Only the files a report's compare.json lists are the report's (a PNG named like one is the
+    user's, issue 53); a list naming a file no report writes does not make it ours; a report of
+    0.1.0, without the list, is compare.json, compare.csv and the PNGs of its metrics."""
+    out = tmp_path / "report"
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--metric", "reward"]) == 0
+    content = json.loads((out / "compare.json").read_text())
+    assert content["files"] == sorted(p.name for p in out.iterdir())
+    old = {**content, "files": [*content["files"], "notes.txt", "../x.png"]}
+    (out / "compare.json").write_text(json.dumps(old))
+    (out / "notes.txt").write_text("mine")
+    assert previous_report(out) == ["compare.csv", "compare.json", "curves_reward.png",
+                                    "difference_reward.png"]  # fmt: skip
+    (out / "notes.txt").unlink()
+    del content["files"]  # as 0.1.0 wrote it
+    (out / "compare.json").write_text(json.dumps(content))
+    assert main(["compare", *train_runs, "--output-dir", str(out), "--no-plots"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["compare.csv", "compare.json"]
 
 
 def test_leftovers_of_a_killed_run_are_cleared_before_the_new_report(train_runs, tmp_path, capsys):
@@ -180,8 +201,9 @@ def _trl_pair(tmp_path, rewards):
          {"identical_pairs": ["0", "1"], "never_moved": True}),
         ({("grpo", 0): [0.1, 0.2, 0.3], ("ebpo", 0): [0.1, 0.2, 0.3],
           ("grpo", 1): [0.1, 0.2, 0.3], ("ebpo", 1): [0.2, 0.3, 0.5]},
-         "over 2 seed pairs: not separated (the interval covers 0) [seed pair(s) 0 identical at "
-         "every step: the same run twice?] [the training reward, not a held-out result]",
+         "over 2 seed pairs: not separated (the interval covers 0) [the runs of seed(s) 0 are "
+         "identical at all 3 common steps: the same run given twice?] [the training reward, not "
+         "a held-out result]",
          {"identical_pairs": ["0"], "never_moved": False}),
     ],
     ids=["a metric that never moved", "one identical pair"],

@@ -879,6 +879,33 @@ for label, name, options, state, match in BAD_STATES:
     case(
         f"load-{name}-{label}", est, lambda est=est, state=state: est.load_state_dict(state), match
     )
+# old option names (issue 53, 8): the new name in the message; a state with both says so
+for label, options, match in (
+    ("renamed-prior-mean", {"prior_mean": "group_means"},
+     r"unknown option\(s\) \['prior_mean'\] for estimator 'ebpo' \('prior_mean' was renamed "
+     r"'prior_mean_from': write prior_mean_from=\.\.\.\)"),
+    ("renamed-tau2", {"tau2": "raw"}, r"\('tau2' was renamed 'tau2_mode'"),
+    ("old-and-new-names", {"prior_mean": "rewards", "prior_mean_from": "group_means"},
+     r"\('prior_mean' is the old name of 'prior_mean_from', which is given too: drop "
+     r"'prior_mean'\)"),
+    ("option-typo", {"half_lif": 3}, r"\['half_lif'\] for estimator 'ebpo' \(did you mean "
+     r"'half_life'\?\)"),
+):  # fmt: skip
+    case(f"make-ebpo-{label}", None, lambda o=options: ebpo.make_estimator("ebpo", **o), match)
+_BOTH = fed("ebpo")
+case(
+    "load-ebpo-old-and-new-option-names",
+    _BOTH,
+    lambda: _BOTH.load_state_dict(
+        {
+            **_BOTH.state_dict(),
+            "options": {**_BOTH.state_dict()["options"], "prior_mean": "rewards"},
+        }
+    ),
+    r"the saved options hold both 'prior_mean' \(the option's name in ebpo 0\.1\.0\) and "
+    r"'prior_mean_from' \(its name now\), with values 'rewards' and 'rewards': a state records "
+    r"one of them",
+)
 case(
     "moments-from-state-10**400",
     None,

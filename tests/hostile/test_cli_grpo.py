@@ -200,6 +200,46 @@ CASES = [
         r"per completion$",
         setup=recipe(**{"rewards_one.py": "def reward(completions, **kw):\n    return 0.5\n"}),
     ),
+    # ---- issue 53, item 8: what a message says
+    CliCase(
+        "recipe-without-a-name",
+        ["grpo", "recipe"],
+        G + r"NAME: expected a recipe's name such as qwen3-1\.7b/dapo \(ebpo grpo recipe "
+        r"--list names all 14\), or --list or --readme$",
+    ),
+    *(
+        CliCase(
+            f"config-empty{label}",
+            ["grpo", *argv, "--dry-run"],
+            G + r"--config '': the value is empty; expected a YAML file or a shipped recipe's "
+            r"name \(ebpo grpo recipe --list\)$",
+        )
+        for label, argv in (("", ["--config", ""]), ("-equals", ["--config="]))
+    ),
+    *(
+        CliCase(
+            f"config-last{'-dry-run' if dry else ''}",
+            ["grpo", *dry, "--config"],
+            G + r"--config is the last word on the line: expected a YAML file or a shipped "
+            r"recipe's name \(ebpo grpo recipe --list\) after it$",
+        )
+        for dry in ([], ["--dry-run"])
+    ),
+    *rows(
+        "yaml-old-option-name",
+        R,
+        G + r"unknown key\(s\) \['prior_mean'\] in r\.yaml \('prior_mean' is an estimator's "
+        r"option, renamed 'prior_mean_from' since ebpo 0\.1\.0: it goes in estimator_options, "
+        r"e\.g\. estimator_options: \{prior_mean_from: \.\.\.\}\)",
+        recipe("prior_mean: group_means\n"),
+    ),
+    *rows(
+        "estimator-options-old-name",
+        R,
+        G + r"unknown option\(s\) \['prior_mean'\] for estimator 'ebpo' \('prior_mean' was "
+        r"renamed 'prior_mean_from': write prior_mean_from=\.\.\.\)",
+        recipe("estimator_options: {prior_mean: group_means}\n"),
+    ),
     CliCase(
         "reward-returns-none-dry-run",
         [*R, "--reward_funcs", "rewards_none.reward", "--dry-run"],

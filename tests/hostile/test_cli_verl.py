@@ -125,6 +125,8 @@ VERL_TABLE = r"""
     ebpo-per-cluster | +algorithm.ebpo.per_cluster=True | per_cluster=True is not supported in verl
     hydra-syntax | '+algorithm.ebpo.prior=[batch' | ^ebpo verl run: error: cannot parse the Hydra overrides
     recipe-unknown | recipe ebpo_topci | ^ebpo verl recipe: error: unknown recipe 'ebpo_topci'
+    recipe-without-a-name | recipe | ^ebpo verl recipe: error: NAME: expected a recipe's name, one of ebpo,
+    +  ebpo_topic, ebpo_diff, grpo, dr_grpo, dapo, entropy_mech \(ebpo verl recipe --list says what each runs\)$
     prepare-out-dir-empty | prepare-data --out-dir '' | --out-dir must be a non-empty path
     prepare-eval-file-syntax | prepare-data --eval-file gsm8k=x.jsonl | --eval-file must be NAME=PATH with NAME in
     prepare-eval-unknown | prepare-data --eval gsm8k | unknown evaluation set\(s\) \['gsm8k'\]

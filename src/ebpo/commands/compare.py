@@ -6,8 +6,9 @@ writes ``compare.json``, ``compare.csv`` and two PNGs per metric to ``--output-d
 table and one verdict line per estimator and metric. Everything is read and checked before
 anything is written: a bad argument or run ends in one line (exit 2) and the output folder is left
 as it was. The output folder (:mod:`ebpo.utils.output_folder`) is held while the report replaces
-the previous one all or nothing; it may hold nothing but a previous report (:data:`REPORT_FILES`:
-every PNG of those names is taken for one). docs/compare.md explains the numbers.
+the previous one all or nothing; it may hold nothing but a previous report: the files its
+``compare.json`` lists (:func:`previous_report`; a PNG merely named like a report's is the
+user's). docs/compare.md explains the numbers.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ebpo.analysis.compare import compare_runs, read_runs
-from ebpo.analysis.compare.plots import plot_writers
-from ebpo.analysis.compare.report import compare_csv, console_table
+from ebpo.analysis.compare.plots import plot_names, plot_writers
+from ebpo.analysis.compare.report import FORMAT, compare_csv, console_table
 from ebpo.utils.checks import check_positive_int
 from ebpo.utils.file_sets import Writer, check_leftovers
-from ebpo.utils.files import write_json
+from ebpo.utils.files import read_json, write_json
 from ebpo.utils.output_folder import (
     check_apart,
     check_folder,
@@ -46,7 +47,8 @@ DESCRIPTION = (
     "correction. Writes compare.json, compare.csv and PNGs to --output-dir. See `ebpo docs compare`."
 )
 OPTION = "--output-dir"
-#: what a report holds (fnmatch patterns); anything else in the folder makes it the user's
+#: the names a report's files may have (fnmatch patterns); which of them are a report's: the
+#: list in its compare.json
 REPORT_FILES = ("compare.json", "compare.csv", "difference_*.png", "curves_*.png")
 #: names the hidden staging folders of the report (ebpo.utils.file_sets)
 REPORT_TAG = "compare"
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         runs, baseline=args.baseline, metrics=metrics, smooth=smooth, ignore=args.ignore
     )
     writers: dict[str, Writer] = {
-        "compare.json": lambda path: write_json(path, content),
+        "compare.json": lambda path: write_json(path, {**content, "files": sorted(writers)}),
         "compare.csv": lambda path: path.write_text(compare_csv(content), encoding="utf-8"),
     }
     if plots:
@@ -149,7 +151,8 @@ def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]
     except (RuntimeError, OSError) as error:  # a loop that stat did not meet
         raise ValueError(f"{OPTION} {os.fspath(out_dir)!r} cannot be resolved ({error})") from None
     check_apart(folder, run_folders, option=OPTION, noun="input run")
-    foreign = [n for n in entries_of(target, REPORT_TAG) if not _is_report_file(target / n)]
+    ours = previous_report(target)
+    foreign = [n for n in entries_of(target, REPORT_TAG) if n not in ours]
     if foreign:
         raise ValueError(
             f"{OPTION} {os.fspath(out_dir)!r} holds files that are not an ebpo compare report "
@@ -162,12 +165,31 @@ def check_output_folder(out_dir: str | os.PathLike[str], run_folders: list[Path]
 
 
 def previous_report(folder: Path) -> list[str]:
-    """The files of the previous report: all replaced (no PNG of an old metric remains)."""
-    return [name for name in entries_of(folder) if _is_report_file(folder / name)]
+    """The files of the previous report, all replaced (no PNG of an old metric remains): those
+    its ``compare.json`` lists (``files``; one written before that list, 0.1.0's: ``compare.csv``
+    and the PNGs of its ``metrics``), each a regular file named as a report's file
+    (:data:`REPORT_FILES`). None without a ``compare.json`` of ours: a file merely named like
+    a report's is the user's."""
+    try:
+        manifest = read_json(folder / "compare.json") if _is_file(folder / "compare.json") else None
+    except (OSError, ValueError):
+        manifest = None
+    if not (isinstance(manifest, dict) and manifest.get("format") == FORMAT):
+        return []
+    listed = manifest.get("files")
+    if listed is None and isinstance(manifest.get("metrics"), list):  # a report of ebpo 0.1.0
+        metrics = [m for m in manifest["metrics"] if isinstance(m, str)]
+        listed = ["compare.csv", *(n for pair in plot_names(metrics).values() for n in pair)]
+    names = {"compare.json", *(n for n in listed or () if isinstance(n, str))}
+    return sorted(n for n in names if _is_report_name(n) and _is_file(folder / n))
 
 
-def _is_report_file(path: Path) -> bool:
-    return path.is_file() and any(fnmatch.fnmatchcase(path.name, p) for p in REPORT_FILES)
+def _is_report_name(name: str) -> bool:
+    return "/" not in name and any(fnmatch.fnmatchcase(name, p) for p in REPORT_FILES)
+
+
+def _is_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def _run_folder(path: Path) -> Path:

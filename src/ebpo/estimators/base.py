@@ -101,6 +101,9 @@ class AdvantageEstimator:
     #: :func:`~ebpo.estimators.validation.check_outputs` (a stateful estimator must, before it
     #: commits its state); ``_result`` then does not check them again
     checks_own_outputs: ClassVar[bool] = False
+    #: options renamed since a release, old name -> new name: an unknown option of an old name
+    #: is refused with the new one (:func:`~ebpo.estimators.registry.make_estimator`)
+    renamed_options: ClassVar[dict[str, str]] = {}
     _state_lock: threading.RLock
 
     def __getstate__(self) -> dict[str, Any]:

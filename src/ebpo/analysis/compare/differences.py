@@ -22,7 +22,8 @@ Any finite values give finite statistics: they are computed on the values divide
 near the largest (:func:`value_scale`: no sum or square overflows, rewards near ±1.7e308
 included) and multiplied back; a difference that is itself beyond float64 is refused
 (ValueError) before anything is written. :func:`flags` marks what makes a verdict empty: seed
-pairs whose curves are identical, a metric that never moved.
+pairs whose curves are identical at every common step, a metric that took one value at every
+step of every run (both from two common steps on).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from ebpo.analysis.paired import (
 from ebpo.utils.plotting import moving_average
 
 __all__ = [
-    "SUMMARIES", "compare_metric", "count_intervals", "curve", "flags", "paired_p_value",
-    "value_scale",
+    "SUMMARIES", "compare_metric", "count_intervals", "curve", "flags", "logged_values",
+    "paired_p_value", "value_scale",
 ]  # fmt: skip
 
 SUMMARIES = ("last_step", "auc", "steps_to_baseline_final")
@@ -155,7 +156,7 @@ def compare_metric(pairs: Pairs, estimator: str, metric: str, smooth: int) -> di
         "seeds": seeds,
         "steps": per_step,
         "summaries": summaries,
-        "flags": flags(seeds, x, b, steps),
+        "flags": flags(seeds, x, b, steps, logged_values([*mine, *theirs], metric)),
         "curves": {
             "step": steps,
             estimator: {s: [v * scale for v in c] for s, c in zip(seeds, x, strict=True)},
@@ -165,18 +166,28 @@ def compare_metric(pairs: Pairs, estimator: str, metric: str, smooth: int) -> di
 
 
 def flags(
-    seeds: Sequence[str], x: Sequence[Sequence[float]], b: Sequence[Sequence[float]], steps: Any
+    seeds: Sequence[str],
+    x: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    steps: Sequence[int],
+    logged: Sequence[float],
 ) -> dict[str, Any]:
-    """What makes a verdict on these curves empty: ``identical_pairs``, the seeds whose estimator
-    and baseline curves are equal at every common step (the same run twice?), and
-    ``never_moved``, whether the metric took one value at every step of every run (a constant
-    says nothing about training); both from two steps on."""
-    curves = [*x, *b]
-    moving = len(steps) > 1
+    """What makes a verdict on these curves empty, both from two common steps on (one value per
+    run says nothing of a curve): ``identical_pairs``, the seeds whose estimator and baseline
+    curves are equal at every common step (the same run given twice?), and ``never_moved``,
+    whether every value ``logged`` (every run's, at every step it logged the metric, common or
+    not) is one and the same (a constant says nothing about training)."""
+    if len(steps) < 2:
+        return {"identical_pairs": [], "never_moved": False}
     return {
         "identical_pairs": [s for s, c, r in zip(seeds, x, b, strict=True) if c == r],
-        "never_moved": moving and len({v for c in curves for v in c}) == 1,
+        "never_moved": len(set(logged)) == 1 and math.isfinite(logged[0]),
     }
+
+
+def logged_values(runs: Sequence[Run], metric: str) -> list[float]:
+    """Every value of ``metric`` that ``runs`` logged, at every step (NaN included)."""
+    return [value for run in runs for value in run.metrics[metric].values()]
 
 
 def _check_finite(metric: str, estimator: str, baseline: str, rows: Sequence[dict]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ EVAL_PATTERNS = ("eval_reward", "eval_rewards/*/mean", "val-core/*", "heldout/pa
 METRIC_SOURCES = ("asked", "all", "evaluation", "training reward")
 #: the training reward, by kind
 REWARD_METRICS = ("reward", "critic/score/mean", "critic/rewards/mean")
+#: a seed sorted as a number: ASCII digits, few enough for int() (a label may say more)
+_NUMBER = re.compile(r"-?[0-9]{1,100}")
 #: the most setting keys a refusal names before "and N more"
 _SHOWN = 6
 
@@ -84,7 +87,9 @@ def pair_runs(runs: Sequence[Run], baseline: str) -> Pairs:
         if run.seed in seeds:
             raise ValueError(
                 f"RUN: {str(seeds[run.seed].path)!r} and {str(run.path)!r} are both "
-                f"{run.estimator} with seed {run.seed}: each estimator needs one run per seed"
+                f"{run.estimator} with seed {run.seed}: each estimator needs one run per seed; "
+                "where they are two methods that record one estimator (the recipes dapo and "
+                "entropy_mech train with grpo's advantages), label each: METHOD@SEED=PATH"
             )
         seeds[run.seed] = run
     if baseline not in grouped:
@@ -134,7 +139,13 @@ def choose_metrics(pairs: Pairs, asked: Sequence[str]) -> tuple[list[str], str]:
     runs = [run for seeds in pairs.runs.values() for run in seeds.values()]
     shared = set.intersection(*(set(run.metrics) for run in runs))
     if list(asked) == ["all"]:  # those every run logged as numbers at some step they share
-        return sorted(m for m in shared if _comparable(runs, m)), "all"
+        comparable = sorted(m for m in shared if _comparable(runs, m))
+        if not comparable:
+            raise ValueError(
+                "--metric all: no metric that every run logged as a finite number at a step they "
+                f"all share (logged by every run: {', '.join(sorted(shared)[:8]) or 'none'})"
+            )
+        return comparable, "all"
     for name in asked:
         lacking = [str(run.path) for run in runs if name not in run.metrics]
         if lacking:
@@ -209,5 +220,6 @@ def _values(runs: Sequence[Run], key: str) -> str:
 
 
 def _sorted_seeds(seeds: set[str]) -> list[str]:
-    """Seeds in numeric order where they are numbers (2 before 10)."""
-    return sorted(seeds, key=lambda s: (0, int(s), s) if s.lstrip("-").isdigit() else (1, 0, s))
+    """Seeds in numeric order where they are whole numbers of ASCII digits (2 before 10), the
+    others after them in text order."""
+    return sorted(seeds, key=lambda s: (0, int(s), s) if _NUMBER.fullmatch(s) else (1, 0, s))

@@ -17,15 +17,17 @@ the verdict lines and a console table.
      "multiplicity": {"alpha", "intervals", "excluding_zero", "expected_by_chance",
                       "holm_excluding_zero"},
      "verdict": ["one line per estimator and metric", ...],
-     "metric_note": "which metric, and why (a fallback to the training reward said)"}
+     "metric_note": "which metric, and why (a fallback to the training reward said)",
+     "files": ["the report's files", ...]}  (added by the command that writes them)
 
 Differences are estimator minus baseline, in the metric's units; ``ci_low`` / ``ci_high`` bound
 the 95 % Student-t interval (null with one pair); ``holm``: the interval still excludes 0 after
 Holm's correction over all ``intervals``. ``metric_source``: ``asked`` (``--metric``), ``all``,
 ``evaluation`` (the evaluation metrics every run logged) or ``training reward`` (none: the
 fallback, not a held-out result; each verdict says so). ``flags``: seed pairs whose curves are
-identical at every common step (the same run twice?) and a metric that took one value at every
-step of every run (no verdict: the line says why). ``compare.csv`` holds the per-step and summary
+identical at every common step (the same run given twice?) and a metric that took one value at
+every step of every run, common or not (no verdict: the line says why); both from two common steps
+on. ``compare.csv`` holds the per-step and summary
 rows.
 """
 
@@ -67,8 +69,8 @@ def verdict(comparison: Mapping[str, Any], baseline: str, source: str = "asked")
         return f"{head}: no verdict ({moved}){notes}"
     identical = flags.get("identical_pairs", [])
     if identical and len(identical) == len(comparison["seeds"]):
-        return (f"{head}: no verdict (every seed pair is identical at every step: the same run "
-                f"twice?){notes}")  # fmt: skip
+        return (f"{head}: no verdict (every seed pair is identical at all {len(comparison['steps'])}"
+                f" common steps: the same run given twice?){notes}")  # fmt: skip
     pairs = f"{row['pairs']} seed pair{'s' if row['pairs'] != 1 else ''}"
     if row["pairs"] < 2:
         why = "one pair gives no interval; run more seeds"
@@ -85,8 +87,8 @@ def _notes(comparison: Mapping[str, Any], source: str) -> str:
     notes = []
     identical = comparison.get("flags", {}).get("identical_pairs", [])
     if identical and len(identical) < len(comparison["seeds"]):
-        notes.append(f"seed pair(s) {', '.join(identical)} identical at every step: the same run "
-                     "twice?")  # fmt: skip
+        notes.append(f"the runs of seed(s) {', '.join(identical)} are identical at all "
+                     f"{len(comparison['steps'])} common steps: the same run given twice?")  # fmt: skip
     if source == "training reward":
         notes.append("the training reward, not a held-out result")
     return "".join(f" [{note}]" for note in notes)

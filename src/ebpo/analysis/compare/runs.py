@@ -37,11 +37,14 @@ from ebpo.analysis.compare.pickle_fields import Opaque, pickled_fields
 from ebpo.utils.checks import is_real
 from ebpo.utils.structured_input import parse_json, read_json_file, read_yaml_file
 
-__all__ = ["KINDS", "MAX_LINE", "Run", "parse_run_argument", "read_run"]
+__all__ = ["KINDS", "MAX_LINE", "SEED_DIGITS", "Run", "parse_run_argument", "read_run"]
 
 KINDS = ("trl", "verl", "ebpo-train")
 #: the longest line of a JSON-lines log read (a verl step's metrics: a few kB)
 MAX_LINE = 16 * 2**20
+#: the most digits of a seed read from a run's files (numpy's and torch's seeds are 64-bit at most)
+SEED_DIGITS = 20
+_SEED = re.compile(rf"[+-]?[0-9]{{1,{SEED_DIGITS}}}")
 #: ``ESTIMATOR@SEED=`` / ``ESTIMATOR=`` / ``@SEED=`` before a path
 _LABEL = re.compile(
     r"^(?P<estimator>[A-Za-z0-9_.+-]*)(?:@(?P<seed>[A-Za-z0-9_.+-]+))?=(?P<path>.+)$"
@@ -219,23 +222,34 @@ def _verl_run(path: Path, where: str) -> Run:
         run.files.append(hydra / "config.yaml")
         run.settings = _flatten(config if isinstance(config, dict) else {})
         run.estimator = run.settings.get("algorithm.adv_estimator")
-        run.seed = _verl_seed(hydra / "overrides.yaml", where)
+        run.seed, run.unread = _verl_seed(hydra / "overrides.yaml", where)
     return run
 
 
-def _verl_seed(overrides: Path, where: str) -> str | None:
-    """The values of the ``*seed`` keys the user set (``key=value`` lines of overrides.yaml)."""
+def _verl_seed(overrides: Path, where: str) -> tuple[str | None, str | None]:
+    """``(seed, why not)``: the values of the ``*seed`` keys the user set (``key=value`` lines of
+    overrides.yaml), each a whole number of at most :data:`SEED_DIGITS` digits; else no seed and
+    what the file holds instead (a label on the command line gives the seed then)."""
     if not overrides.is_file():
-        return None
+        return None, None
     lines = read_yaml_file(overrides, f"{where}: {str(overrides)!r}")
     seeds = sorted(
         line.lstrip("+~").split("=", 1)
         for line in (lines if isinstance(lines, list) else [])
         if isinstance(line, str) and "=" in line and "seed" in line.split("=", 1)[0].split(".")[-1]
     )
+    for key, value in seeds:
+        if not _SEED.fullmatch(value):
+            shown = (
+                repr(value)
+                if len(value) <= 40
+                else f"{value[:20]!r}... ({len(value):,} characters)"
+            )
+            return None, (f"{overrides.parent.name}/overrides.yaml sets {key} to {shown}, not a "
+                          f"whole number of at most {SEED_DIGITS} digits")  # fmt: skip
     if not seeds:
-        return None
-    return seeds[0][1] if len(seeds) == 1 else ",".join(f"{k}={v}" for k, v in seeds)
+        return None, None
+    return (seeds[0][1] if len(seeds) == 1 else ",".join(f"{k}={v}" for k, v in seeds)), None
 
 
 # ====================================================================== ebpo train

@@ -53,6 +53,8 @@ from ebpo.commands.grpo.launch_values import (
     check_process_counts,
     flag_value,
 )
+from ebpo.estimators import available_estimators, estimator_options
+from ebpo.estimators.ebpo import RENAMED_OPTIONS
 
 __all__ = [
     "LAUNCHED_ENV",
@@ -143,7 +145,7 @@ def launcher_arguments(
         else:
             launch_args += [key, value]
     if unknown_keys:
-        raise ValueError(_unknown(f"key(s) {unknown_keys} in {source}"))
+        raise ValueError(_unknown(f"key(s) {unknown_keys} in {source}", unknown_keys))
     launch_args += _cli_launcher_arguments(list(cli_rest), options)
     return _resolve_accelerate_config(launch_args)
 
@@ -325,7 +327,7 @@ def _cli_launcher_arguments(tokens: list[str], options: Mapping[str, Any]) -> li
         out += [name, value] if name == ACCELERATE_CONFIG and has_value else tokens[i : i + step]
         i += step
     if unknown:
-        raise ValueError(_unknown(f"flag(s) {unknown}"))
+        raise ValueError(_unknown(f"flag(s) {unknown}", unknown))
     return out
 
 
@@ -337,12 +339,25 @@ def _as_written(value: str) -> str:
     return repr(value)
 
 
-def _unknown(what: str) -> str:
+def _unknown(what: str, names: Sequence[str] = ()) -> str:
     return (
-        f"unknown {what}: neither an argument of trl grpo (GRPOConfig with EBPOConfig's fields, "
+        f"unknown {what}{_estimator_option_hint(names)}: neither an argument of trl grpo "
+        "(GRPOConfig with EBPOConfig's fields, "
         "ModelConfig, the script's and the datasets' arguments) nor an option of accelerate launch; "
         "`ebpo grpo --help` lists the arguments, `accelerate launch --help` the launcher's options"
     )
+
+
+def _estimator_option_hint(names: Sequence[str]) -> str:
+    """Where the first of ``names`` that is an estimator's option (or its old name) belongs."""
+    options = {o for name in available_estimators() for o in estimator_options(name)}
+    for key in (name.lstrip("-") for name in names):
+        new = RENAMED_OPTIONS.get(key, key)
+        if new in options:
+            renamed = f", renamed {new!r} since ebpo 0.1.0" if new != key else ""
+            return (f" ({key!r} is an estimator's option{renamed}: it goes in estimator_options, "
+                    f"e.g. estimator_options: {{{new}: ...}})")  # fmt: skip
+    return ""
 
 
 def _resolve_accelerate_config(args: list[str]) -> list[str]:

@@ -44,16 +44,19 @@ def run_subcommand(argv: Sequence[str]) -> int:
 
 
 def resolve_config_name(argv: Sequence[str]) -> list[str]:
-    """``argv`` with ``--config NAME`` (or ``--config=NAME``) replaced by the shipped recipe's path
-    when no file ``NAME`` exists and a shipped recipe is called ``NAME`` (``.yaml`` optional); a
-    line on stderr says which file it used. Anything else is left as it is (the recipe check names
-    a missing file)."""
+    """``argv`` with ``--config NAME`` (or ``--config=NAME``) replaced by the file it names: a file
+    here wins (``NAME`` itself, or ``NAME.yaml`` where a shipped recipe is also called ``NAME``),
+    else the shipped recipe called ``NAME`` (``.yaml`` optional); a line on stderr says which file
+    it used unless ``NAME`` is that file. Anything else is left as it is (the recipe check names a
+    missing file). ValueError for a ``--config`` without a value, or with an empty one."""
     out: list[str] = []
     tokens = list(argv)
     for index, token in enumerate(tokens):
         name, equals, value = token.partition("=")
         if name == "--config" and equals:
             out.append(f"--config={_resolved(value)}")
+        elif token == "--config" and index == len(tokens) - 1:
+            raise ValueError(f"--config is the last word on the line: {_EXPECTED} after it")
         elif index > 0 and tokens[index - 1] == "--config":
             out.append(_resolved(token))
         else:
@@ -61,12 +64,23 @@ def resolve_config_name(argv: Sequence[str]) -> list[str]:
     return out
 
 
+#: what --config takes
+_EXPECTED = "expected a YAML file or a shipped recipe's name (ebpo grpo recipe --list)"
+
+
 def _resolved(value: str) -> str:
-    if not value or os.path.lexists(value):
+    if not value.strip():
+        raise ValueError(f"--config {value!r}: the value is empty; {_EXPECTED}")
+    if os.path.lexists(value):
         return value
     shipped = recipe_path(value)
     if shipped is None:
         return value
+    local = f"{value}.yaml"
+    if os.path.lexists(local):  # the user's copy of the recipe, beside them
+        print(f"ebpo grpo: --config {value}: your file {local} (a file here wins over the "
+              "shipped recipe of that name)", file=sys.stderr)  # fmt: skip
+        return local
     print(f"ebpo grpo: --config {value}: the shipped recipe {shipped}", file=sys.stderr)
     return str(shipped)
 
@@ -92,10 +106,13 @@ def _recipe(args: argparse.Namespace) -> int:
     if args.readme:
         print(readme_text(), end="")
         return 0
-    if args.list or not args.name:
+    if args.list:
         for name in recipe_names():
             print(f"{name:28s} {recipe_description(name)}")
-        return 0 if args.list else 2
+        return 0
+    if not args.name:
+        raise ValueError(f"NAME: expected a recipe's name such as {recipe_names()[0]} (ebpo grpo "
+                         f"recipe --list names all {len(recipe_names())}), or --list or --readme")  # fmt: skip
     path = recipe_path(args.name)
     if path is None:
         raise ValueError(
@@ -124,26 +141,14 @@ def _prepare(args: argparse.Namespace) -> int:
         raise ValueError(
             "--eval must keep aime-2024: the recipes validate on it (dataset_test_split: test)"
         )
-    run_prepare(args)
-    out_dir = Path(args.out_dir)
+    links = {}
     for order in TRL_ORDERS:
-        folder = out_dir / "trl" / order
-        folder.mkdir(parents=True, exist_ok=True)
-        _link(folder / "train.parquet", f"../../dapo_math_17k.{order}.parquet")
-        _link(folder / "test.parquet", "../../aime24.parquet")
+        links[f"trl/{order}/train.parquet"] = f"../../dapo_math_17k.{order}.parquet"
+        links[f"trl/{order}/test.parquet"] = "../../aime24.parquet"
+    run_prepare(args, links)  # every path checked before the first write, the links last
+    for order in TRL_ORDERS:
         print(
-            f"wrote {folder}: train.parquet -> dapo_math_17k.{order}.parquet, "
-            "test.parquet -> aime24.parquet"
+            f"wrote {Path(args.out_dir) / 'trl' / order}: train.parquet -> "
+            f"dapo_math_17k.{order}.parquet, test.parquet -> aime24.parquet"
         )
     return 0
-
-
-def _link(path: Path, target: str) -> None:
-    """``path`` a symbolic link to ``target``, replaced atomically (a link of a previous run is
-    swapped, never removed first); a regular file or folder there is a user's and refused."""
-    if path.exists() and not path.is_symlink():
-        raise ValueError(f"{path} exists and is not a link of ours: move it away, then run again")
-    staging = path.with_name(f".{path.name}.{os.getpid()}.link")
-    staging.unlink(missing_ok=True)
-    staging.symlink_to(target)
-    os.replace(staging, path)

@@ -352,10 +352,13 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _recipe(args: argparse.Namespace, extra: list[str]) -> int:
-    if args.list or not args.name:
+    if args.list:
         for recipe in RECIPES.values():
             print(f"{recipe.name:14s} {recipe.description} [data order: {recipe.order}]")
-        return 0 if args.list else 2
+        return 0
+    if not args.name:
+        raise ValueError(f"NAME: expected a recipe's name, one of {', '.join(RECIPES)} "
+                         "(ebpo verl recipe --list says what each runs)")  # fmt: skip
     overrides = recipe_overrides(
         args.name,
         data_dir=args.data_dir,

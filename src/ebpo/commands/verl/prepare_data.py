@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 from ebpo.integrations.verl.data_prep import EVAL_STEMS, prepare
 
@@ -48,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def run_prepare(args: argparse.Namespace) -> int:
+def run_prepare(args: argparse.Namespace, links: Mapping[str, str] | None = None) -> int:
+    """:func:`ebpo.integrations.verl.data_prep.prepare` of the parsed ``args``, with ``links`` made
+    in ``--out-dir`` too (path relative to it -> target); prints what it wrote."""
     eval_files: dict[str, str] = {}
     for item in args.eval_file:
         name, sep, path = item.partition("=")
@@ -68,6 +71,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         limit=args.limit,
         template=args.template,
         seed=args.seed,
+        links=links,
     )
     for note in notes:
         print(note)

@@ -25,20 +25,19 @@ with a message, never written in a wrong order. Orders come from :func:`ebpo.cur
 The Hugging Face Hub is often unreachable on clusters' login nodes: pass local copies with
 ``--train-file`` and ``--eval-file NAME=PATH`` (hub schema or the unified schema).
 
-A user's files are sacred: every argument (the output directory first) is checked and every
-dataset is loaded before anything is written; the files are written into a hidden staging
-directory and moved into ``--out-dir`` only when all of them are complete, so a failure (no
-network, a bad file, an interrupt) leaves neither ``--out-dir`` nor a partial file behind.
+A user's files are sacred: every argument and every output path (:mod:`.data_folder`: a file of
+the user's at one is refused, never replaced) is checked and every dataset is loaded before
+anything is written; the files are written into a hidden staging folder and swapped into
+``--out-dir`` as one set only when all of them are complete, so a failure (no network, a bad
+file, an interrupt) leaves neither ``--out-dir`` nor a partial file behind.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import math
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,11 @@ from tqdm.auto import tqdm
 from ebpo import curriculum
 from ebpo.data import load_dataset, write_rows
 from ebpo.data.templates import TEMPLATES, build_messages
+from ebpo.integrations.verl.data_folder import check_outputs, write_outputs
 from ebpo.integrations.verl.recipes import TRAIN_STEM
 from ebpo.utils.checks import check_positive_int
-from ebpo.utils.files import check_output_path
+from ebpo.utils.file_sets import Writer
+from ebpo.utils.output_folder import check_folder
 from ebpo.utils.runtime import quiet_logger
 from ebpo.utils.structured_input import parse_json
 
@@ -168,19 +169,6 @@ def _load(
     except Exception as error:  # a local file that datasets/pyarrow cannot read
         where = f"{option} {local_file!r}" if local_file else repr(name)
         raise ValueError(f"cannot read {where}: {type(error).__name__}: {error}") from error
-
-
-@contextlib.contextmanager
-def _staging_dir(out_dir: Path) -> Iterator[Path]:
-    """A hidden directory beside (or inside) ``out_dir`` on the same file system; removed at the end."""
-    anchor = out_dir if out_dir.is_dir() else out_dir.parent
-    while not anchor.is_dir():
-        anchor = anchor.parent
-    staging = Path(tempfile.mkdtemp(prefix=".ebpo-prepare-", dir=anchor))
-    try:
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _float_or_nan(value: Any) -> float:
@@ -313,7 +301,7 @@ def _check_arguments(
     template: str,
 ) -> Path:
     """Every argument checked, the output directory first; returns the output directory."""
-    out = check_output_path(out_dir, "--out-dir", kind="dir")
+    out = check_folder(out_dir, "--out-dir")
     unknown = sorted(set(eval_sets) - set(EVAL_STEMS))
     if unknown:
         raise ValueError(
@@ -405,22 +393,9 @@ def _eval_files(
     return outputs
 
 
-def _write_all(
-    out: Path, outputs: Mapping[str, tuple[str, list[dict[str, Any]]]]
-) -> dict[str, str]:
-    """Write every file into a staging directory, then move them into ``out``; ``{what: path}``."""
-    written: dict[str, str] = {}
-    with _staging_dir(out) as staging:
-        for file_name, file_rows in tqdm(
-            list(outputs.values()), desc="writing parquet files", unit="file"
-        ):
-            write_rows(file_rows, staging / file_name)
-        out.mkdir(parents=True, exist_ok=True)
-        for what, (file_name, _) in outputs.items():
-            # a rename: the staging directory is on the same file system
-            shutil.move(str(staging / file_name), str(out / file_name))
-            written[what] = str(out / file_name)
-    return written
+def _write_counted(rows: list[dict[str, Any]], bar: Any, path: Path) -> None:
+    write_rows(rows, path)
+    bar.update()
 
 
 def prepare(
@@ -435,18 +410,22 @@ def prepare(
     limit: int | None = None,
     template: str = "dapo",
     seed: int = 0,
+    links: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
-    """Write the files (see module docstring); returns ``({what: path}, notes)``.
+    """Write the files (see module docstring); returns ``({what: path}, notes)``. ``links``:
+    symbolic links to make in ``out_dir`` with the files (path relative to it -> target).
 
-    Order of work: check every argument (output directory first), load every dataset, check
-    that the labels file labels exactly the training rows, label and order, write into a
-    staging directory, move the finished files into ``out_dir``.
+    Order of work: check every argument (output directory first) and every path a file or link
+    may go to (:func:`.data_folder.check_outputs`), load every dataset, check that the labels
+    file labels exactly the training rows, label and order, write the files as one set
+    (:func:`.data_folder.write_outputs`), then the links.
 
     Raises:
-        ValueError: a bad argument, a dataset that cannot be loaded or a labels file whose ids
-            do not match the training rows — always before anything is written.
+        ValueError: a bad argument, an output path that holds something of the user's, a
+            dataset that cannot be loaded or a labels file whose ids do not match the training
+            rows — always before anything is written.
     """
-    eval_files = dict(eval_files or {})
+    eval_files, links = dict(eval_files or {}), dict(links or {})
     out = _check_arguments(
         out_dir,
         train_file=train_file,
@@ -457,6 +436,8 @@ def prepare(
         limit=limit,
         template=template,
     )
+    candidates = [f"{TRAIN_STEM}.{order}.parquet" for order in ORDER_FILES]
+    check_outputs(out, candidates + [f"{EVAL_STEMS[name]}.parquet" for name in eval_sets], links)
     # Everything that can fail on the network or on a bad file, before any output exists.
     labels = _read_labels(labels_file) if labels_file else None
     rows = _load(TRAIN_NAME, train_file, "--train-file", limit)
@@ -481,4 +462,10 @@ def prepare(
         notes=notes,
     )
     outputs.update(_eval_files(eval_rows, template))
-    return _write_all(out, outputs), notes
+    with tqdm(total=len(outputs), desc="writing parquet files", unit="file") as bar:
+        writers: dict[str, Writer] = {
+            file_name: functools.partial(_write_counted, file_rows, bar)
+            for file_name, file_rows in outputs.values()
+        }
+        write_outputs(out, writers, links)
+    return {what: str(out / file_name) for what, (file_name, _) in outputs.items()}, notes
