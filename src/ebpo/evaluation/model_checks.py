@@ -90,7 +90,9 @@ def _header_problem(fields: dict[str, Any]) -> str | None:
     arch = fields.get("general.architecture")
     if not isinstance(arch, str) or arch not in gguf.MODEL_ARCH_NAMES.values():
         return f"general.architecture {arch!r} is not an architecture the gguf package knows"
-    prefixes = sorted({key.split(".")[0] for key in fields if key.endswith(".block_count")} - {arch})
+    prefixes = sorted(
+        {key.split(".")[0] for key in fields if key.endswith(".block_count")} - {arch}
+    )
     for key in (k.format(arch=arch) for k in _REQUIRED_KEYS):
         if key not in fields:
             other = f" (its keys are for {', '.join(map(repr, prefixes))})" if prefixes else ""
