@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ebpo.evaluation import models
+from tests.evaluation.tiny_gguf import write_tiny_gguf
 
 
 @pytest.fixture(autouse=True)
@@ -237,9 +238,13 @@ def test_no_progress_bars_turns_every_library_off_and_back(hub_on):
 
 # ----------------------------------------------------------------------------- one resolver
 def test_pretrained_source_gives_the_arguments_of_from_pretrained(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
     gguf = tmp_path / "weights" / "m.Q4.gguf"
     gguf.parent.mkdir()
-    gguf.write_bytes(b"GGUF")
+    gguf.write_bytes(b"GGUF")  # not a GGUF model: refused before transformers reads it
+    with pytest.raises(ValueError, match=r"m\.Q4\.gguf' is damaged: the gguf reader fails on it"):
+        models.pretrained_source(str(gguf))
+    write_tiny_gguf(gguf)
     assert models.pretrained_source(str(gguf)) == (str(gguf.parent), {"gguf_file": "m.Q4.gguf"})
     monkeypatch.chdir(gguf.parent)
     assert models.pretrained_source("m.Q4.gguf") == (".", {"gguf_file": "m.Q4.gguf"})

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from ebpo.evaluation.model_checks import check_gguf_file, check_loaded_weights
+
 __all__ = [
     "DEVICES",
     "DTYPES",
@@ -248,9 +250,11 @@ def pretrained_source(name_or_path: str) -> tuple[str, dict[str, str]]:
     (config, tokenizer or model): the one resolver of model names behind ``ebpo eval``,
     ``ebpo train`` and ``ebpo grpo``. Aliases expand (:func:`resolve_model_path`); a ``.gguf``
     file is its directory with ``gguf_file=<file name>`` (transformers de-quantises it; needs the
-    ``gguf`` package). ValueError for a missing local path or a missing model package."""
+    ``gguf`` package), once its header and tensors agree (:func:`.model_checks.check_gguf_file`).
+    ValueError for a missing local path or a missing model package, and for a damaged GGUF file."""
     resolved = resolve_model_path(name_or_path)
     if resolved.endswith(".gguf"):
+        check_gguf_file(resolved)
         directory, name = os.path.split(resolved)
         return directory or ".", {"gguf_file": name}
     return resolved, {}
@@ -321,8 +325,10 @@ def load_model_and_tokenizer(
     by default the GPU in bfloat16 when there is one, else the CPU in float32).
 
     GGUF files are de-quantised by transformers (needs the ``gguf`` package). A tokenizer without a
-    pad token gets its eos token as pad. Raises ValueError for a missing path, and for a hub id
-    that cannot be reached (the message says how to pass a local copy instead).
+    pad token gets its eos token as pad. Raises ValueError for a missing path, for a hub id that
+    cannot be reached (the message says how to pass a local copy instead), for a GGUF file that
+    is damaged (:func:`pretrained_source`) or does not load, and for a model that loads with
+    weights its file lacks (:func:`.model_checks.check_loaded_weights`).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer  # optional heavy dependency
 
@@ -331,7 +337,16 @@ def load_model_and_tokenizer(
     resolved = os.path.join(source, kwargs["gguf_file"]) if kwargs else source
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=chosen, **kwargs)
+        model, loading_info = AutoModelForCausalLM.from_pretrained(
+            source, dtype=chosen, output_loading_info=True, **kwargs
+        )
+    except _GGUF_LOAD_ERRORS as error:
+        if not kwargs:  # not a GGUF file: transformers' own error
+            raise
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(
+            f"GGUF file {resolved!r} does not load ({type(error).__name__}: {first[:200]})"
+        ) from error
     except OSError as error:
         if os.path.exists(resolved):
             raise ValueError(f"could not load a causal LM from {resolved!r}: {error}") from error
@@ -339,9 +354,14 @@ def load_model_and_tokenizer(
             f"could not load model {name_or_path!r} from the Hugging Face Hub ({error.__class__.__name__}); "
             "if the hub is unreachable, pass a local directory (save_pretrained) or a .gguf file"
         ) from error
+    check_loaded_weights(model, loading_info, resolved)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.to(where), tokenizer
+
+
+#: what transformers raises on a GGUF file whose tensors do not fit the model its header builds
+_GGUF_LOAD_ERRORS = (RuntimeError, ValueError, IndexError, KeyError, AttributeError, TypeError)
 
 
 @contextlib.contextmanager

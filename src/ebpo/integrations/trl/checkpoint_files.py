@@ -14,8 +14,10 @@ Files (JSON via :func:`ebpo.utils.files.write_json`, tensors via ``torch.save``,
 - ``ebpo_estimator_state.json`` — ``estimator.state_dict()`` (the running prior), written by the
   main process; loadable by hand into ``ebpo.make_estimator(...)``.
 - ``ebpo_generation_state.json`` — the position in the generation cycle (TRL's micro-step counter,
-  ``generate_every``, ``steps_per_generation``, number of processes) and, when the checkpoint falls
-  inside a generation batch, the estimator state from before that batch was scored.
+  ``generate_every``, ``steps_per_generation``, number of processes), the no-signal watch's counts
+  (:class:`.signal.NoSignalWatch`: the run's ``ebpo/no_signal_batch_frac`` goes on from them) and,
+  when the checkpoint falls inside a generation batch, the estimator state and the watch's counts
+  from before that batch was scored.
 - ``ebpo_generation_buffer_<rank>.pt`` — inside a generation batch only: each process's scored
   completions not yet consumed (TRL's ``_buffered_inputs``), with their advantages.
 
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers.trainer import TRAINER_STATE_NAME
@@ -47,6 +49,7 @@ __all__ = [
     "GENERATION_STATE_FILE",
     "REQUIRED_FILES",
     "GenerationCycle",
+    "SavedState",
     "generation_buffer_file",
     "read_buffer",
     "read_state",
@@ -94,36 +97,45 @@ class GenerationCycle:
         )
 
 
-def write_state(
-    checkpoint_dir: str,
-    estimator_state: dict[str, Any],
-    cycle: GenerationCycle,
-    state_before_batch: dict[str, Any] | None,
-) -> None:
-    """Write the estimator state and the generation-cycle file (main process only)."""
-    write_json(os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE), estimator_state, indent=None)
+class SavedState(NamedTuple):
+    """What :func:`read_state` found in a checkpoint; None for what it lacks (checkpoints written
+    before the cycle file existed have only the estimator state, before the watch's counts no
+    ``signal``)."""
+
+    estimator: dict[str, Any] | None
+    cycle: GenerationCycle | None
+    estimator_before_batch: dict[str, Any] | None = None
+    signal: dict[str, Any] | None = None
+    signal_before_batch: dict[str, Any] | None = None
+
+
+def write_state(checkpoint_dir: str, saved: SavedState) -> None:
+    """Write the estimator state and the generation-cycle file (main process only); the states
+    before the batch only when the checkpoint falls inside one."""
+    assert saved.estimator is not None and saved.cycle is not None
+    write_json(os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE), saved.estimator, indent=None)
+    inside = saved.cycle.inside_batch
     record = {
-        **asdict(cycle),
-        "estimator_state_before_batch": state_before_batch if cycle.inside_batch else None,
+        **asdict(saved.cycle),
+        "estimator_state_before_batch": saved.estimator_before_batch if inside else None,
+        "signal_watch": saved.signal,
+        "signal_watch_before_batch": saved.signal_before_batch if inside else None,
     }
     write_json(os.path.join(checkpoint_dir, GENERATION_STATE_FILE), record, indent=None)
 
 
-def read_state(
-    checkpoint_dir: str,
-) -> tuple[dict[str, Any] | None, GenerationCycle | None, dict[str, Any] | None]:
-    """``(estimator_state, cycle, state_before_batch)``; None for what the checkpoint lacks
-    (checkpoints written before the cycle file existed have only the estimator state). Raises
-    ValueError naming the file when a file is not what EBPOTrainer wrote: not JSON (or nested too
-    deeply, :mod:`ebpo.utils.structured_input`), a state that is not an object, or a cycle whose
-    counters are not integers (``micro_step`` >= 0, the others >= 1)."""
+def read_state(checkpoint_dir: str) -> SavedState:
+    """The states :func:`write_state` wrote. Raises ValueError naming the file when a file is not
+    what EBPOTrainer wrote: not JSON (or nested too deeply, :mod:`ebpo.utils.structured_input`), a
+    state that is not an object, or a cycle whose counters are not integers (``micro_step`` >= 0,
+    the others >= 1)."""
     estimator_path = os.path.join(checkpoint_dir, ESTIMATOR_STATE_FILE)
     estimator_state = None
     if os.path.exists(estimator_path):
         estimator_state = _read_object(estimator_path)
     cycle_path = os.path.join(checkpoint_dir, GENERATION_STATE_FILE)
     if not os.path.exists(cycle_path):
-        return estimator_state, None, None
+        return SavedState(estimator_state, None)
     record = _read_object(cycle_path)
     values = []
     for key, low in _CYCLE_FIELDS.items():
@@ -134,13 +146,15 @@ def read_state(
                 f"must be an integer >= {low}, got {value!r}"
             )
         values.append(int(value))
-    before = record.get("estimator_state_before_batch")
-    if before is not None and not isinstance(before, dict):
-        raise ValueError(
-            f"{cycle_path}: estimator_state_before_batch must be an object or null, got "
-            f"{type(before).__name__}"
-        )
-    return estimator_state, GenerationCycle(*values), before
+    objects = []
+    for key in ("estimator_state_before_batch", "signal_watch", "signal_watch_before_batch"):
+        value = record.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(
+                f"{cycle_path}: {key} must be an object or null, got {type(value).__name__}"
+            )
+        objects.append(value)
+    return SavedState(estimator_state, GenerationCycle(*values), *objects)
 
 
 #: the counters of a generation-cycle record and their smallest values

@@ -17,10 +17,10 @@ transformers' notices on resume it leaves out because they are harmless.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import torch
+from ebpo.evaluation.model_checks import tied_missing_keys
 
 __all__ = ["estimator_line", "restored_line", "tied_missing_keys"]
 
@@ -57,21 +57,3 @@ def restored_line(checkpoint: str, state: Mapping[str, Any], note: str = "") -> 
         f"EBPOTrainer: estimator state ({state.get('estimator')}) restored from {checkpoint}: "
         f"{what}{note}"
     )
-
-
-def tied_missing_keys(model: torch.nn.Module, missing: Iterable[str]) -> list[str]:
-    """The keys of ``missing`` whose tensor ``model`` shares with a key that was loaded (tied
-    weights: loading the other name filled this one too)."""
-    missing = list(missing)
-    names_of: dict[int, list[str]] = {}  # a tensor -> its names (a tied one has several)
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        names_of.setdefault(id(tensor), []).append(name)
-    absent = set(missing)
-    tied = {
-        name
-        for names in names_of.values()
-        if any(n not in absent for n in names)
-        for name in names
-        if name in absent
-    }
-    return [key for key in missing if key in tied]

@@ -59,6 +59,8 @@ from transformers.utils.import_utils import check_torch_load_is_safe
 from ebpo.integrations.trl import checkpoint_files as ckpt
 from ebpo.integrations.trl.checkpoint_files import REQUIRED_FILES, GenerationCycle
 from ebpo.integrations.trl.notices import restored_line, tied_missing_keys
+from ebpo.integrations.trl.resumed_sampler import ResumedSampler, resumable
+from ebpo.integrations.trl.signal import NoSignalWatch
 from ebpo.utils.checkpoints import (
     checkpoint_dirs,
     incomplete_reason,
@@ -140,11 +142,13 @@ def rotate(run_dir: str, save_total_limit: int | None, protected: list[str | Non
 
 class CheckpointingMixin(_Trainer):
     """The save and resume half of EBPOTrainer (mixed in before ``trl.GRPOTrainer``). Uses the
-    trainer's ``estimator``, ``_ebpo_state_before_batch`` and TRL's ``_step`` /
-    ``_buffered_inputs``."""
+    trainer's ``estimator``, its no-signal watch, their states before the current batch and TRL's
+    ``_step`` / ``_buffered_inputs``."""
 
     estimator: Any
     _ebpo_state_before_batch: dict[str, Any]
+    _ebpo_signal: NoSignalWatch
+    _ebpo_signal_before_batch: dict[str, Any]
     #: whether the main process prints the estimator line at the start of ``train()`` and the
     #: restored state on resume (:mod:`.notices`); a caller that owns the console turns it off
     announce: bool = True
@@ -176,18 +180,40 @@ class CheckpointingMixin(_Trainer):
         """Raise ValueError naming the file when ``checkpoint``'s ebpo files cannot be restored
         into this trainer: each is read and checked (:func:`.checkpoint.read_state`), and the
         estimator states are loaded into copies of the estimator. Nothing of the trainer changes."""
-        estimator_state, cycle, before = ckpt.read_state(checkpoint)
-        if estimator_state is None or cycle is None:
+        saved = ckpt.read_state(checkpoint)
+        if saved.estimator is None or saved.cycle is None:
             raise ValueError(
                 f"checkpoint {checkpoint!r} lacks {ckpt.ESTIMATOR_STATE_FILE} or "
                 f"{ckpt.GENERATION_STATE_FILE}: it is not a complete EBPOTrainer checkpoint"
             )
-        for name, state in (("", estimator_state), ("estimator_state_before_batch of ", before)):
+        checks = (
+            ("", self.estimator, saved.estimator),
+            ("estimator_state_before_batch of ", self.estimator, saved.estimator_before_batch),
+            ("signal_watch of ", self._ebpo_signal, saved.signal),
+            ("signal_watch_before_batch of ", self._ebpo_signal, saved.signal_before_batch),
+        )
+        for name, holder, state in checks:
             if state is not None:
                 try:
-                    copy.deepcopy(self.estimator).load_state_dict(state)
+                    copy.deepcopy(holder).load_state_dict(state)
                 except ValueError as error:
                     raise ValueError(f"checkpoint {checkpoint!r}: {name}{error}") from error
+
+    def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's sampler, positioned at the epoch of the checkpoint a run resumes from
+        (:mod:`.resumed_sampler`): the prompts come in the uninterrupted run's order."""
+        sampler = super()._get_train_sampler(*args, **kwargs)
+        return ResumedSampler(sampler, lambda: self.state.epoch) if resumable(sampler) else sampler
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        """transformers' epoch, unless the run already trained ``max_steps``: resumed from its last
+        checkpoint, transformers would otherwise train one more step whenever that checkpoint
+        falls inside an epoch."""
+        state = self.state
+        if 0 < state.max_steps <= state.global_step:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
 
     def _generation_cycle(self) -> GenerationCycle:
         return GenerationCycle(
@@ -208,9 +234,14 @@ class CheckpointingMixin(_Trainer):
 
         cycle = self._generation_cycle()
         if args.should_save:
-            ckpt.write_state(
-                checkpoint_dir, self.estimator.state_dict(), cycle, self._ebpo_state_before_batch
+            saved = ckpt.SavedState(
+                self.estimator.state_dict(),
+                cycle,
+                self._ebpo_state_before_batch,
+                self._ebpo_signal.state_dict(),
+                self._ebpo_signal_before_batch,
             )
+            ckpt.write_state(checkpoint_dir, saved)
         buffered = self._buffered_inputs
         if cycle.inside_batch and buffered is not None:
             ckpt.write_buffer(checkpoint_dir, accelerator.process_index, buffered)
@@ -277,17 +308,18 @@ class CheckpointingMixin(_Trainer):
     def _restore_generation_state(self, checkpoint: str) -> None:
         """Restore what :meth:`_save_checkpoint` wrote, so the run continues as if never interrupted."""
         self.check_checkpoint(checkpoint)  # train() checked it too: changed since?
-        estimator_state, saved, state_before_batch = ckpt.read_state(checkpoint)
+        states = ckpt.read_state(checkpoint)
+        saved, estimator_state = states.cycle, states.estimator
         assert estimator_state is not None and saved is not None  # checked above
         current = self._generation_cycle()
         if not saved.inside_batch:
             # On a generation boundary: the next micro-step generates anyway.
-            self.estimator.load_state_dict(estimator_state)
+            self._restore_states(estimator_state, states.signal)
             if saved.same_layout(current):
                 self._step = saved.micro_step
             self._say_restored(checkpoint, estimator_state)
             return
-        if state_before_batch is None:
+        if states.estimator_before_batch is None:
             raise ValueError(
                 f"{checkpoint}: {ckpt.GENERATION_STATE_FILE} lacks the estimator state before the current batch"
             )
@@ -300,14 +332,17 @@ class CheckpointingMixin(_Trainer):
         if replay:
             self._buffered_inputs = ckpt.read_buffer(checkpoint, process, accelerator.device)
             self._step = saved.micro_step
-            self.estimator.load_state_dict(estimator_state)
-            self._ebpo_state_before_batch = (
-                state_before_batch  # for checkpoints later in this batch
-            )
+            self._restore_states(estimator_state, states.signal)
+            # for checkpoints later in this batch
+            self._ebpo_state_before_batch = states.estimator_before_batch
+            if states.signal_before_batch is not None:
+                self._ebpo_signal_before_batch = states.signal_before_batch
             self._say_restored(checkpoint, estimator_state, ", its generation batch replayed")
             return
-        self.estimator.load_state_dict(state_before_batch)
-        self._say_restored(checkpoint, state_before_batch, ", as it was before its last batch")
+        self._restore_states(states.estimator_before_batch, states.signal_before_batch)
+        self._say_restored(
+            checkpoint, states.estimator_before_batch, ", as it was before its last batch"
+        )
         if same_layout:
             self._step = saved.micro_step
         reason = (
@@ -326,6 +361,13 @@ class CheckpointingMixin(_Trainer):
             saved.generate_every,
             reason,
         )
+
+    def _restore_states(self, estimator: dict[str, Any], signal: dict[str, Any] | None) -> None:
+        """The estimator's state and the no-signal watch's (absent from older checkpoints: the
+        watch then counts from the resume on)."""
+        self.estimator.load_state_dict(estimator)
+        if signal is not None:
+            self._ebpo_signal.load_state_dict(signal)
 
     def _say_restored(self, checkpoint: str, state: dict[str, Any], note: str = "") -> None:
         if self.announce and self.accelerator.is_main_process:

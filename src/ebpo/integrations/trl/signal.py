@@ -20,8 +20,10 @@ run logs the fraction of its generation batches without signal (``ebpo/no_signal
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
-from ebpo.utils.checks import check_int
+from ebpo.utils.checks import check_int, is_integer, is_real
 
 __all__ = ["PATIENCE", "NoSignalWatch", "logger"]
 
@@ -75,6 +77,50 @@ class NoSignalWatch:
             f"{self.first_step}): {self._what()}, {_CONSEQUENCE}"
         )
         return self.notice
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the watch (JSON values), so a resumed run counts on."""
+        return {
+            "batches": self.batches,
+            "batches_without_signal": self.batches_without_signal,
+            "streak": self.streak,
+            "first_step": self.first_step,
+            "rewards": sorted(self.rewards),
+            "notice": self.notice,
+        }
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore :meth:`state_dict`; ValueError naming the entry that is not what it wrote
+        (counts: integers >= 0, ``streak`` <= ``batches_without_signal`` <= ``batches``; ``rewards``:
+        finite numbers; ``notice``: a string or null). Nothing changes on error."""
+        if not isinstance(state, dict) or set(state) != set(self.state_dict()):
+            raise ValueError(
+                f"a no-signal watch state must have the keys {sorted(self.state_dict())}"
+            )
+        counts = ("batches", "batches_without_signal", "streak", "first_step")
+        for key in counts:
+            if not (is_integer(state[key]) and state[key] >= 0):
+                raise ValueError(
+                    f"no-signal watch {key} must be an integer >= 0, got {state[key]!r}"
+                )
+        if not state["streak"] <= state["batches_without_signal"] <= state["batches"]:
+            raise ValueError(
+                "no-signal watch: streak <= batches_without_signal <= batches must hold"
+            )
+        rewards = state["rewards"]
+        if not isinstance(rewards, list) or not all(
+            is_real(r) and math.isfinite(r) for r in rewards
+        ):
+            raise ValueError(
+                f"no-signal watch rewards must be a list of finite numbers, got {rewards!r}"
+            )
+        if state["notice"] is not None and not isinstance(state["notice"], str):
+            raise ValueError("no-signal watch notice must be a string or null")
+        self.batches, self.batches_without_signal, self.streak, self.first_step = (
+            int(state[key]) for key in counts
+        )
+        self.rewards = {float(r) for r in rewards}
+        self.notice = state["notice"]
 
     def end_of_run(self) -> str | None:
         """At the end of a run: the notice when no generation batch of the run had a signal and

@@ -194,6 +194,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
         self._ebpo_loss_inputs: dict[str, Any] | None = None
         # Generation batches in a row in which no group carried a signal (see .signal).
         self._ebpo_signal = NoSignalWatch()
+        self._ebpo_signal_before_batch: dict[str, Any] = self._ebpo_signal.state_dict()
         # The diagnostic trace of this process (EBPO_TRACE_DIR), or None.
         self._ebpo_trace = RankTrace.from_env(
             self.accelerator.process_index, self.accelerator.num_processes
@@ -253,6 +254,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
             token_counts = gather(output["completion_mask"].sum(1)).cpu()
         if training:
             self._ebpo_state_before_batch = self.estimator.state_dict()
+            self._ebpo_signal_before_batch = self._ebpo_signal.state_dict()
         filtering = self.args.filter_zero_variance_groups and training
         batch = batch_advantages(
             rewards_per_func,
