@@ -40,6 +40,7 @@ from ebpo.lab.verl_cpu.settings import (
 )
 from ebpo.lab.verl_cpu.shared.results import ROLLOUT_DIR
 from ebpo.utils.files import check_output_path
+from ebpo.utils.plotting import plots_available
 
 if TYPE_CHECKING:
     from ebpo.lab.verl_cpu.smoke import SmokeReport
@@ -463,14 +464,16 @@ def _smoke(args: argparse.Namespace) -> int:
 
 def replay_hints(result: SmokeReport, *, removed: bool) -> list[str]:
     """Where each estimator's rollout dumps are (verl's ``trainer.rollout_data_dir``) and the
-    ``ebpo replay`` command for the uninterrupted run's; if the temporary runs were removed, how
-    to keep them."""
+    ``ebpo replay`` command for the uninterrupted run's (with ``--no-plots`` where the plot extra
+    is not installed: the command runs where it is printed); if the temporary runs were removed,
+    how to keep them."""
+    no_plots = "" if plots_available() else " --no-plots"
     if removed:
         name = next(iter(result.runs))
         return [
             "verl's rollout dumps (trainer.rollout_data_dir) were removed with the temporary runs; "
             f"to replay them, run the smoke with --work-dir DIR (or --keep), then: ebpo replay "
-            f"DIR/{name}/full/{ROLLOUT_DIR} --output-dir DIR/{name}/replay"
+            f"DIR/{name}/full/{ROLLOUT_DIR} --output-dir DIR/{name}/replay{no_plots}"
         ]
     lines = []
     for name, (full, resumed) in result.runs.items():
@@ -483,6 +486,6 @@ def replay_hints(result: SmokeReport, *, removed: bool) -> list[str]:
         lines += [
             f"{name}: verl's rollout dumps (trainer.rollout_data_dir): {dumps}",
             f"{name}: replay the run through every estimator: ebpo replay "
-            f"{shlex.quote(str(full.rollout_dir))} --output-dir {shlex.quote(str(out))}",
+            f"{shlex.quote(str(full.rollout_dir))} --output-dir {shlex.quote(str(out))}{no_plots}",
         ]
     return lines
