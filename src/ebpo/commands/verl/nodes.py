@@ -224,8 +224,8 @@ def drive(spec: str) -> None:
                 left = max(0.0, deadline - time.monotonic())
                 found.append((node, ray.get(ref, timeout=left), None))
             except Exception as error:  # the task failed or timed out on that node
-                text = str(error).strip().splitlines()
-                found.append((node, None, text[-1] if text else type(error).__name__))
+                said = str(error).strip().splitlines()
+                found.append((node, None, said[-1] if said else type(error).__name__))
         print("EBPO_NODES " + json.dumps(found, default=str), flush=True)
     finally:
         ray.shutdown()
