@@ -1,23 +1,20 @@
 """The ``ebpo verl`` command-line tests need verl (an optional extra): skipped without it.
 
-Two listeners on 127.0.0.1 that are not Ray, for the address checks: a real HTTP server (what a
-user who types the dashboard's port meets) and a socket that answers the HTTP/2 greeting as a
-gRPC server does, then says nothing (``ray.init`` never gets in)."""
+Listeners on 127.0.0.1 that are not Ray, for the address checks: a real HTTP server (what a user
+who types the dashboard's port meets), a real gRPC server of another service, and one that
+answers only the address check's call to Ray's GCS (``ray.init`` never gets in)."""
 
 from __future__ import annotations
 
-import contextlib
 import http.server
-import socket
 import threading
 from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
 
 import pytest
 
 pytest.importorskip("verl")
-
-#: an HTTP/2 SETTINGS frame with no settings: what a gRPC server sends first
-SETTINGS_FRAME = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 @pytest.fixture
@@ -34,33 +31,38 @@ def http_server() -> Iterator[str]:
         thread.join()
 
 
-@pytest.fixture
-def silent_grpc() -> Iterator[str]:
-    """A listener that answers every connection's HTTP/2 greeting with a SETTINGS frame, then
-    stays silent: it passes the greeting check, and Ray's client can never join it."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    stop = threading.Event()
-    connections: list[socket.socket] = []
+def _grpc_server(handlers: list[Any]) -> Iterator[str]:
+    import grpc  # comes with ray (verl extra)
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            connections.append(conn)
-            with contextlib.suppress(OSError):
-                conn.sendall(SETTINGS_FRAME)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=handlers)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
     try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
+        yield f"127.0.0.1:{port}"
     finally:
-        stop.set()
-        thread.join()
-        for conn in [server, *connections]:
-            conn.close()
+        server.stop(grace=None)
+
+
+@pytest.fixture
+def other_grpc() -> Iterator[str]:
+    """A real gRPC server that serves nothing (another service, a raylet's port): every call
+    ends UNIMPLEMENTED."""
+    yield from _grpc_server([])
+
+
+@pytest.fixture
+def fake_gcs() -> Iterator[str]:
+    """A gRPC server that answers the one call the address check makes of Ray's GCS
+    (:data:`~ebpo.commands.verl.address.GCS_METHOD`) and nothing else: it passes the check, and
+    ``ray.init`` never gets in."""
+    import grpc  # comes with ray (verl extra)
+
+    from ebpo.commands.verl.address import GCS_METHOD
+
+    class ClusterIdOnly(grpc.GenericRpcHandler):
+        def service(self, details: Any) -> Any:
+            if details.method != GCS_METHOD:
+                return None
+            return grpc.unary_unary_rpc_method_handler(lambda request, context: b"")
+
+    yield from _grpc_server([ClusterIdOnly()])

@@ -92,14 +92,16 @@ def test_auto_joins_only_a_cluster_recorded_here(no_cluster, http_server, monkey
     assert cluster_address("10.0.0.1:6379") == "10.0.0.1:6379"  # a given address wins
 
 
-def test_what_is_not_ray_is_named(http_server, silent_grpc):
+def test_what_is_not_ray_is_named(http_server, other_grpc, fake_gcs):
     with pytest.raises(ValueError, match=r"is not a Ray cluster: .*it answered b'"):
         check_reachable(http_server)
     with socket.create_server(("127.0.0.1", 0)) as quiet:  # accepts, never answers
         address = f"127.0.0.1:{quiet.getsockname()[1]}"
         with pytest.raises(ValueError, match=r"not a Ray cluster: .*no answer within 0.5 s"):
             check_reachable(address, timeout=0.5)
-    check_reachable(silent_grpc)  # answers as gRPC does: left to the join's deadline
+    with pytest.raises(ValueError, match=r"speaks gRPC, but not as Ray's GCS does \(gRPC UNIMPL"):
+        check_reachable(other_grpc)
+    check_reachable(fake_gcs)  # answers as Ray's GCS does: left to the join's deadline
     port = free_port()
     with pytest.raises(ValueError, match=rf"^nothing answers at the Ray address 127.0.0.1:{port} "):
         check_reachable(f"127.0.0.1:{port}")
@@ -133,22 +135,22 @@ def test_doctor_answers_an_http_server_in_one_line(tmp_path, http_server):
 
 
 @pytest.mark.slow
-def test_a_cluster_that_cannot_be_joined_is_given_up_at_the_deadline(silent_grpc):
+def test_a_cluster_that_cannot_be_joined_is_given_up_at_the_deadline(fake_gcs):
     """Something that speaks gRPC but never lets Ray in: the driver is ended at the join
     deadline, one line, and nothing of it is left running."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(
         ValueError, match=r"^no Ray cluster could be joined at 127\.0\.0\.1:\d+ within 10 s"
     ):
-        nodes.check_nodes(silent_grpc, join_timeout=10)
+        nodes.check_nodes(fake_gcs, join_timeout=10)
     assert {p.pid for p in psutil.Process().children(recursive=True)} == before
 
 
 @pytest.mark.slow
-def test_sigterm_ends_the_doctor_and_its_driver(tmp_path, silent_grpc):
+def test_sigterm_ends_the_doctor_and_its_driver(tmp_path, fake_gcs):
     """SIGTERM while the doctor waits for Ray to join: it ends with 128 + SIGTERM and takes the
     driver process (its own session) with it."""
-    process = _ebpo(["verl", "doctor", "--address", silent_grpc], tmp_path)
+    process = _ebpo(["verl", "doctor", "--address", fake_gcs], tmp_path)
     watched = psutil.Process(process.pid)
     driver = None
     for _ in range(600):  # until the driver runs (the doctor imports verl first)

@@ -33,9 +33,9 @@ def no_cluster(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def listening(silent_grpc):
-    """Something on the loopback that answers as Ray's GCS does (HTTP/2): its ``host:port``."""
-    return silent_grpc
+def listening(fake_gcs):
+    """Something on the loopback that answers the address check as Ray's GCS does."""
+    return fake_gcs
 
 
 def _config(tmp_path: Path, **trainer) -> object:

@@ -12,8 +12,10 @@ each problem one line naming the address and the argument it came from:
   else the cluster ``ray start`` last started on this machine (``ray_current_cluster``); never,
   as Ray's ``auto`` does when neither is there, whichever Ray server another job runs here;
 * :func:`check_reachable`: something accepts a TCP connection there within
-  :data:`REACH_TIMEOUT`, and answers an HTTP/2 greeting as a gRPC server does (Ray's GCS is one;
-  an HTTP server, the dashboard or a silent socket is not).
+  :data:`REACH_TIMEOUT`, answers an HTTP/2 greeting as a gRPC server does (an HTTP server, the
+  dashboard or a silent socket does not), and answers as Ray's GCS does (:data:`GCS_METHOD`;
+  another gRPC service, a raylet's port, does not). A ``ray://`` address (Ray Client's server)
+  gets the first two.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ ADDRESS_FORM = (
 #: gRPC server answers with a SETTINGS frame of its own (frame type 4 in the 4th byte)
 HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 _SETTINGS = 4
+
+#: a call every Ray GCS answers, to anyone (its request is an empty message: no bytes)
+GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
@@ -138,6 +143,22 @@ def _greeting_answer(sock: socket.socket) -> bytes:
     return answer
 
 
+def _gcs_refusal(host: str, port: int, timeout: float) -> str | None:
+    """None when a Ray GCS answers :data:`GCS_METHOD` at ``host:port`` within ``timeout``
+    seconds (or grpc is not installed to ask), else the gRPC status it got instead."""
+    try:
+        import grpc  # optional heavy dependency (comes with ray: the verl extra)
+    except ImportError:  # cannot ask: the join's deadline decides
+        return None
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
+        try:
+            channel.unary_unary(GCS_METHOD)(b"", timeout=timeout)  # raw bytes in and out
+        except grpc.RpcError as error:
+            return f"gRPC {error.code().name}"
+    return None
+
+
 def check_reachable(
     address: str, name: str = "the Ray address", timeout: float = REACH_TIMEOUT
 ) -> None:
@@ -179,7 +200,13 @@ def check_reachable(
         except OSError:  # reset by a server that does not like the greeting
             answer = b""
     if answer is not None and len(answer) == 9 and answer[3] == _SETTINGS:
-        return
+        refusal = None if resolved.startswith("ray://") else _gcs_refusal(host, port, timeout)
+        if refusal is None:
+            return
+        raise ValueError(
+            f"what answers at {where} is not a Ray cluster: it speaks gRPC, but not as Ray's GCS "
+            f"does ({refusal} to {GCS_METHOD}): give {ADDRESS_FORM}"
+        )
     if answer is None:
         seen = f"no answer within {timeout:g} s"
     else:
