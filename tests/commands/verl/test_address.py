@@ -147,9 +147,13 @@ def test_a_cluster_that_cannot_be_joined_is_given_up_at_the_deadline(fake_gcs):
 
 
 @pytest.mark.slow
-def test_sigterm_ends_the_doctor_and_its_driver(tmp_path, fake_gcs):
-    """SIGTERM while the doctor waits for Ray to join: it ends with 128 + SIGTERM and takes the
-    driver process (its own session) with it."""
+@pytest.mark.parametrize(
+    ("sent", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)]
+)
+def test_a_signal_ends_the_doctor_and_its_driver(tmp_path, fake_gcs, sent, code):
+    """SIGTERM or Ctrl-C (SIGINT) while the doctor waits for Ray to join: it ends at once (128 +
+    SIGTERM; 130, "interrupted") and takes the driver process (its own session, which a
+    terminal's Ctrl-C does not reach) with it."""
     process = _ebpo(["verl", "doctor", "--address", fake_gcs], tmp_path)
     watched = psutil.Process(process.pid)
     driver = None
@@ -160,10 +164,10 @@ def test_sigterm_ends_the_doctor_and_its_driver(tmp_path, fake_gcs):
             break
         time.sleep(0.5)
     assert driver is not None, process.communicate(timeout=60)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(sent)
     try:
         process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 128 + signal.SIGTERM
+    assert process.returncode == code
     assert not driver.is_running()
