@@ -84,3 +84,73 @@ def test_no_help_text_or_message_names_a_file_only_a_checkout_has() -> None:
         if CHECKOUT_PATH.search(text)
     ]
     assert found == []
+
+
+#: what a wheel install lacks, named on a page: the checkout's folders and files, make targets
+WHEEL_LACKS = re.compile(
+    r"(?<![\w/.-])(?:tests|benchmarks|tools|\.ci|src/ebpo)/[\w./-]*|`make [a-z][\w-]*|DEVELOPING\.md"
+)
+HEADING = re.compile(r"#{1,6} ")
+MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+#: the words that tell a reader a path is not in their install
+SDIST = "source distribution"
+
+
+def _sections(text: str) -> list[list[str]]:
+    """The page as sections (a heading to the next), each a list of paragraphs (a fenced code
+    block stays in one paragraph); the preamble before the first heading is the first section."""
+    sections: list[list[str]] = [[]]
+    block: list[str] = []
+    fenced = False
+    for line in [*text.splitlines(), ""]:
+        fenced ^= line.startswith("```")
+        heading = HEADING.match(line)
+        if not fenced and (not line.strip() or heading):
+            if block:
+                sections[-1].append("\n".join(block))
+            block = []
+            if heading:
+                sections.append([line])
+        else:
+            block.append(line)
+    return sections
+
+
+def _says(paragraph: str) -> bool:
+    return SDIST in " ".join(paragraph.split())
+
+
+def _lacking(page: Path, paragraph: str, shipped: set[str]) -> list[str]:
+    found = [match.group(0) for match in WHEEL_LACKS.finditer(paragraph)]
+    for match in MARKDOWN_LINK.finditer(paragraph):
+        target = match.group(1)
+        if "://" in target or target.startswith(("#", "mailto:")):
+            continue
+        resolved = (page.parent / target.split("#")[0]).resolve()
+        if (
+            not resolved.is_relative_to(REPO)
+            or resolved.relative_to(REPO).as_posix() not in shipped
+        ):
+            found.append(target)
+    return found
+
+
+def test_shipped_pages_name_only_what_a_wheel_has() -> None:
+    """Every page ``ebpo docs`` prints (issue #52 item 6): a path a wheel install lacks (test
+    files, benchmarks, tools, ``make`` targets, the developers' page, a link to a file that is not
+    a shipped page) appears only where the reader is told it is in the source distribution — in
+    its paragraph, its section, or the page's opening lines."""
+    shipped = {relative for relative, _ in PAGES.values()}
+    found = []
+    for relative in sorted(shipped):
+        page = REPO / relative
+        sections = _sections(page.read_text(encoding="utf-8"))
+        # the opening lines: before the first heading, or under the page's title
+        page_says = any(_says(paragraph) for section in sections[:2] for paragraph in section)
+        for section in sections:
+            section_says = page_says or any(_says(paragraph) for paragraph in section)
+            for paragraph in section:
+                lacking = _lacking(page, paragraph, shipped)
+                if lacking and not section_says:
+                    found.append(f"{relative}: {lacking} in {paragraph[:70]!r}")
+    assert found == [], "\n".join(found)

@@ -169,12 +169,16 @@ def run_eval(
     metrics = summarize(records, ks)
     config = _run_config(locals())  # after ks, sampling, data_files and backend are set
     summary, texts = _results(model_name, benchmarks, records, metrics, config, elapsed)
-    # Everything is rendered before the first file is written; samples first (the costly part).
-    out = Path(out_dir).expanduser()
+    _write_results(Path(out_dir).expanduser(), texts)
+    return summary
+
+
+def _write_results(out: Path, texts: Mapping[str, str]) -> None:
+    """Each of ``texts`` (file name -> content, all rendered before the first is written) replaced
+    atomically in ``out``; samples first (the costly part)."""
     for name, text in texts.items():
         with atomic_write(out / name, newline="") as handle:
             handle.write(text)
-    return summary
 
 
 def _run_config(arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ to the range a quantity can take (a 95% interval of a mean Pass@1 never goes bel
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 from ebpo.utils.checks import is_integer
 from ebpo.utils.files import atomic_path
 
-__all__ = ["moving_average", "plot_intervals", "plot_lines", "plot_panels"]
+__all__ = ["moving_average", "plot_intervals", "plot_lines", "plot_panels", "plots_available"]
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 Bands = Mapping[str, tuple[Sequence[float], Sequence[float]]]
@@ -32,6 +33,12 @@ _LINESTYLES = ("-", "--", "-.", ":")
 #: markers per line: enough to tell lines apart, few enough not to hide the curve
 _MARKERS_PER_LINE = 8
 _DPI = 110
+
+
+def plots_available() -> bool:
+    """Whether matplotlib (the plot extra) is installed: a command printed for this environment
+    adds ``--no-plots`` without it."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _pyplot():

@@ -7,7 +7,6 @@ it does not have itself."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,8 @@ import torch
 from omegaconf import OmegaConf
 
 from ebpo.commands.verl import machine
-from ebpo.commands.verl.machine import check_reachable, cluster_address, launch_problems
+from ebpo.commands.verl.address import cluster_address
+from ebpo.commands.verl.machine import launch_problems
 from tests.processes import free_port
 
 pytestmark = pytest.mark.verl
@@ -33,12 +33,9 @@ def no_cluster(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def listening():
-    """A TCP socket listening on the loopback: its ``host:port``."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        yield f"127.0.0.1:{server.getsockname()[1]}"
+def listening(fake_gcs):
+    """Something on the loopback that answers the address check as Ray's GCS does."""
+    return fake_gcs
 
 
 def _config(tmp_path: Path, **trainer) -> object:
@@ -66,6 +63,21 @@ def test_gpus_asked_for_are_counted_against_this_machine(
     if refused:
         (line,) = problems
         assert f"asks for {8 * nodes} GPUs" in line and f"this machine has {have}" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("n_gpus_per_node", -1), ("n_gpus_per_node", 0), ("nnodes", -4),
+                       ("nnodes", "abc"), ("n_gpus_per_node", 1.5), ("nnodes", None)],
+)  # fmt: skip
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_counts_that_are_not_positive_are_refused(
+    tmp_path, monkeypatch, no_cluster, key, value, device
+):
+    """``trainer.n_gpus_per_node=-1`` passed the GPU check (4 × −1 ≤ 0) and hung in Ray (issue
+    #53 item 1): a count that is not a positive whole number is a problem on any device."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    (line,) = launch_problems(_config(tmp_path, device=device, **{key: value}))
+    assert line == f"trainer.{key}={value!r} is not a positive whole number"
 
 
 def test_a_cpu_run_is_not_counted(tmp_path, monkeypatch, no_cluster):
@@ -128,16 +140,6 @@ def test_only_a_path_that_can_only_be_local_is_checked(tmp_path, monkeypatch, pa
     assert (machine._model_problem(path) is not None) == refused
 
 
-def test_check_reachable_names_the_typed_address(listening):
-    check_reachable(listening)  # something listens: no error
-    check_reachable("auto")  # no port: left to Ray
-    port = free_port()
-    with pytest.raises(
-        ValueError, match=rf"^nothing answers at the Ray address 127\.0\.0\.1:{port} "
-    ):
-        check_reachable(f"127.0.0.1:{port}")
-
-
 def _ebpo(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     full.update({"RAY_TMPDIR": str(cwd.parent / "raytmp"), "EBPO_DEBUG": "", **env})
@@ -181,3 +183,34 @@ def test_doctor_answers_in_one_line_when_nothing_listens(tmp_path):
     assert run.stdout == ""
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"ebpo verl doctor: error: nothing answers at the Ray address {address}")
+
+
+def test_a_recipe_with_a_negative_gpu_count_stops_before_ray_starts(tmp_path):
+    """``ebpo verl recipe ebpo --data-dir D trainer.n_gpus_per_node=-1`` with the data there: one
+    line naming the count, exit 2; Ray never started, no Hydra ``outputs/`` (issue #53 item 1)."""
+    from ebpo.integrations.verl.recipes import train_file, val_files
+
+    cwd, data = tmp_path / "work", tmp_path / "data"
+    cwd.mkdir()
+    data.mkdir()
+    for path in [train_file(str(data), "file"), *val_files(str(data))]:
+        open(path, "wb").close()
+    args = ["verl", "recipe", "ebpo", "--data-dir", str(data), "trainer.n_gpus_per_node=-1"]
+    run = _ebpo(args, cwd)
+    assert run.returncode == 2, run.stdout + run.stderr
+    (line,) = run.stderr.splitlines()
+    assert "trainer.n_gpus_per_node=-1 is not a positive whole number" in line
+    assert list(cwd.iterdir()) == [] and not (tmp_path / "raytmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [("auto", "ray_kwargs.ray_init.address auto: no Ray cluster found on this machine"),
+     ("not an address", "ray_kwargs.ray_init.address 'not an address' has no port"),
+     ("127.0.0.1:²", "the port '²' is not a number from 1 to 65535")],
+)  # fmt: skip
+def test_the_cluster_address_of_the_config_is_checked(tmp_path, no_cluster, address, said):
+    config = _config(tmp_path)
+    config.ray_kwargs.ray_init.address = address
+    (line,) = launch_problems(config)
+    assert said in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,14 @@ def test_resume_mode_resume_path_reaches_the_smoke(smoke, tmp_path):
     assert smoke["settings"].resume_mode == "resume_path"
 
 
-def test_the_summary_prints_a_replay_command_that_works(smoke, tmp_path, capsys):
+@pytest.mark.parametrize("plot_extra", [True, False])
+def test_the_summary_prints_a_replay_command_that_works(
+    smoke, tmp_path, capsys, monkeypatch, plot_extra
+):
+    """The printed command runs in the environment that printed it: without the plot extra
+    (matplotlib made unimportable here, as in a ``[verl]``-only install) it says ``--no-plots``."""
+    if not plot_extra:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
     work = tmp_path / "runs"
     assert main(["verl", "smoke", "--work-dir", str(work), "--steps", "6"]) == 0
     settings = smoke["settings"]
@@ -88,7 +96,8 @@ def test_the_summary_prints_a_replay_command_that_works(smoke, tmp_path, capsys)
     prefix = "ebpo: replay the run through every estimator: "
     assert lines[-1].startswith(prefix + "ebpo replay ")
     command = shlex.split(lines[-1].removeprefix(prefix))
-    assert main(command[1:]) == 0
+    assert ("--no-plots" in command) != plot_extra
+    assert main(command[1:]) == 0, capsys.readouterr().err
     report = json.loads((work / "ebpo" / "replay" / "replay.json").read_text())
     assert report["inputs"]["paths"] == [str(work / "ebpo" / "full" / "rollouts")]
 

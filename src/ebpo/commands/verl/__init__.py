@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from ebpo.commands import Parser, one_line, user_error
 from ebpo.commands.verl import launcher
+from ebpo.commands.verl.address import check_reachable, cluster_address
 from ebpo.commands.verl.doctor import SMOKE_HINT, run_checks, run_node_checks
-from ebpo.commands.verl.machine import check_reachable
 from ebpo.commands.verl.prepare_data import add_arguments, run_prepare
 from ebpo.integrations.verl.recipes import PAPER, RECIPES, recipe_overrides
 from ebpo.lab.verl_cpu.settings import (
@@ -40,6 +40,7 @@ from ebpo.lab.verl_cpu.settings import (
 )
 from ebpo.lab.verl_cpu.shared.results import ROLLOUT_DIR
 from ebpo.utils.files import check_output_path
+from ebpo.utils.plotting import plots_available
 
 if TYPE_CHECKING:
     from ebpo.lab.verl_cpu.smoke import SmokeReport
@@ -83,8 +84,10 @@ def _doctor_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--address",
         default=None,
-        help="a Ray cluster (host:port): check that every node registers ebpo's estimators on "
-        "`import verl` (verl's TaskRunner lands on any of them)",
+        help="a Ray cluster: its head node's GCS address HOST:PORT (as `ray start --head` prints "
+        "it), or auto (RAY_ADDRESS, else the cluster `ray start` started here): check that every "
+        "node registers ebpo's estimators on `import verl` (verl's TaskRunner lands on any of "
+        "them); an address where no Ray cluster answers is refused in one line",
     )
     return p
 
@@ -287,16 +290,16 @@ def _overrides(extra: list[str]) -> list[str]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    if args.address:  # before anything slow: Ray retries an address nobody answers at for minutes
-        check_reachable(args.address)
+    if args.address is not None:  # before anything slow: ray.init hangs on a wrong address
+        check_reachable(args.address, "--address")
     print(
         "ebpo verl doctor: checking the verl plug-in in a fresh interpreter "
         "(it imports verl: 12–35 s measured on 2 cores, the longer on a busy machine)...",
         flush=True,
     )
-    checks = run_checks(fresh_process=not args.no_fresh_process and not args.address)
-    if args.address:
-        checks += run_node_checks(args.address)
+    checks = run_checks(fresh_process=not args.no_fresh_process and args.address is None)
+    if args.address is not None:
+        checks += run_node_checks(cluster_address(args.address) or args.address)
     failed = False
     for check in checks:
         mark = "ok  " if check.ok else ("FAIL" if check.fatal else "warn")
@@ -464,14 +467,16 @@ def _smoke(args: argparse.Namespace) -> int:
 
 def replay_hints(result: SmokeReport, *, removed: bool) -> list[str]:
     """Where each estimator's rollout dumps are (verl's ``trainer.rollout_data_dir``) and the
-    ``ebpo replay`` command for the uninterrupted run's; if the temporary runs were removed, how
-    to keep them."""
+    ``ebpo replay`` command for the uninterrupted run's (with ``--no-plots`` where the plot extra
+    is not installed: the command runs where it is printed); if the temporary runs were removed,
+    how to keep them."""
+    no_plots = "" if plots_available() else " --no-plots"
     if removed:
         name = next(iter(result.runs))
         return [
             "verl's rollout dumps (trainer.rollout_data_dir) were removed with the temporary runs; "
             f"to replay them, run the smoke with --work-dir DIR (or --keep), then: ebpo replay "
-            f"DIR/{name}/full/{ROLLOUT_DIR} --output-dir DIR/{name}/replay"
+            f"DIR/{name}/full/{ROLLOUT_DIR} --output-dir DIR/{name}/replay{no_plots}"
         ]
     lines = []
     for name, (full, resumed) in result.runs.items():
@@ -484,6 +489,6 @@ def replay_hints(result: SmokeReport, *, removed: bool) -> list[str]:
         lines += [
             f"{name}: verl's rollout dumps (trainer.rollout_data_dir): {dumps}",
             f"{name}: replay the run through every estimator: ebpo replay "
-            f"{shlex.quote(str(full.rollout_dir))} --output-dir {shlex.quote(str(out))}",
+            f"{shlex.quote(str(full.rollout_dir))} --output-dir {shlex.quote(str(out))}{no_plots}",
         ]
     return lines

@@ -192,13 +192,17 @@ def run_checks(*, fresh_process: bool = True, timeout: float = 300.0) -> list[Ch
 
 def run_node_checks(address: str, *, timeout: float = 300.0) -> list[Check]:
     """The registration check on every node of the Ray cluster at ``address`` (one check per
-    node; a node where the probe cannot run fails too)."""
+    node; a node where the probe cannot run fails too).
+
+    Raises:
+        ValueError: no cluster at ``address`` could be joined (a user error: one line).
+    """
     from ebpo.commands.verl.nodes import check_nodes  # connects to Ray (verl extra)
 
     try:
         reports = check_nodes(address, timeout=timeout)
-    except Exception as error:  # cannot reach the cluster
-        return [Check(f"Ray cluster at {address}", False, f"{type(error).__name__}: {error}")]
+    except RuntimeError as error:  # the driver died: a broken Ray here, not the address
+        return [Check(f"Ray cluster at {address}", False, str(error))]
     if not reports:
         return [Check(f"Ray cluster at {address}", False, "no alive node")]
     return [

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from ebpo.commands.verl.machine import cluster_address
+from ebpo.commands.verl.address import cluster_address
 from ebpo.commands.verl.validation import (
     check_options_read,
     compose,
@@ -227,7 +227,7 @@ class PluginUnavailable(RuntimeError):
 def check_plugin_where_it_runs(args: Sequence[str], env: Mapping[str, str] | None) -> None:
     """Before launching: on the Ray cluster ``main_ppo`` will join (``RAY_ADDRESS``,
     ``ray_kwargs.ray_init.address`` or the one ``ray start`` started here:
-    :func:`~ebpo.commands.verl.machine.cluster_address`), every node must register ebpo's
+    :func:`~ebpo.commands.verl.address.cluster_address`), every node must register ebpo's
     estimators on ``import verl`` (verl's ``TaskRunnerV1`` lands on any of them); without a
     cluster, a fresh interpreter here must (``main_ppo`` starts its Ray workers on this machine).
 

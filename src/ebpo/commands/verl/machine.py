@@ -8,96 +8,45 @@ GPUs that never come, leaving a Hydra ``outputs/`` folder behind). :func:`launch
 those problems from the composed config; ``ebpo verl`` refuses to launch on any of them (one line,
 exit 2) and the dry run shows them as warnings.
 
-What counts as "here" follows what ``main_ppo``'s ``ray.init`` will do (:func:`cluster_address`):
+What counts as "here" follows what ``main_ppo``'s ``ray.init`` will do
+(:func:`~ebpo.commands.verl.address.cluster_address`):
 join the Ray cluster named by ``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address`` — or, with
 neither, the cluster ``ray start`` last started on this machine (Ray's ``ray_current_cluster``
 file: a head node of a cluster) — or else start a one-machine Ray instance. On a cluster the GPUs
-are the cluster's, not this machine's: only a cluster nobody answers at is refused
-(:func:`check_reachable`).
+are the cluster's, not this machine's: only an address that is malformed, where no cluster is found
+or where nothing answers as Ray does is refused
+(:func:`~ebpo.commands.verl.address.check_reachable`). The node and GPU counts are checked either
+way.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import torch
 
-__all__ = ["REACH_TIMEOUT", "check_reachable", "cluster_address", "launch_problems"]
+from ebpo.commands.verl.address import check_reachable, cluster_address
 
-#: seconds a TCP connect to a Ray cluster's address may take before nothing is said to answer
-REACH_TIMEOUT = 5.0
-
-
-def _host_port(address: str) -> tuple[str, int] | None:
-    """``(host, port)`` of ``host:port``, ``ray://host:port`` or ``[::1]:port``; None for forms
-    without a port (``auto``, ``local``)."""
-    text = address.split("://", 1)[-1].strip()
-    host, colon, port = text.rpartition(":")
-    if not colon or not host or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-def check_reachable(address: str, timeout: float = REACH_TIMEOUT) -> None:
-    """Refuse, in one line naming ``address``, a Ray address where nothing accepts a TCP
-    connection within ``timeout`` seconds — before ``ray.init``, which retries such an address
-    for minutes. Addresses without a port (``auto``) are left to Ray.
-
-    Raises:
-        ValueError: nothing answers at ``address``.
-    """
-    parsed = _host_port(address)
-    if parsed is None:
-        return
-    host, port = parsed
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return
-    except TimeoutError:
-        why = f"no answer within {timeout:g} s"
-    except OSError as error:
-        why = error.strerror or type(error).__name__
-    raise ValueError(
-        f"nothing answers at the Ray address {address} ({why}): start the cluster there "
-        f"(`ray start --head --port {port}` on that machine) or give the address its head node "
-        "printed"
-    )
-
-
-def cluster_address(config_address: str | None) -> str | None:
-    """The Ray cluster ``main_ppo``'s ``ray.init(address=config_address)`` joins, or None when it
-    starts its own one-machine instance: ``RAY_ADDRESS`` (Ray lets it win), the address, or — for
-    none or ``auto`` — the cluster ``ray start`` last started here (``ray_current_cluster``)."""
-    address = os.environ.get("RAY_ADDRESS") or config_address or None
-    if address == "local":
-        return None
-    if address not in (None, "auto"):
-        return address
-    try:
-        # Ray's own lookup (a private helper; ray comes with verl, imported by then)
-        from ray._private.utils import read_ray_address
-
-        found = read_ray_address()
-    except Exception:  # another Ray version: no lookup, as if no cluster ran here
-        found = None
-    return found or address
+__all__ = ["launch_problems"]
 
 
 def launch_problems(config: Any) -> list[str]:
     """Why ``main_ppo`` cannot run ``config`` (the composed DictConfig) from this machine, one
-    phrase each: GPUs it asks for and this machine has not (unless it joins a cluster), a cluster
-    address nothing answers at, data files unset or missing, a local model path missing."""
+    phrase each: node or GPU counts that are not positive whole numbers, GPUs it asks for and
+    this machine has not (unless it joins a cluster), a cluster address that is malformed, found
+    nowhere or not answering as Ray, data files unset or missing, a local model path missing."""
     ray_init = config.get("ray_kwargs", {}).get("ray_init", {}) or {}
-    cluster = cluster_address(ray_init.get("address"))
-    problems = []
+    address = ray_init.get("address")
+    cluster = cluster_address(address)
+    counts = _counts(config.trainer)
+    problems = [counts] if isinstance(counts, str) else []
     if cluster is None:
-        gpus = _gpu_problem(config.trainer)
+        gpus = _gpu_problem(config.trainer, counts) if isinstance(counts, tuple) else None
         problems += [gpus] if gpus else []
     else:
         try:
-            check_reachable(cluster)
+            check_reachable(address or cluster, _address_source(address))
         except ValueError as error:
             problems.append(str(error))
     problems += _data_problems(config.data)
@@ -105,13 +54,34 @@ def launch_problems(config: Any) -> list[str]:
     return problems + ([model] if model else [])
 
 
-def _gpu_problem(trainer: Any) -> str | None:
+def _address_source(address: Any) -> str:
+    """Where the cluster address ``main_ppo`` joins comes from, for the messages."""
+    if address:
+        return "ray_kwargs.ray_init.address"
+    if os.environ.get("RAY_ADDRESS"):
+        return "RAY_ADDRESS"
+    return "the cluster `ray start` recorded here (ray_current_cluster)"
+
+
+def _counts(trainer: Any) -> tuple[int, int] | str:
+    """``(trainer.nnodes, trainer.n_gpus_per_node)``, or why they are not positive whole numbers
+    (verl sizes its resource pool with them and waits forever for a pool of 0 or fewer)."""
+    counts = []
+    for key in ("nnodes", "n_gpus_per_node"):
+        value = trainer.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"trainer.{key}={value!r} is not a positive whole number"
+        counts.append(value)
+    return counts[0], counts[1]
+
+
+def _gpu_problem(trainer: Any, counts: tuple[int, int]) -> str | None:
     """GPUs a one-machine run asks for (``trainer.nnodes × trainer.n_gpus_per_node`` on
     ``trainer.device=cuda``) beyond ``torch.cuda.device_count()``; other devices are not
     counted here."""
     if str(trainer.get("device", "cuda")) != "cuda":
         return None
-    nodes, per_node = int(trainer.get("nnodes") or 0), int(trainer.get("n_gpus_per_node") or 0)
+    nodes, per_node = counts
     have = torch.cuda.device_count()
     if nodes * per_node <= have:
         return None
