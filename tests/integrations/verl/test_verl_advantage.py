@@ -255,7 +255,16 @@ def test_registration_is_idempotent_and_never_shadows_foreign_estimators():
     importlib.reload(advantage)  # new function objects under the same names
     importlib.reload(plugin)
     names = tuple(advantage.plugin_names())
-    assert {"ebpo", "ebpo_batch", "ebpo_bb", "jspo", "jspo_plus_plus", "grpo_bn", "spo", "krpo"} <= set(names)
+    assert {
+        "ebpo",
+        "ebpo_batch",
+        "ebpo_bb",
+        "jspo",
+        "jspo_plus_plus",
+        "grpo_bn",
+        "spo",
+        "krpo",
+    } <= set(names)
     assert set(advantage.FUNCTIONS) == set(names)
     assert all(core_algos.get_adv_estimator_fn(n) is advantage.FUNCTIONS[n] for n in names)
     assert len({id(fn) for fn in advantage.FUNCTIONS.values()}) == len(
