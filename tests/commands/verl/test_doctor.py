@@ -15,7 +15,7 @@ def test_doctor_passes_on_this_install():
     assert [c.name for c in checks] == [
         "verl version",
         "entry point",
-        "compute_advantage(dr_grpo, ebpo, ebpo_bb, jspo, jspo_plus_plus, reinforce_pp_baseline)",
+        "compute_advantage(dr_grpo, ebpo, ebpo_bb, grpo_bn, jspo, jspo_plus_plus, krpo, reinforce_pp_baseline, spo)",
         "checkpoint callback",
     ]
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]

@@ -136,12 +136,20 @@ def _compute_advantage() -> Check:
         rewards = torch.zeros_like(mask)
         rewards[[0, 2], [1, 2]] = 1.0
         uid = np.array(["a", "b", "a", "b", "pad"], dtype=object)
+        # the prompts' tokens (left-padded, as verl's rollout gives them): SPO keys on them
+        prompts = torch.tensor([[0, 7], [8, 9], [0, 7], [8, 9], [0, 0]])
+        attention_mask = torch.cat([(prompts != 0).float(), mask], dim=-1)
         # A private store: the doctor must not leave state in the process-wide one.
         saved, advantage.STORE = advantage.STORE, EstimatorStore()
         try:
             for estimator in DOCTOR_ESTIMATORS:
                 data = DataProto.from_dict(
-                    tensors={"token_level_rewards": rewards, "response_mask": mask},
+                    tensors={
+                        "token_level_rewards": rewards,
+                        "response_mask": mask,
+                        "prompts": prompts,
+                        "attention_mask": attention_mask,
+                    },
                     non_tensors={"uid": uid},
                 )
                 options = {**DOCTOR_OPTIONS.get(estimator, {}), "log_to_trainer": False}
