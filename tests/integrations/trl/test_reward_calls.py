@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import pickle
 
 import pytest
@@ -12,10 +13,11 @@ import torch
 
 pytest.importorskip("trl")
 
-from trl.trainer.utils import get_callable_name, is_async_callable  # noqa: E402
+from trl.trainer.utils import get_callable_name  # noqa: E402
 
 from ebpo.integrations.trl import math_reward  # noqa: E402
 from ebpo.integrations.trl.reward_calls import CheckedReward, checked_rewards  # noqa: E402
+from ebpo.integrations.trl.trl_compat import is_async_callable  # noqa: E402
 
 COMPLETIONS = ["a", "b", "c"]
 
@@ -53,6 +55,7 @@ def test_a_good_reward_passes_through_unchanged():
     assert isinstance(checked, CheckedReward) and isinstance(model, torch.nn.Linear)
     assert checked(prompts=COMPLETIONS, completions=COMPLETIONS)[:2] == [1.0, None]
     assert get_callable_name(checked) == "good" and not is_async_callable(checked)
+    assert not inspect.iscoroutinefunction(checked)
     assert pickle.loads(pickle.dumps(checked)).func is good
     assert checked_rewards([checked])[0] is checked  # wrapped once
 
@@ -60,6 +63,9 @@ def test_a_good_reward_passes_through_unchanged():
 def test_an_async_reward_stays_async():
     (checked,) = checked_rewards([async_good])
     assert is_async_callable(checked) and get_callable_name(checked) == "async_good"
+    # TRL 1.10–1.13 ask inspect alone (an async reward that read as sync would not be awaited)
+    assert inspect.iscoroutinefunction(checked)
+    assert pickle.loads(pickle.dumps(checked)).func is async_good
     assert asyncio.run(checked(prompts=COMPLETIONS, completions=COMPLETIONS)) == [0.0] * 3
 
 

@@ -26,7 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from trl.trainer.utils import get_callable_name, is_async_callable
+from trl.trainer.utils import get_callable_name
+
+from ebpo.integrations.trl.trl_compat import async_for_every_trl, is_async_callable
 
 __all__ = ["CheckedReward", "checked_rewards"]
 
@@ -63,6 +65,7 @@ class CheckedReward:
         return _checked(self.__name__, output, kwargs)
 
 
+@async_for_every_trl
 class AsyncCheckedReward(CheckedReward):
     """An async reward function whose errors and return values are checked."""
 

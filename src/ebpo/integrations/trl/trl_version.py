@@ -1,20 +1,28 @@
-"""The TRL releases :class:`~ebpo.integrations.trl.EBPOTrainer` is tested with, and the check made
-when it is imported under another one (1.16.0, which the ``trl`` extra pins, and 1.15.0, the newest
-that Unsloth 2026.10.9 accepts, which ``make test-unsloth`` runs): a user who keeps their own TRL (``pip install
-"ebpo[plot,rewards,data]"`` beside it) gets one warning line naming both versions, and one line
-refusing the import where a method EBPOTrainer overrides is missing from their ``GRPOTrainer`` (an
-override of a method TRL no longer calls would silently change nothing)."""
+"""The TRL releases :class:`~ebpo.integrations.trl.EBPOTrainer` supports, and the checks made when
+it is imported: the range is :data:`ebpo.integrations.supported_versions.SUPPORTED` ``["trl"]``
+(1.10.0–1.16.0; the ``trl`` extra pins the newest, the full suite runs it, ``make test-compat`` the
+others). A user who keeps their own TRL (``pip install "ebpo[plot,rewards,data]"`` beside it) gets:
+
+* inside the range, nothing;
+* outside it, one warning line naming the installed release and the supported range, given by
+  :func:`warn_outside_range` before anything else of TRL is imported (so that a name an older TRL
+  lacks cannot end the import in a traceback first);
+* one line refusing the import where a method EBPOTrainer overrides is missing from their
+  ``GRPOTrainer`` (an override of a method TRL no longer calls would silently change nothing).
+
+What differs inside the range is bridged in :mod:`ebpo.integrations.trl.trl_compat`.
+"""
 
 from __future__ import annotations
 
 import warnings
+from importlib import metadata
 
-__all__ = ["OVERRIDDEN_METHODS", "TESTED_TRL", "UntestedTRLWarning", "check_trl"]
+from ebpo.integrations.supported_versions import SUPPORTED
 
-#: the releases of ``trl`` that CI runs, oldest first: the last one is what the ``trl`` extra pins;
-#: 1.15.0 runs in the Unsloth environment (``make test-unsloth``)
-TESTED_TRL = ("1.15.0", "1.16.0")
-_PINNED = TESTED_TRL[-1]
+__all__ = ["OVERRIDDEN_METHODS", "UnsupportedTRLWarning", "check_trl", "warn_outside_range"]
+
+_RANGE = SUPPORTED["trl"]
 
 #: the methods of ``trl.GRPOTrainer`` that EBPOTrainer (and its checkpointing mixin) replace
 OVERRIDDEN_METHODS = (
@@ -31,27 +39,38 @@ OVERRIDDEN_METHODS = (
 )
 
 
-class UntestedTRLWarning(UserWarning):
-    """The installed ``trl`` is not the release ebpo is tested with."""
+class UnsupportedTRLWarning(UserWarning):
+    """The installed ``trl`` is outside the releases ebpo supports."""
+
+
+def installed_trl() -> str:
+    """The installed release of ``trl``, read from its metadata (``trl`` itself is not imported)."""
+    return metadata.version("trl")
+
+
+def warn_outside_range(version: str) -> None:
+    """Warn (:class:`UnsupportedTRLWarning`, one line) when ``version`` is outside the supported
+    range; nothing inside it."""
+    if _RANGE.contains(version):
+        return
+    # explicit place, no source line: the warning prints as one line
+    warnings.warn_explicit(
+        f"ebpo's EBPOTrainer supports trl {_RANGE.span()}; trl {version} is installed "
+        f"(pip install 'trl=={_RANGE.newest}' for a supported one)",
+        UnsupportedTRLWarning,
+        filename="ebpo.integrations.trl",
+        lineno=0,
+        module="ebpo.integrations.trl",
+    )
 
 
 def check_trl(version: str, trainer_class: type) -> None:
-    """Warn (:class:`UntestedTRLWarning`, one line) when ``version`` is none of :data:`TESTED_TRL`;
-    raise ImportError (one line) when ``trainer_class`` lacks a method of :data:`OVERRIDDEN_METHODS`."""
+    """Raise ImportError (one line) when ``trainer_class`` lacks a method of
+    :data:`OVERRIDDEN_METHODS`, naming the trl ``version``."""
     missing = [name for name in OVERRIDDEN_METHODS if not hasattr(trainer_class, name)]
     if missing:
         raise ImportError(
             f"ebpo's EBPOTrainer cannot run on trl {version}: its GRPOTrainer has no "
-            f"{', '.join(missing)} (EBPOTrainer overrides them); install trl=={_PINNED} "
-            "(pip install 'ebpo[trl]')"
-        )
-    if version not in TESTED_TRL:
-        # explicit place, no source line: the warning prints as one line
-        warnings.warn_explicit(
-            f"ebpo's EBPOTrainer is tested with trl {' and '.join(TESTED_TRL)}; trl {version} is "
-            f"installed (pip install 'trl=={_PINNED}' for a tested one)",
-            UntestedTRLWarning,
-            filename="ebpo.integrations.trl",
-            lineno=0,
-            module="ebpo.integrations.trl",
+            f"{', '.join(missing)} (EBPOTrainer overrides them); ebpo supports trl "
+            f"{_RANGE.span()} (pip install 'trl=={_RANGE.newest}')"
         )
