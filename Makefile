@@ -63,8 +63,10 @@ test-unsloth: $(USTAMP)
 
 # The supported releases the full suite does not run (README, "Supported releases";
 # ebpo.integrations.supported_versions.COMPAT_LEGS), each leg in a venv of its own under
-# build/compat, cached and rebuilt when its requirements/compat-<leg>.txt or ebpo's dependencies
-# change (tools/compat_venv.sh): a user's stack, ebpo installed beside it without its trl/verl extra.
+# $EBPO_COMPAT_CACHE (~/.cache/ebpo/compat: outside the checkout, so CI's fresh clone reuses it),
+# rebuilt when its requirements/compat-<leg>.txt or ebpo's dependencies change
+# (tools/compat_venv.sh): a user's stack, ebpo's dependencies without its trl/verl extra; the
+# tests run this checkout's src.
 # TRL 1.10.0, 1.14.2 and (on torch 2.15.0) 1.16.0, each with transformers 5.24.0:
 # `advantage_estimator="grpo"` equals that TRL's GRPOTrainer (advantages, logged loss, reward and
 # grad norm), an EBPO run resumes exactly, reward checks, the version check; TRL 1.15.0: TRL's own trainer
@@ -79,7 +81,7 @@ COMPAT_TRL := tests/compat tests/integrations/trl/test_trl_version.py \
 	$(COMPAT_TRAINER)::test_resume_continues_with_exactly_the_uninterrupted_state
 COMPAT_VERL := tests/compat tests/integrations/verl/test_verl_advantage.py \
 	-k "test_installed or external_modules or match_core or matches_core or registration_is_idempotent"
-COMPAT_LEG = EBPO_COMPAT_LEG=$(1) $$(tools/compat_venv.sh $(PYTHON) $(1))/bin/python -m pytest \
+COMPAT_LEG = EBPO_COMPAT_LEG=$(1) PYTHONPATH=$(CURDIR)/src $$(tools/compat_venv.sh $(PYTHON) $(1))/bin/python -m pytest \
 	$(COMPAT_PYTEST)
 
 test-compat:
