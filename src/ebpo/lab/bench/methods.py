@@ -1,8 +1,11 @@
 """The rows of ``ebpo bench``: a :class:`Method` is a named estimator variant
 (:data:`ebpo.estimators.VARIANTS`) trained with a TRL preset and a data order, so "EBPO with topic
-order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds them all,
-:data:`DEFAULT_METHODS` is the default matrix, and every paired difference is against
-:data:`REFERENCE_METHOD`.
+order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds the rows that
+need more than a name (a preset, an order, clusters); every other variant or registered estimator
+name (:func:`ebpo.estimators.available_variants`, a user's own estimator included once its module
+is imported) is a row of its own, trained with its own name (:func:`bench_method`,
+:func:`available_methods`). :data:`DEFAULT_METHODS` is the default matrix, and the default
+contrasts (:mod:`ebpo.lab.bench.contrasts`) are against :data:`REFERENCE_METHOD`.
 """
 
 from __future__ import annotations
@@ -10,9 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ebpo.estimators import variant_spec
+from ebpo.estimators import available_variants, variant_spec
 
-__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "METHODS",
+    "REFERENCE_METHOD",
+    "Method",
+    "available_methods",
+    "bench_method",
+]
 
 
 @dataclass(frozen=True)
@@ -129,5 +139,27 @@ DEFAULT_METHODS = (
     "rloo",
     "jspo",
 )
-#: every paired difference is against this method (at the same G and seed)
+#: the default contrasts pair every other method with this one (at the same G and seed)
 REFERENCE_METHOD = "grpo"
+
+
+def available_methods() -> list[str]:
+    """Every name :func:`bench_method` accepts: the rows of :data:`METHODS`, then every other
+    variant and registered estimator name, read from the registry when called."""
+    return list(METHODS) + [name for name in available_variants() if name not in METHODS]
+
+
+def bench_method(name: str) -> Method:
+    """The row called ``name``: :data:`METHODS`' own, else the variant or registered estimator of
+    that name trained with its own preset on the shuffled stream.
+
+    Raises:
+        ValueError: ``name`` is neither, naming the known methods.
+    """
+    if isinstance(name, str) and name in METHODS:
+        return METHODS[name]
+    if isinstance(name, str) and name in available_variants():
+        estimator, options = variant_spec(name)
+        described = f"estimator {estimator!r}" + (f" with {options}" if options else "")
+        return Method(name, name, description=f"{described}, shuffled stream")
+    raise ValueError(f"unknown bench method {name!r}; expected one of {available_methods()}")
