@@ -22,9 +22,12 @@ def test_masked_rows_get_zero_and_do_not_matter(name):
     rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     ids = ["a", "a", "b", "b", "c", "c", "d", "d"]
     est_full, est_padded = ebpo.make_estimator(name), ebpo.make_estimator(name)
-    full = est_full(rewards, ids)
+    full = est_full(rewards, ids, prompt_keys=ids)
     padded = est_padded(
-        rewards + [float("nan"), 1.0], ids + ["pad-0", "a"], mask=[True] * 8 + [False, False]
+        rewards + [float("nan"), 1.0],
+        ids + ["pad-0", "a"],
+        mask=[True] * 8 + [False, False],
+        prompt_keys=ids + ["pad-0", "a"],
     )
     torch.testing.assert_close(padded.advantages[:8], full.advantages)
     assert padded.advantages[8:].abs().sum() == 0
@@ -34,10 +37,11 @@ def test_masked_rows_get_zero_and_do_not_matter(name):
 @pytest.mark.parametrize("name", ebpo.available_estimators())
 def test_singleton_and_fully_masked_groups_are_valid(name):
     est = ebpo.make_estimator(name)
-    res = est([1.0, 0.0, 1.0, 0.5], [0, 1, 1, 2], mask=[True, True, True, False])
+    ids = [0, 1, 1, 2]
+    res = est([1.0, 0.0, 1.0, 0.5], ids, mask=[True, True, True, False], prompt_keys=ids)
     assert torch.isfinite(res.advantages).all()
     assert res.advantages[3] == 0
-    fully_masked = est([1.0, 0.0], [0, 0], mask=[False, False])
+    fully_masked = est([1.0, 0.0], [0, 0], mask=[False, False], prompt_keys=[0, 0])
     assert fully_masked.advantages.abs().sum() == 0
 
 
@@ -45,9 +49,10 @@ def test_singleton_and_fully_masked_groups_are_valid(name):
 def test_output_follows_input_dtype_and_shape(name):
     est = ebpo.make_estimator(name)
     r32 = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float32)
-    res = est(r32, torch.tensor([0, 0, 1, 1]))
+    keys = {"prompt_keys": [0, 0, 1, 1]}
+    res = est(r32, torch.tensor([0, 0, 1, 1]), **keys)
     assert res.advantages.dtype == torch.float32 and res.advantages.shape == (4,)
-    res64 = est(r32.double(), np.array([0, 0, 1, 1]))
+    res64 = est(r32.double(), np.array([0, 0, 1, 1]), **keys)
     assert res64.advantages.dtype == torch.float64
     for value in res.metrics.values():
         assert isinstance(value, float)
@@ -60,14 +65,17 @@ def test_overflowing_batch_is_rejected_before_any_state_changes(name):
     became NaN so that every later batch got zero advantages."""
     est = ebpo.make_estimator(name)
     good = ([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1])
+    keys = {"prompt_keys": good[1]}
     fresh = ebpo.make_estimator(name)
-    est(*good)
-    fresh(*good)
+    est(*good, **keys)
+    fresh(*good, **keys)
     before = json.dumps(est.state_dict())
     with pytest.raises(ValueError, match="too large|overflow|\\[0, 1\\]"):
-        est([0, 1e200, 0, 1e200], [0, 0, 1, 1])
+        est([0, 1e200, 0, 1e200], [0, 0, 1, 1], **keys)
     assert json.dumps(est.state_dict()) == before
-    torch.testing.assert_close(est(*good).advantages, fresh(*good).advantages, rtol=0, atol=0)
+    torch.testing.assert_close(
+        est(*good, **keys).advantages, fresh(*good, **keys).advantages, rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,18 +109,23 @@ TRAITS = [
     ("ebpo_bb", {}, (True, True, False, False)),
     ("ebpo_bb", {"per_cluster": True}, (True, True, True, False)),
     ("grpo", {}, (False, False, False, False)),
+    ("grpo_bn", {}, (False, False, False, False)),
     ("jspo", {}, (False, False, False, False)),
     ("jspo_plus_plus", {}, (False, True, False, False)),
     ("reinforce_pp_baseline", {}, (False, False, False, False)),
     ("reinforce_pp_baseline", {"whiten": "tokens"}, (False, False, False, True)),
     ("rloo", {}, (False, False, False, False)),
+    ("spo", {}, (False, True, False, False)),
 ]
+#: the estimators that read prompt_keys (and require them)
+PROMPT_KEY_USERS = {"spo"}
 #: four groups of four; the first two groups (cluster "easy") succeed more than the last two
 REWARDS = [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
 IDS = np.repeat(np.arange(4), 4)
 CLUSTERS = ["easy"] * 8 + ["hard"] * 8
 #: tokens per response, uneven
 TOKENS = [3, 9, 1, 4, 7, 2, 5, 5, 8, 1, 6, 3, 2, 9, 4, 4]
+EVERY_INPUT = {"clusters": CLUSTERS, "token_counts": TOKENS, "prompt_keys": IDS}
 
 
 def test_the_trait_table_covers_every_registered_estimator():
@@ -127,7 +140,7 @@ def test_traits_of_every_estimator(name, options, traits):
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_an_estimator_with_a_prior_reports_it(name, options, traits):
-    res = ebpo.make_estimator(name, **options)(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS)
+    res = ebpo.make_estimator(name, **options)(REWARDS, IDS, **EVERY_INPUT)
     assert ("prior_mean" in res.metrics) == traits[0]
     assert ("shrinkage_mean" in res.metrics) == traits[0]
 
@@ -136,15 +149,16 @@ def test_an_estimator_with_a_prior_reports_it(name, options, traits):
 def test_a_call_changes_the_state_of_the_stateful_estimators_only(name, options, traits):
     est = ebpo.make_estimator(name, **options)
     before = json.dumps(est.state_dict())
-    est(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS, update=False)
+    est(REWARDS, IDS, **EVERY_INPUT, update=False)
     assert json.dumps(est.state_dict()) == before
-    est(REWARDS, IDS, clusters=CLUSTERS, token_counts=TOKENS)
+    est(REWARDS, IDS, **EVERY_INPUT)
     assert (json.dumps(est.state_dict()) != before) == traits[1]
 
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_uses_clusters_is_whether_the_estimator_reads_them(name, options, traits):
     tokens = {"token_counts": TOKENS} if traits[3] else {}
+    tokens["prompt_keys"] = IDS
     with_clusters = ebpo.make_estimator(name, **options)(REWARDS, IDS, clusters=CLUSTERS, **tokens)
     if traits[2]:
         with pytest.raises(ValueError, match="clusters is required"):
@@ -157,6 +171,7 @@ def test_uses_clusters_is_whether_the_estimator_reads_them(name, options, traits
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_uses_token_counts_is_whether_the_estimator_reads_them(name, options, traits):
     clusters = {"clusters": CLUSTERS} if traits[2] else {}
+    clusters["prompt_keys"] = IDS
     with_tokens = ebpo.make_estimator(name, **options)(
         REWARDS, IDS, token_counts=TOKENS, **clusters
     )
@@ -170,6 +185,23 @@ def test_uses_token_counts_is_whether_the_estimator_reads_them(name, options, tr
         return
     without = ebpo.make_estimator(name, **options)(REWARDS, IDS, **clusters)
     torch.testing.assert_close(with_tokens.advantages, without.advantages, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
+def test_uses_prompt_keys_is_whether_the_estimator_reads_them(name, options, traits):
+    est = ebpo.make_estimator(name, **options)
+    assert est.uses_prompt_keys == (name in PROMPT_KEY_USERS)
+    inputs = {"clusters": CLUSTERS, "token_counts": TOKENS}
+    if est.uses_prompt_keys:
+        with pytest.raises(ValueError, match="prompt_keys is required"):
+            est(REWARDS, IDS, **inputs)
+        return
+    torch.testing.assert_close(
+        est(REWARDS, IDS, **inputs, prompt_keys=[f"p{i}" for i in IDS]).advantages,
+        ebpo.make_estimator(name, **options)(REWARDS, IDS, **inputs).advantages,
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_per_cluster_priors_change_the_baselines():
@@ -186,7 +218,7 @@ def test_per_cluster_priors_change_the_baselines():
 def test_copies_and_pickles_get_their_own_lock_and_continue_identically(name, options, traits):
     """TRL's resume and verl's state store copy estimators: deepcopy and pickle must keep working
     (a lock cannot be copied) and the copy must continue exactly as the original."""
-    extra = {"clusters": CLUSTERS, "token_counts": TOKENS}
+    extra = EVERY_INPUT
     est = ebpo.make_estimator(name, **options)
     est(REWARDS, IDS, **extra)
     copies = [copy.deepcopy(est), pickle.loads(pickle.dumps(est)), copy.copy(est)]
@@ -225,7 +257,7 @@ class _Counter(ebpo.AdvantageEstimator):
         return zeros, zeros, zeros, {}
 
 
-@pytest.mark.parametrize("name", ["a user's subclass", "ebpo", "ebpo_bb", "jspo_plus_plus"])
+@pytest.mark.parametrize("name", ["a user's subclass", "ebpo", "ebpo_bb", "jspo_plus_plus", "spo"])
 @pytest.mark.parametrize("method", ["state_dict", "load_state_dict", "reset", "__call__"])
 def test_state_methods_and_calls_wait_for_the_lock(method, name):
     """The state_dict / load_state_dict / reset of every stateful estimator (and every call)
@@ -236,7 +268,7 @@ def test_state_methods_and_calls_wait_for_the_lock(method, name):
         "state_dict": lambda: est.state_dict(),
         "load_state_dict": lambda: est.load_state_dict(saved),
         "reset": lambda: est.reset(),
-        "__call__": lambda: est([1.0, 0.0], [0, 0]),
+        "__call__": lambda: est([1.0, 0.0], [0, 0], prompt_keys=[0, 0]),
     }[method]
     done = threading.Event()
     worker = threading.Thread(target=lambda: (call(), done.set()))
@@ -256,7 +288,7 @@ STATE_CASES = [
 ]
 CARRIES = {("ebpo", ()), ("ebpo", (("per_cluster", True),)), ("ebpo_bb", ())}
 CARRIES |= {("ebpo_bb", (("per_cluster", True),)), ("ebpo", (("half_life", 2.0), ("prior", "ema")))}
-CARRIES |= {("jspo_plus_plus", (("smooth_coef", 0.9),))}
+CARRIES |= {("jspo_plus_plus", (("smooth_coef", 0.9),)), ("spo", ())}
 DECAYS = {
     ("ebpo", (("half_life", 2.0), ("prior", "ema"))),
     ("jspo_plus_plus", (("smooth_coef", 0.9),)),
@@ -269,7 +301,7 @@ def test_carries_state_is_whether_an_earlier_call_changes_a_later_one(name, opti
     one, and alone; the advantages differ exactly when ``carries_state``."""
     key = (name, tuple(sorted(options.items())))
     first = [1.0] * 13 + [0.0] * 3  # another batch before: mostly successes
-    kwargs = {"clusters": CLUSTERS, "token_counts": TOKENS}
+    kwargs = EVERY_INPUT
     warm = ebpo.make_estimator(name, **options)
     for _ in range(200):  # JSPO++'s time-weighted EMA all but forgets its first ~50 steps
         warm(first, IDS, **kwargs)

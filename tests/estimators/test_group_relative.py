@@ -93,6 +93,9 @@ def test_reinforce_pp_verl_needs_token_counts_and_the_others_ignore_them():
     for name in ebpo.available_estimators():
         plain = ebpo.make_estimator(name)
         assert not plain.uses_token_counts
-        a = plain([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1]).advantages
-        b = ebpo.make_estimator(name)([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], token_counts=[3, 1, 4, 1])
+        keys = {"prompt_keys": [0, 0, 1, 1]}  # SPO's
+        a = plain([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], **keys).advantages
+        b = ebpo.make_estimator(name)(
+            [1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], token_counts=[3, 1, 4, 1], **keys
+        )
         assert torch.equal(a, b.advantages), name

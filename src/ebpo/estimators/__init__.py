@@ -8,6 +8,7 @@ from ebpo.estimators.base import (
 from ebpo.estimators.beta_binomial import EBPOBetaBinomial
 from ebpo.estimators.ebpo import EBPO, Prior
 from ebpo.estimators.group_relative import GRPO, RLOO, DrGRPO, ReinforcePlusPlusBaseline
+from ebpo.estimators.grpo_bn import GRPOBatchNorm
 from ebpo.estimators.james_stein import JSPO, JSPOPlusPlus
 from ebpo.estimators.registry import (
     available_estimators,
@@ -15,6 +16,7 @@ from ebpo.estimators.registry import (
     make_estimator,
     register_estimator,
 )
+from ebpo.estimators.spo import SPO
 from ebpo.estimators.variants import (
     VARIANTS,
     Variant,
@@ -31,10 +33,12 @@ __all__ = [
     "EBPO",
     "EBPOBetaBinomial",
     "GRPO",
+    "GRPOBatchNorm",
     "JSPO",
     "JSPOPlusPlus",
     "Prior",
     "RLOO",
+    "SPO",
     "ReinforcePlusPlusBaseline",
     "available_estimators",
     "estimator_options",

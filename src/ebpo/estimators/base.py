@@ -6,10 +6,11 @@ Every estimator follows one contract (scikit-learn style: options in the constru
 explicit)::
 
     est = ebpo.make_estimator("ebpo", prior="history")
-    res = est(rewards, group_ids, mask=None, clusters=None, token_counts=None, update=True)
+    res = est(rewards, group_ids, mask=None, clusters=None, token_counts=None, prompt_keys=None,
+              update=True)
     res.advantages, res.baselines, res.shrinkage, res.metrics
     est.state_dict(); est.load_state_dict(state); est.reset()
-    est.uses_prior, est.uses_clusters, est.uses_token_counts   # traits
+    est.uses_prior, est.uses_clusters, est.uses_token_counts, est.uses_prompt_keys   # traits
     est.carries_state, est.decays_per_call, est.reward_range   # what a trainer integration needs
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
@@ -51,6 +52,7 @@ from ebpo.estimators.validation import (
     check_state_keys,
     factorize,
     group_clusters,
+    group_prompt_keys,
 )
 from ebpo.utils.checks import check_choice, check_positive
 
@@ -79,7 +81,8 @@ class AdvantageEstimator:
     * :attr:`carries_state` (per instance: whether earlier calls change later advantages);
     * :attr:`uses_clusters` (per instance: EBPO reads clusters only with ``per_cluster=True``);
     * :attr:`uses_token_counts` (per instance: REINFORCE++ reads them only with
-      ``whiten="tokens"``).
+      ``whiten="tokens"``);
+    * :attr:`uses_prompt_keys` (per instance: SPO's per-prompt tracker reads them).
 
     Thread-safe: a call holds the estimator's lock, and so do the state methods of the estimators
     that keep state (concurrent calls are serialised; see the module docstring).
@@ -128,6 +131,12 @@ class AdvantageEstimator:
         return False
 
     @property
+    def uses_prompt_keys(self) -> bool:
+        """Whether this estimator reads ``prompt_keys`` (it then requires them); the others accept
+        and ignore them. False here; SPO: True."""
+        return False
+
+    @property
     def carries_state(self) -> bool:
         """Whether, with these options, a later call's advantages depend on the state earlier
         calls left (what a resumed run loses without its checkpointed state). False here; EBPO:
@@ -154,16 +163,24 @@ class AdvantageEstimator:
         mask: Any = None,
         clusters: Any = None,
         token_counts: Any = None,
+        prompt_keys: Any = None,
         update: bool = True,
     ) -> AdvantageResult:
         """Advantages for one batch. ``update=False`` leaves every running statistic untouched.
 
         ``token_counts``: the number of tokens of each response (verl: ``response_mask.sum(-1)``),
-        read only by estimators whose :attr:`uses_token_counts` is True. Thread-safe: see the
-        module docstring.
+        read only by estimators whose :attr:`uses_token_counts` is True. ``prompt_keys``: one
+        hashable key per row naming its prompt, the same on every step (rows of a group share it;
+        str, bytes, int or tuples of them), read only by estimators whose
+        :attr:`uses_prompt_keys` is True. Thread-safe: see the module docstring.
         """
         batch = self.prepare(
-            rewards, group_ids, mask=mask, clusters=clusters, token_counts=token_counts
+            rewards,
+            group_ids,
+            mask=mask,
+            clusters=clusters,
+            token_counts=token_counts,
+            prompt_keys=prompt_keys,
         )
         with self._state_lock:  # read, compute and commit the state as one step
             baseline, advantage, shrinkage, metrics = self._compute(batch, update=update)
@@ -259,6 +276,7 @@ class AdvantageEstimator:
         mask: Any = None,
         clusters: Any = None,
         token_counts: Any = None,
+        prompt_keys: Any = None,
     ) -> Batch:
         """Validate the inputs and compute the group structure. Raises ValueError on bad input."""
         reward_tensor, out_dtype, out_device = as_reward_tensor(rewards)
@@ -303,6 +321,15 @@ class AdvantageEstimator:
                 "token_counts is required when the estimator whitens over tokens "
                 "(whiten='tokens'): pass the number of tokens of each response"
             )
+        keys = None
+        if prompt_keys is not None:
+            check_length("prompt_keys", prompt_keys, n)
+            keys = group_prompt_keys(prompt_keys, group_index, valid, num_groups)
+        elif self.uses_prompt_keys:
+            raise ValueError(
+                f"prompt_keys is required by estimator {self.name!r} (it tracks each prompt "
+                "across steps): pass one stable key per response, e.g. its prompt text"
+            )
 
         return Batch(
             rewards=reward_tensor,
@@ -316,6 +343,7 @@ class AdvantageEstimator:
             cluster_index=cluster_index,
             cluster_labels=cluster_labels,
             token_counts=counts,
+            prompt_keys=keys,
             out_dtype=out_dtype,
             out_device=out_device,
         )

@@ -51,6 +51,7 @@ class Batch:
     out_dtype: torch.dtype
     out_device: torch.device
     token_counts: torch.Tensor | None = None  # [N] float64 tokens per response, 0 where not valid
+    prompt_keys: torch.Tensor | None = None  # [K] int64 stable hash of each group's prompt key
 
     @property
     def nonempty(self) -> torch.Tensor:

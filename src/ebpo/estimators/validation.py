@@ -9,6 +9,7 @@ batch fails before any estimator state can see it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
@@ -37,7 +38,9 @@ __all__ = [
     "check_tensor_data",
     "factorize",
     "group_clusters",
+    "group_prompt_keys",
     "plain_labels",
+    "stable_key_hash",
 ]
 
 
@@ -401,22 +404,76 @@ def group_clusters(
     labels = plain_labels(uniques)
     for label in labels:  # one check per distinct label, not per row
         check_json_label("clusters", label)
+    return _label_of_each_group(
+        "clusters", row_cluster, labels, group_index, valid, num_groups
+    ), labels
+
+
+def group_prompt_keys(
+    prompt_keys: Any, group_index: torch.Tensor, valid: torch.Tensor, num_groups: int
+) -> torch.Tensor:
+    """``[K]`` int64: the :func:`stable_key_hash` of each group's prompt key (0 for a group with no
+    valid row). Every valid row of a group must carry the same key."""
+    row_key, uniques = factorize(prompt_keys, "prompt_keys")
+    labels = plain_labels(uniques)
+    hashes = torch.tensor([stable_key_hash(label) for label in labels], dtype=torch.int64)
+    return hashes[
+        _label_of_each_group("prompt_keys", row_key, labels, group_index, valid, num_groups)
+    ]
+
+
+def stable_key_hash(key: Hashable) -> int:
+    """A signed 64-bit hash of a prompt key that is the same in every process (Python's ``hash``
+    of a string is salted per process): BLAKE2b of a type-tagged encoding, so that ``1`` and
+    ``"1"`` differ. Keys: str, bytes, int, None, or tuples of them."""
+    digest = hashlib.blake2b(_key_bytes(key), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _key_bytes(key: Any) -> bytes:
+    if isinstance(key, str):
+        return b"s" + key.encode("utf-8", "surrogatepass")
+    if isinstance(key, bytes):
+        return b"b" + key
+    if isinstance(key, (bool, int)):  # bool before int: True and 1 are equal dict keys anyway
+        return b"i" + str(int(key)).encode()
+    if key is None:
+        return b"n"
+    if isinstance(key, (tuple, list)):
+        parts = [_key_bytes(item) for item in key]
+        return b"t" + b"".join(len(p).to_bytes(8, "little") + p for p in parts)
+    raise ValueError(
+        "prompt_keys must be strings, bytes, integers, None or tuples of them (one "
+        f"stable key per prompt); got {type(key).__name__} {_short(key)}"
+    )
+
+
+def _label_of_each_group(
+    argument: str,
+    row_label: torch.Tensor,
+    labels: list[Hashable],
+    group_index: torch.Tensor,
+    valid: torch.Tensor,
+    num_groups: int,
+) -> torch.Tensor:
+    """``[K]`` the label index shared by the valid rows of each group (0 for a group with none);
+    ValueError naming ``argument`` when a group's valid rows carry two labels."""
     big = torch.iinfo(torch.int64).max
     low = torch.full((num_groups,), big, dtype=torch.int64).scatter_reduce(
-        0, group_index[valid], row_cluster[valid], reduce="amin"
+        0, group_index[valid], row_label[valid], reduce="amin"
     )
     high = torch.full((num_groups,), -1, dtype=torch.int64).scatter_reduce(
-        0, group_index[valid], row_cluster[valid], reduce="amax"
+        0, group_index[valid], row_label[valid], reduce="amax"
     )
     has_rows = high >= 0
     if (low[has_rows] != high[has_rows]).any():
         mixed = (low[has_rows] != high[has_rows]).nonzero()[0]
         bad = int(has_rows.nonzero().flatten()[mixed].item())
         raise ValueError(
-            f"clusters must be constant within a group; group #{bad} has rows labelled "
+            f"{argument} must be constant within a group; group #{bad} has rows labelled "
             f"{labels[int(low[bad])]!r} and {labels[int(high[bad])]!r}"
         )
-    return torch.where(has_rows, high, torch.zeros_like(high)), labels
+    return torch.where(has_rows, high, torch.zeros_like(high))
 
 
 # ---------------------------------------------------------------------- statistics and outputs
