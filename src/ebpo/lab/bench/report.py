@@ -2,8 +2,9 @@
 (:func:`ebpo.lab.bench.summary.aggregate`): ``summary.json``; ``paired.csv`` (every paired
 difference of a contrast, method − baseline, with its 95% interval); ``table_best_lr.csv`` /
 ``table_equal_lr.csv`` (held-out Pass@1 levels per topic / tier); ``lr_sweep.csv``; the plots
-(:mod:`ebpo.lab.bench.plots`); and ``results.md``, which shows the tables, links the plots and says first why the results do not
-compare the methods when they do not (:func:`caveats`: a smoke test, cells that learned nothing).
+(:mod:`ebpo.lab.bench.plots`); and ``results.md``, which shows the tables, links the plots and
+says first why the results do not compare the methods when they do not (:func:`caveats`: a smoke
+test, cells that learned nothing).
 The JSON and CSV files hold Pass@1 as a fraction in [0, 1] (differences too: 0.05 = 5 points);
 ``results.md`` and the plots show it in %. Every file is written atomically.
 """
