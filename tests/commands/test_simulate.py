@@ -140,31 +140,8 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_files(tmp_path, capsys, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.md", "saturation_penalty.png"]
 
 
-def test_estimator_specs_keep_options_with_their_estimator():
-    from ebpo.commands.simulate import estimator_specs
-
-    assert estimator_specs(" grpo_bn, ebpo:prior=ema,half_life=5 ,spo") == (
-        "grpo_bn",
-        "ebpo:prior=ema,half_life=5",
-        "spo",
-    )
-    for text, message in (
-        ("grpo,nope", "unknown"),
-        ("grpo,grpo", "duplicates"),
-        (" , ", "at least one"),
-        ("ebpo:nope=1", "nope"),
-    ):
-        with pytest.raises(ValueError, match=message):
-            estimator_specs(text)
-
-
-def test_cli_bandit_runs_the_estimators_asked_for(tmp_path, capsys):
-    out = tmp_path / "out"
+def test_the_quick_bandit_compares_spo(tmp_path):
+    """SPO tracks prompts: the bandit gives it their keys, so it runs among the defaults."""
     argv = ["simulate", "--quick", "--experiments", "bandit", "--no-plots", "--output-dir"]
-    assert main([*argv, str(out), "--estimators", "grpo,nope"]) == 2
-    err = capsys.readouterr().err
-    assert "--estimators" in err and len(err.strip().splitlines()) == 1 and not out.exists()
-    assert main([*argv, str(out), "--estimators", "grpo_bn,spo"]) == 0
-    text = (out / "results.md").read_text()
-    assert "| grpo_bn |" in text and "| spo |" in text and "| grpo |" not in text
-    assert "--estimators grpo_bn,spo" in text
+    assert main([*argv, str(tmp_path)]) == 0
+    assert "| spo |" in (tmp_path / "results.md").read_text()

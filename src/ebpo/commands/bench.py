@@ -20,7 +20,7 @@ from ebpo.lab.bench import run as bench
 from ebpo.lab.bench.cells import load_cells
 from ebpo.lab.bench.config import BenchConfig
 from ebpo.lab.bench.contrasts import CONTRAST_PRESETS, contrast_methods, parse_contrasts
-from ebpo.lab.bench.methods import DEFAULT_METHODS, available_methods, bench_method
+from ebpo.lab.bench.methods import DEFAULT_METHODS, available_methods, method
 from ebpo.lab.bench.report import caveats, write_report
 from ebpo.lab.bench.summary import aggregate
 from ebpo.utils.files import check_output_path
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         for name in available_methods():
             default = "*" if name in DEFAULT_METHODS else " "
-            print(f"{default} {name:<22} {bench_method(name).description}")
+            print(f"{default} {name:<22} {method(name).description}")
         print("(* = in the default matrix)\n\ncontrast presets (--contrasts NAME):")
         for name, preset in CONTRAST_PRESETS.items():
             print(f"  {name:<22} {preset.description}; methods {', '.join(preset.methods)}")

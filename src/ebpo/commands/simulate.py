@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from ebpo.lab.simulation import report
-from ebpo.lab.simulation.specs import build_estimator
 from ebpo.utils.checks import check_int
 from ebpo.utils.files import atomic_write, check_output_path, storage_error
 
@@ -58,13 +57,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="bandit with shared parameters (prompt features; learning transfers between prompts) "
         "instead of a per-prompt table",
-    )
-    parser.add_argument(
-        "--estimators",
-        default=None,
-        help="the bandit's estimators, comma-separated: variant or registered estimator names, each "
-        "optionally with options (ebpo:prior=ema,half_life=5); default: grpo, dr_grpo, rloo, "
-        "reinforce_pp, jspo, grpo_bn, spo, ebpo, ebpo_bb (--quick: grpo, dr_grpo, spo, ebpo)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.set_defaults(func=run)
@@ -129,28 +121,6 @@ def settings(quick: bool) -> dict[str, dict[str, Any]]:
     }
 
 
-def estimator_specs(text: str) -> tuple[str, ...]:
-    """``--estimators``: ``"grpo,ebpo:prior=ema,half_life=5,spo"`` -> ``("grpo",
-    "ebpo:prior=ema,half_life=5", "spo")`` (an ``option=value`` item continues the spec before it),
-    each checked by building it; ValueError naming the option otherwise."""
-    specs: list[str] = []
-    for item in filter(None, (part.strip() for part in str(text).split(","))):
-        if "=" in item and ":" not in item and specs and ":" in specs[-1]:
-            specs[-1] += "," + item
-        else:
-            specs.append(item)
-    if not specs:
-        raise ValueError(f"--estimators must name at least one estimator, got {text!r}")
-    if len(set(specs)) != len(specs):
-        raise ValueError(f"--estimators has duplicates: {text!r}")
-    for spec in specs:
-        try:
-            build_estimator(spec)
-        except ValueError as error:
-            raise ValueError(f"--estimators: {error}") from error
-    return tuple(specs)
-
-
 def check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
     """(chosen experiments, output directory), checked before anything runs; ValueError naming the
     option otherwise (one line, exit 2)."""
@@ -162,8 +132,6 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
             f"got {args.experiments!r}"
         )
     check_int("--seed", args.seed, low=0)
-    if args.estimators is not None:
-        estimator_specs(args.estimators)
     return chosen, check_output_path(args.output_dir, "--output-dir", kind="dir")
 
 
@@ -184,8 +152,6 @@ def _run(args: argparse.Namespace, chosen: list[str], out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = not args.no_plots
     sizes = settings(args.quick)
-    if args.estimators is not None:
-        sizes["bandit"]["estimators"] = estimator_specs(args.estimators)
     seed = int(args.seed)
     sections: list[str] = []
     start = time.perf_counter()
@@ -205,7 +171,6 @@ def _run(args: argparse.Namespace, chosen: list[str], out_dir: Path) -> int:
         print(section, flush=True)
     wall = time.perf_counter() - start
     flags = (" --quick" if args.quick else "") + (" --shared" if args.shared else "")
-    flags += f" --estimators {args.estimators}" if args.estimators is not None else ""
     header = (
         "# ebpo simulate — results\n\n"
         f"Command: `ebpo simulate --experiments {','.join(chosen)} --seed {seed}{flags}` · "

@@ -14,6 +14,7 @@ import pytest
 
 from ebpo.cli import main
 from ebpo.estimators import available_variants
+from ebpo.lab.bench import methods as bench_methods
 from ebpo.lab.bench import plots
 from ebpo.lab.bench.cells import CELL_FILE, load_cells
 from ebpo.lab.bench.config import BenchConfig, CellSpec
@@ -24,7 +25,7 @@ from ebpo.lab.bench.contrasts import (
     default_contrasts,
     parse_contrasts,
 )
-from ebpo.lab.bench.methods import METHODS, available_methods, bench_method
+from ebpo.lab.bench.methods import METHODS, available_methods
 from ebpo.lab.bench.report import write_report
 from ebpo.lab.bench.summary import aggregate
 from ebpo.utils.files import write_json
@@ -227,16 +228,11 @@ def test_methods_come_from_the_registry():
     assert list(METHODS) == names[: len(METHODS)]
     assert set(available_variants()) <= set(names)
     extra = next(name for name in available_variants() if name not in METHODS)
-    method = bench_method(extra)
-    assert (method.name, method.variant, method.preset, method.order) == (
-        extra,
-        extra,
-        extra,
-        "shuffle",
-    )
-    assert bench_method("ebpo_topic") is METHODS["ebpo_topic"]
+    row = bench_methods.method(extra)
+    assert (row.name, row.variant, row.preset, row.order) == (extra, extra, extra, "shuffle")
+    assert bench_methods.method("ebpo_topic") is METHODS["ebpo_topic"]
     with pytest.raises(ValueError, match="unknown bench method 'nope'"):
-        bench_method("nope")
+        bench_methods.method("nope")
 
 
 def test_command_line_contrasts(tmp_path, capsys):

@@ -18,7 +18,7 @@ from typing import Any
 
 from ebpo.integrations.trl.signal import logger as signal_logger
 from ebpo.lab.bench.config import BenchConfig, CellSpec
-from ebpo.lab.bench.methods import bench_method
+from ebpo.lab.bench.methods import method
 from ebpo.lab.runs.directory import MANIFEST, read_metrics
 from ebpo.lab.train.job import TrainJobConfig, run_train_job
 from ebpo.utils.files import read_json, write_json
@@ -91,7 +91,7 @@ def load_cells(config: BenchConfig) -> list[dict[str, Any]]:
 def cell_job_config(spec: CellSpec, config: BenchConfig, directory: Path) -> Any:
     """The ``TrainJobConfig`` of one cell, run in ``directory/run`` (resumed if a run is there)."""
     options: dict[str, Any] = {
-        **bench_method(spec.method).train_options(),
+        **method(spec.method).train_options(),
         "group_size": spec.group_size,
         "steps": config.steps,
         "prompts_per_step": config.prompts_per_step,

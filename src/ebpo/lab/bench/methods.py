@@ -3,7 +3,7 @@
 order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds the rows that
 need more than a name (a preset, an order, clusters); every other variant or registered estimator
 name (:func:`ebpo.estimators.available_variants`, a user's own estimator included once its module
-is imported) is a row of its own, trained with its own name (:func:`bench_method`,
+is imported) is a row of its own, trained with its own name (:func:`method`,
 :func:`available_methods`). :data:`DEFAULT_METHODS` is the default matrix, and the default
 contrasts (:mod:`ebpo.lab.bench.contrasts`) are against :data:`REFERENCE_METHOD`.
 """
@@ -21,7 +21,7 @@ __all__ = [
     "REFERENCE_METHOD",
     "Method",
     "available_methods",
-    "bench_method",
+    "method",
 ]
 
 
@@ -144,12 +144,12 @@ REFERENCE_METHOD = "grpo"
 
 
 def available_methods() -> list[str]:
-    """Every name :func:`bench_method` accepts: the rows of :data:`METHODS`, then every other
+    """Every name :func:`method` accepts: the rows of :data:`METHODS`, then every other
     variant and registered estimator name, read from the registry when called."""
     return list(METHODS) + [name for name in available_variants() if name not in METHODS]
 
 
-def bench_method(name: str) -> Method:
+def method(name: str) -> Method:
     """The row called ``name``: :data:`METHODS`' own, else the variant or registered estimator of
     that name trained with its own preset on the shuffled stream.
 
