@@ -77,3 +77,37 @@ def authors_spo(tracker, scores, index, epsilon=1e-6, norm_adv_by_std_in_grpo=Tr
     for idx, group in id2score.items():
         tracker.update(str(idx), statistics.fmean(group))
     return _batch_normalise(advantages, norm_adv_by_std_in_grpo, epsilon)
+
+
+# ---------------------------------------------------------------------- grpo-composer's KRPO, ported
+# github.com/Wodlfvllf/grpo-composer, grpo_composer/core/advantages/kalman.py
+# (KalmanAdvantageFunction), as its verl estimator ``kalman_grpo`` calls it: all the batch's scores
+# as one row, the filter state kept between calls.
+
+
+class ComposerKalman:
+    """``KalmanAdvantageFunction``: ``compute_advantages`` updates the filter with the mean of all
+    the rewards (the first call sets ``x_hat`` to it and ``P = 1``; later ones predict
+    ``P_pred = P + Q``, gain ``K = P_pred / (P_pred + R)``, ``x_hat += K (m − x_hat)``,
+    ``P = (1 − K) P_pred``), then returns ``(r − x_hat) / (sqrt(P) + epsilon)``. The original takes ``sqrt`` of
+    ``torch.tensor(P)``, a float32: it differs from this float64 port by up to 1.3e-7 relative
+    (measured on 300 random batches)."""
+
+    def __init__(self, process_noise=1e-5, measurement_noise=1e-2, epsilon=1e-8):
+        self.Q, self.R, self.epsilon = process_noise, measurement_noise, epsilon
+        self.x_hat = None
+        self.P = None
+
+    def _kalman_update(self, measurement):
+        if self.x_hat is None:
+            self.x_hat, self.P = measurement, 1.0
+            return
+        x_pred, p_pred = self.x_hat, self.P + self.Q
+        gain = p_pred / (p_pred + self.R)
+        self.x_hat = x_pred + gain * (measurement - x_pred)
+        self.P = (1 - gain) * p_pred
+
+    def compute_advantages(self, rewards):
+        rewards = [float(r) for r in rewards]
+        self._kalman_update(statistics.fmean(rewards))
+        return [(r - self.x_hat) / (math.sqrt(self.P) + self.epsilon) for r in rewards]

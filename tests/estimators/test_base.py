@@ -22,12 +22,13 @@ def test_masked_rows_get_zero_and_do_not_matter(name):
     rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     ids = ["a", "a", "b", "b", "c", "c", "d", "d"]
     est_full, est_padded = ebpo.make_estimator(name), ebpo.make_estimator(name)
-    full = est_full(rewards, ids, prompt_keys=ids)
+    full = est_full(rewards, ids, prompt_keys=ids, token_counts=[2] * 8)
     padded = est_padded(
         rewards + [float("nan"), 1.0],
         ids + ["pad-0", "a"],
         mask=[True] * 8 + [False, False],
         prompt_keys=ids + ["pad-0", "a"],
+        token_counts=[2] * 10,
     )
     torch.testing.assert_close(padded.advantages[:8], full.advantages)
     assert padded.advantages[8:].abs().sum() == 0
@@ -38,10 +39,12 @@ def test_masked_rows_get_zero_and_do_not_matter(name):
 def test_singleton_and_fully_masked_groups_are_valid(name):
     est = ebpo.make_estimator(name)
     ids = [0, 1, 1, 2]
-    res = est([1.0, 0.0, 1.0, 0.5], ids, mask=[True, True, True, False], prompt_keys=ids)
+    side = {"prompt_keys": ids, "token_counts": [3, 1, 4, 1]}
+    res = est([1.0, 0.0, 1.0, 0.5], ids, mask=[True, True, True, False], **side)
     assert torch.isfinite(res.advantages).all()
     assert res.advantages[3] == 0
-    fully_masked = est([1.0, 0.0], [0, 0], mask=[False, False], prompt_keys=[0, 0])
+    side = {"prompt_keys": [0, 0], "token_counts": [3, 1]}
+    fully_masked = est([1.0, 0.0], [0, 0], mask=[False, False], **side)
     assert fully_masked.advantages.abs().sum() == 0
 
 
@@ -49,7 +52,7 @@ def test_singleton_and_fully_masked_groups_are_valid(name):
 def test_output_follows_input_dtype_and_shape(name):
     est = ebpo.make_estimator(name)
     r32 = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float32)
-    keys = {"prompt_keys": [0, 0, 1, 1]}
+    keys = {"prompt_keys": [0, 0, 1, 1], "token_counts": [3, 1, 4, 1]}
     res = est(r32, torch.tensor([0, 0, 1, 1]), **keys)
     assert res.advantages.dtype == torch.float32 and res.advantages.shape == (4,)
     res64 = est(r32.double(), np.array([0, 0, 1, 1]), **keys)
@@ -65,7 +68,7 @@ def test_overflowing_batch_is_rejected_before_any_state_changes(name):
     became NaN so that every later batch got zero advantages."""
     est = ebpo.make_estimator(name)
     good = ([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1])
-    keys = {"prompt_keys": good[1]}
+    keys = {"prompt_keys": good[1], "token_counts": [3, 1, 4, 1]}
     fresh = ebpo.make_estimator(name)
     est(*good, **keys)
     fresh(*good, **keys)
@@ -112,6 +115,8 @@ TRAITS = [
     ("grpo_bn", {}, (False, False, False, False)),
     ("jspo", {}, (False, False, False, False)),
     ("jspo_plus_plus", {}, (False, True, False, False)),
+    ("krpo", {}, (False, True, False, False)),
+    ("opo", {}, (False, False, False, True)),
     ("reinforce_pp_baseline", {}, (False, False, False, False)),
     ("reinforce_pp_baseline", {"whiten": "tokens"}, (False, False, False, True)),
     ("rloo", {}, (False, False, False, False)),
@@ -257,7 +262,9 @@ class _Counter(ebpo.AdvantageEstimator):
         return zeros, zeros, zeros, {}
 
 
-@pytest.mark.parametrize("name", ["a user's subclass", "ebpo", "ebpo_bb", "jspo_plus_plus", "spo"])
+@pytest.mark.parametrize(
+    "name", ["a user's subclass", "ebpo", "ebpo_bb", "jspo_plus_plus", "spo", "krpo"]
+)
 @pytest.mark.parametrize("method", ["state_dict", "load_state_dict", "reset", "__call__"])
 def test_state_methods_and_calls_wait_for_the_lock(method, name):
     """The state_dict / load_state_dict / reset of every stateful estimator (and every call)
@@ -288,10 +295,11 @@ STATE_CASES = [
 ]
 CARRIES = {("ebpo", ()), ("ebpo", (("per_cluster", True),)), ("ebpo_bb", ())}
 CARRIES |= {("ebpo_bb", (("per_cluster", True),)), ("ebpo", (("half_life", 2.0), ("prior", "ema")))}
-CARRIES |= {("jspo_plus_plus", (("smooth_coef", 0.9),)), ("spo", ())}
+CARRIES |= {("jspo_plus_plus", (("smooth_coef", 0.9),)), ("spo", ()), ("krpo", ())}
 DECAYS = {
     ("ebpo", (("half_life", 2.0), ("prior", "ema"))),
     ("jspo_plus_plus", (("smooth_coef", 0.9),)),
+    ("krpo", ()),
 }
 
 

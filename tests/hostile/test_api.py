@@ -11,6 +11,7 @@ recovery: after any rejected batch the estimator continues exactly as if it had 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import warnings
@@ -23,18 +24,50 @@ import torch
 
 import ebpo
 from ebpo.estimators.statistics import RunningMoments
+from ebpo.estimators.validation import factorize
 from tests.hostile.harness import ApiCase, check_api_error, ids
 
 NAMES = ebpo.available_estimators()
 GOOD = ([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], [0, 0, 1, 1, 2, 2])
 GOOD_CLUSTERS = ["a", "a", "b", "b", "a", "a"]
 GOOD_TOKENS = [3, 1, 4, 1, 5, 9]
+#: every side input an estimator may require (SPO: prompt keys; OPO: token counts)
+GOOD_INPUTS = {"clusters": GOOD_CLUSTERS, "token_counts": GOOD_TOKENS, "prompt_keys": GOOD[1]}
+
+
+def new_estimator(name: str, **options: Any) -> ebpo.AdvantageEstimator:
+    """``ebpo.make_estimator``; an estimator that requires prompt keys (SPO) or token counts
+    (OPO; not REINFORCE++ told to whiten over tokens, whose refusals are tested) gets them whenever
+    a call gives none: one key per group, numbered in order of first appearance (so that ids
+    naming the same groups give the same keys), and one token per response."""
+    est = ebpo.make_estimator(name, **options)
+    if est.uses_prompt_keys or (est.uses_token_counts and "whiten" not in options):
+        est.__class__ = _given_side_inputs(type(est))
+    return est
+
+
+@functools.cache
+def _given_side_inputs(cls: type[ebpo.AdvantageEstimator]) -> type[ebpo.AdvantageEstimator]:
+    def call(self: Any, rewards: Any, group_ids: Any, **kwargs: Any) -> Any:
+        try:
+            group_index = factorize(group_ids)[0].numpy()
+        except (TypeError, ValueError, RuntimeError):  # the call itself refuses these ids
+            return cls.__call__(self, rewards, group_ids, **kwargs)
+        if self.uses_prompt_keys:
+            first_rows = np.unique(group_index, return_index=True)[1]
+            order = np.argsort(np.argsort(first_rows))  # group -> rank of first appearance
+            kwargs.setdefault("prompt_keys", order[group_index].tolist())
+        if self.uses_token_counts:
+            kwargs.setdefault("token_counts", [1] * len(group_index))
+        return cls.__call__(self, rewards, group_ids, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__call__": call, "name": cls.name})
 
 
 def fed(name: str, **options: Any) -> ebpo.AdvantageEstimator:
     """An estimator that has already seen one good batch (so that its state is not trivial)."""
-    est = ebpo.make_estimator(name, **options)
-    est(*GOOD, clusters=GOOD_CLUSTERS, token_counts=GOOD_TOKENS)
+    est = new_estimator(name, **options)
+    est(*GOOD, **GOOD_INPUTS)
     return est
 
 
@@ -299,7 +332,10 @@ _SPREAD = r"the spread of this batch overflows float64"
 _SPREAD_400 = torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.float64)
 _SPREAD_200 = torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64)
 _TOKENS = {"whiten": "tokens"}
-_NEEDED = r"token_counts is required when the estimator whitens over tokens \(whiten='tokens'\)"
+_NEEDED = (
+    r"token_counts is required by estimator 'reinforce_pp_baseline' \(it weighs responses by "
+    r"their tokens: REINFORCE\+\+ with whiten='tokens'"
+)
 batch_case(
     "reinforce_pp_baseline", "tokens-without-token-counts", _NEEDED, _R4, _IDS4, options=_TOKENS
 )
@@ -417,7 +453,7 @@ BAD_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
 ]
 for name, options, match in BAD_OPTIONS:
     label = "-".join(f"{k}={v!r}" for k, v in options.items()) or "name"
-    make = lambda name=name, options=options: ebpo.make_estimator(name, **options)  # noqa: E731
+    make = lambda name=name, options=options: new_estimator(name, **options)  # noqa: E731
     case(f"make-{name}-{label}", None, make, match)
 
 
@@ -835,7 +871,7 @@ BAD_STATES += [  # the stateless estimators' state is their name, and nothing el
         rf"invalid {name} state: unknown key 'steps' in the state \(expected \['estimator'\] there\)",
     )
     for name in NAMES
-    if ebpo.make_estimator(name).state_dict() == {"estimator": name}
+    if new_estimator(name).state_dict() == {"estimator": name}
 ]
 for label, name, options, state, match in BAD_STATES:
     est = fed(name, **options)
@@ -883,8 +919,8 @@ def test_a_refused_state_leaves_the_estimator_working(label, name, options, stat
     with pytest.raises(ValueError, match=match):
         est.load_state_dict(copy.deepcopy(state))
     for _ in range(2):
-        got = est(*GOOD, clusters=GOOD_CLUSTERS, token_counts=GOOD_TOKENS)
-        expected = twin(*GOOD, clusters=GOOD_CLUSTERS, token_counts=GOOD_TOKENS)
+        got = est(*GOOD, **GOOD_INPUTS)
+        expected = twin(*GOOD, **GOOD_INPUTS)
         torch.testing.assert_close(got.advantages, expected.advantages, rtol=0, atol=0)
     assert json.dumps(est.state_dict()) == json.dumps(twin.state_dict())
 
@@ -896,7 +932,7 @@ def same_as(
     hostile_call: Callable[[ebpo.AdvantageEstimator], Any],
 ):
     """Two fresh estimators: the hostile call gives the same advantages and state as the plain one."""
-    plain, hostile = ebpo.make_estimator(name), ebpo.make_estimator(name)
+    plain, hostile = new_estimator(name), new_estimator(name)
     expected, got = expected_call(plain), hostile_call(hostile)
     n = len(expected.advantages)  # rows past n are padding: advantage 0
     torch.testing.assert_close(
@@ -969,8 +1005,8 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
 @pytest.mark.parametrize(("label", "plain", "hostile"), ACCEPTED, ids=[a[0] for a in ACCEPTED])
 def test_hostile_but_legitimate_input(name, label, plain, hostile):
     if label == "nan-with-nan-policy-mask":
-        expected = plain(ebpo.make_estimator(name))
-        got = hostile(ebpo.make_estimator(name, nan_policy="mask"))
+        expected = plain(new_estimator(name))
+        got = hostile(new_estimator(name, nan_policy="mask"))
         torch.testing.assert_close(got.advantages, expected.advantages, rtol=0, atol=0)
         return
     same_as(name, plain, hostile)
@@ -989,9 +1025,7 @@ def test_all_rows_masked_is_not_a_step(name):
 def test_one_hundred_thousand_singleton_groups(name):
     n = 100_000
     rewards = torch.from_numpy((np.arange(n) % 3 == 0).astype(np.float64))
-    res = ebpo.make_estimator(name)(
-        rewards, torch.arange(n) * 7_919
-    )  # sparse ids: the sorting path
+    res = new_estimator(name)(rewards, torch.arange(n) * 7_919)  # sparse ids: the sorting path
     assert res.metrics["num_groups"] == n and torch.isfinite(res.advantages).all()
 
 
@@ -1009,7 +1043,7 @@ def test_a_state_at_the_load_bound_loads_and_keeps_working(name, key, sign):
     loads and later float64 calls succeed (float32 outputs cannot hold baselines of 1e149)."""
     options = {"smooth_coef": 0.99} if name == "jspo_plus_plus" else {}
     state = edited(saved(name, **options), key, sign * 1e150)
-    est = ebpo.make_estimator(name, **options)
+    est = new_estimator(name, **options)
     est.load_state_dict(state)
     for _ in range(3):
         res = est(torch.tensor(GOOD[0], dtype=torch.float64), GOOD[1])
@@ -1018,11 +1052,11 @@ def test_a_state_at_the_load_bound_loads_and_keeps_working(name, key, sign):
 
 def test_cluster_label_2_pow_63_is_saved_exactly():
     """Issue #11 item 7: it was stored as a negative number."""
-    est = ebpo.make_estimator("ebpo", **CLUSTERED)
+    est = new_estimator("ebpo", **CLUSTERED)
     est(*GOOD, clusters=[2**63, 2**63, 2**64 - 1, 2**64 - 1, -1, -1])
     labels = [label for label, _ in json.loads(json.dumps(est.state_dict()))["clusters"]]
     assert sorted(labels) == [-1, 2**63, 2**64 - 1]
-    restored = ebpo.make_estimator("ebpo", **CLUSTERED)
+    restored = new_estimator("ebpo", **CLUSTERED)
     restored.load_state_dict(json.loads(json.dumps(est.state_dict())))
     assert set(restored.cluster_priors) == {-1, 2**63, 2**64 - 1}
 
@@ -1071,7 +1105,7 @@ def test_rejected_batches_change_nothing_afterwards(name):
         )
         for step in range(len(rejected) + 1)
     ]
-    hostile, fresh = ebpo.make_estimator(name), ebpo.make_estimator(name)
+    hostile, fresh = new_estimator(name), new_estimator(name)
     for step, (rewards, group_ids) in enumerate(good):
         expected, got = fresh(rewards, group_ids), hostile(rewards, group_ids)
         torch.testing.assert_close(got.advantages, expected.advantages, rtol=0, atol=0)

@@ -10,6 +10,8 @@ from ebpo.estimators.ebpo import EBPO, Prior
 from ebpo.estimators.group_relative import GRPO, RLOO, DrGRPO, ReinforcePlusPlusBaseline
 from ebpo.estimators.grpo_bn import GRPOBatchNorm
 from ebpo.estimators.james_stein import JSPO, JSPOPlusPlus
+from ebpo.estimators.krpo import KRPO
+from ebpo.estimators.opo import OPO
 from ebpo.estimators.registry import (
     available_estimators,
     estimator_options,
@@ -36,6 +38,8 @@ __all__ = [
     "GRPOBatchNorm",
     "JSPO",
     "JSPOPlusPlus",
+    "KRPO",
+    "OPO",
     "Prior",
     "RLOO",
     "SPO",

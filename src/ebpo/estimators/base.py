@@ -318,8 +318,9 @@ class AdvantageEstimator:
             counts = as_token_counts(token_counts, n, valid)
         elif self.uses_token_counts:
             raise ValueError(
-                "token_counts is required when the estimator whitens over tokens "
-                "(whiten='tokens'): pass the number of tokens of each response"
+                f"token_counts is required by estimator {self.name!r} (it weighs responses by "
+                "their tokens: REINFORCE++ with whiten='tokens', OPO): pass the number of tokens "
+                "of each response"
             )
         keys = None
         if prompt_keys is not None:

@@ -209,3 +209,30 @@ def test_estimator_names_put_grpo_first_and_refuse_unknown_names():
 def test_no_steps_is_an_error():
     with pytest.raises(ValueError, match="no steps"):
         replay_steps(iter([]), Replay(["ebpo"]))
+
+
+def test_spo_tracks_each_prompt_id_across_steps_and_the_comparators_replay():
+    """Every estimator a replay can feed runs; SPO's tracker is keyed by the step's prompt ids
+    (here the same prompts every step), as one SPO fed those keys in order."""
+    rng = np.random.default_rng(2)
+    batches = []
+    for s in range(1, 5):
+        batch = random_step(rng, s)
+        labels = pa.array([f"prompt-{g}" for g in range(batch.num_groups)])  # stable across steps
+        batches.append(StepBatch(s, batch.rewards, batch.group_index, labels, "memory", batch.rows))
+    replay = Replay(["grpo_bn", "spo", "krpo"])
+    replay_steps(iter(batches), replay)
+    reference = make_variant("spo")
+    for batch in batches:
+        keys = [f"prompt-{g}" for g in batch.group_index]
+        result = reference(
+            torch.from_numpy(batch.rewards), torch.from_numpy(batch.group_index), prompt_keys=keys
+        )
+    assert replay.estimators["spo"].state_dict() == reference.state_dict()
+    assert reference.state_dict()["prompts"]["keys"].__len__() == batches[0].num_groups
+    torch.testing.assert_close(replay.last_results["spo"].advantages, result.advantages)
+
+
+def test_an_estimator_that_needs_token_counts_is_refused_before_any_step():
+    with pytest.raises(ValueError, match="estimator 'opo' needs the number of tokens"):
+        estimator_names(["ebpo", "opo"])

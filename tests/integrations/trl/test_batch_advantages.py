@@ -242,7 +242,7 @@ def test_every_estimator_has_a_policy():
         assert lone_row_policy(estimator, "sum_then_normalize") in LoneRowPolicy
 
 
-ALLOWED_IMPORTS = {"__future__", "enum", "dataclasses", "typing", "torch", "numpy", "ebpo"}
+ALLOWED_IMPORTS = {"__future__", "enum", "json", "dataclasses", "typing", "torch", "numpy", "ebpo"}
 
 
 @pytest.mark.parametrize("name", ["batch_advantages.py", "aggregation.py"])

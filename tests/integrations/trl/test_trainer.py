@@ -19,6 +19,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import ebpo  # noqa: E402
 from ebpo.analysis.compare.runs import read_run  # noqa: E402
+from ebpo.estimators.validation import stable_key_hash  # noqa: E402
 from ebpo.evaluation.models import build_char_tokenizer, build_tiny_llama  # noqa: E402
 from ebpo.integrations.trl import (  # noqa: E402
     ESTIMATOR_STATE_FILE,
@@ -422,6 +423,52 @@ def test_jspo_plus_plus_resumes_with_the_uninterrupted_smoothing_state(tokenizer
     resumed = build(tokenizer, args("resumed"), RecordingReward())
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert len(resumed.outputs) == 1  # the buffered batch was replayed, only the second generated
+    assert resumed.estimator.state_dict() == final
+    for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
+        assert torch.equal(theirs, ours)
+
+
+class PromptRecordingReward(RecordingReward):
+    """Parity, recording the prompt of every completion too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[list[str]] = []
+
+    def __call__(self, completions, prompts, **kwargs):
+        self.prompts.append(list(prompts))
+        return super().__call__(completions, **kwargs)
+
+
+def test_spo_tracks_each_prompt_by_its_text_and_resumes_exactly(tokenizer, tmp_path):
+    """SPO's tracker is keyed by the prompt's text (not the group's position), is what a fresh SPO
+    fed the same batches with those keys holds, and resumes inside a generation batch exactly."""
+
+    def args(run):
+        return resumable_args(tmp_path / run, "steps_per_generation", "spo")
+
+    reward = PromptRecordingReward()
+    full = build(tokenizer, args("full"), reward)
+    full.train()
+    final = full.estimator.state_dict()
+    assert isinstance(full.estimator, ebpo.estimators.SPO) and final["steps"] == 2
+    replayed = ebpo.make_estimator("spo", nan_policy="mask")
+    for rewards, prompts, output in zip(reward.calls, reward.prompts, full.outputs, strict=True):
+        expected = replayed(
+            torch.tensor(rewards),
+            torch.arange(len(rewards)) // G,
+            prompt_keys=[stable_key_hash(p) for p in prompts],
+        )
+        torch.testing.assert_close(output["advantages"], expected.advantages.float())
+    assert replayed.state_dict() == final
+    # the trainer hands the estimator each prompt's hash; the tracker stores the hash of that key
+    prompts = {p for call in reward.prompts for p in call}
+    assert set(final["prompts"]["keys"]) == {stable_key_hash(stable_key_hash(p)) for p in prompts}
+
+    checkpoint = tmp_path / "full" / "out" / "checkpoint-1"  # inside the first generation batch
+    resumed = build(tokenizer, args("resumed"), RecordingReward())
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert len(resumed.outputs) == 1
     assert resumed.estimator.state_dict() == final
     for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
         assert torch.equal(theirs, ours)

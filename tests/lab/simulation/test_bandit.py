@@ -120,34 +120,3 @@ def test_ebpo_bb_reports_its_prior_error_and_jspo_has_none():
 def test_bandit_rejects_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
-
-
-def test_a_prompt_tracking_estimator_gets_each_prompt_as_its_key(monkeypatch):
-    """SPO tracks prompts across steps: the bandit hands it the prompt index of every row (the
-    stream's prompt, repeated G times), and only estimators that read keys get them."""
-    from ebpo.estimators import make_estimator
-    from ebpo.lab.simulation import bandit as bandit_module
-
-    seen: dict[str, list] = {"spo": [], "grpo": []}
-
-    def recording(spec: str):
-        estimator = make_estimator(spec)
-        call = estimator.__call__
-
-        class Recording(type(estimator)):
-            def __call__(self, rewards, group_ids, **kwargs):
-                seen[spec].append(kwargs.get("prompt_keys"))
-                return call(rewards, group_ids, **kwargs)
-
-        estimator.__class__ = Recording
-        return estimator
-
-    monkeypatch.setattr(bandit_module, "build_estimator", recording)
-    bandit = sim.make_bandit(SMALL, 0)
-    sim.run_bandit(bandit, "spo", group_size=3, lr=100.0, steps=4, seed=0)
-    sim.run_bandit(bandit, "grpo", group_size=3, lr=100.0, steps=4, seed=0)
-    stream = sim.data_stream(bandit, 4, "shuffled", bandit_module.seeded_generator(0, 4, 0))
-    assert len(seen["spo"]) == 4
-    for keys, prompts in zip(seen["spo"], stream, strict=True):
-        assert torch.equal(keys, prompts.repeat_interleave(3))
-    assert seen["grpo"] == [None] * 4

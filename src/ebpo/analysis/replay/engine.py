@@ -89,10 +89,17 @@ ESTIMATOR_FIELDS = (
 
 def estimator_names(names: Sequence[str]) -> list[str]:
     """``names`` checked (each a variant or a registered estimator: ValueError naming the known
-    ones otherwise), duplicates removed, with GRPO first (the reference)."""
+    ones otherwise; one that needs each response's token count, e.g. ``opo``, is refused: a
+    replay's inputs carry rewards, not tokens), duplicates removed, with GRPO first (the
+    reference)."""
     out: list[str] = [REFERENCE]
     for name in names:
         variant_spec(name)  # raises on an unknown name
+        if make_variant(name).uses_token_counts:
+            raise ValueError(
+                f"estimator {name!r} needs the number of tokens of each response, which a replay's "
+                "inputs (a prompt id and a reward per response) do not carry"
+            )
         if name not in out:
             out.append(name)
     return out
@@ -115,10 +122,15 @@ class Replay:
         name → :data:`ESTIMATOR_FIELDS`."""
         rewards = torch.from_numpy(batch.rewards)
         index = torch.from_numpy(batch.group_index)
+        keys = (
+            prompt_keys(batch)
+            if any(e.uses_prompt_keys for e in self.estimators.values())
+            else None
+        )
         results = {}
         for name, estimator in self.estimators.items():
             try:
-                results[name] = estimator(rewards, index)
+                results[name] = estimator(rewards, index, prompt_keys=keys)
             except ValueError as error:  # e.g. ebpo_bb and rewards outside [0, 1]
                 raise ValueError(
                     f"{batch.source}: step {batch.step}: {name} cannot take these rewards: {error}"
@@ -138,6 +150,16 @@ class Replay:
             name: groups.estimator_record(result, reference) for name, result in results.items()
         }
         return record
+
+
+def prompt_keys(batch: StepBatch) -> list[Any]:
+    """Each response's prompt id, the key of an estimator that tracks prompts across steps (SPO).
+    A table's prompt ids and verl's legacy dumps (the prompt text) are stable across steps; verl's
+    v1 dumps key prompts by verl's uid, drawn afresh every step, so such a tracker sees each prompt
+    once there."""
+    labels = batch.group_labels
+    labels = labels.to_pylist() if hasattr(labels, "to_pylist") else list(labels)
+    return [labels[g] for g in batch.group_index.tolist()]
 
 
 class GroupStats:

@@ -24,19 +24,27 @@ The steps, for ``N`` completions in contiguous groups of ``G = num_generations``
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ebpo.estimators import AdvantageEstimator
+from ebpo.estimators.validation import stable_key_hash
 from ebpo.integrations.trl.aggregation import (
     combine_rewards,
     lone_response_rows,
     zero_variance_groups,
 )
 
-__all__ = ["FILTER_METRICS", "BatchAdvantages", "LoneRowPolicy", "batch_advantages"]
+__all__ = [
+    "FILTER_METRICS",
+    "BatchAdvantages",
+    "LoneRowPolicy",
+    "batch_advantages",
+    "prompt_key",
+]
 
 #: what DAPO's group filter may compare (``EBPOConfig.filter_groups_metric``)
 FILTER_METRICS = ("accuracy", "reward")
@@ -121,6 +129,7 @@ def batch_advantages(
     aggregation: str = "sum_then_normalize",
     clusters: Any = None,
     token_counts: torch.Tensor | None = None,
+    prompt_keys: Any = None,
     update: bool = True,
     filter_metric: str | None = None,
     user_columns: slice | None = None,
@@ -134,8 +143,9 @@ def batch_advantages(
         estimator: the trainer's live estimator; ``update=True`` (training) updates its state.
         policy: the lone-row policy of ``estimator`` (:func:`.estimator_settings.lone_row_policy`).
         aggregation: TRL's ``multi_objective_aggregation``.
-        clusters, token_counts: passed to the estimator (per-cluster priors; token-weighted
-            whitening), row ``i`` for completion ``i``.
+        clusters, token_counts, prompt_keys: passed to the estimator (per-cluster priors;
+            token-weighted whitening; SPO's per-prompt tracker, keys of :func:`prompt_key`), row
+            ``i`` for completion ``i``.
         filter_metric: None (no DAPO filter), ``"accuracy"`` (the weighted sum of the
             ``user_columns`` reward functions, without the overlong punishment) or ``"reward"``
             (the combined reward of step 1).
@@ -157,7 +167,12 @@ def batch_advantages(
         estimator_rewards = rewards.masked_fill(lone, torch.nan)
     group_ids = torch.arange(rewards.numel()) // num_generations
     result = estimator(
-        estimator_rewards, group_ids, clusters=clusters, token_counts=token_counts, update=update
+        estimator_rewards,
+        group_ids,
+        clusters=clusters,
+        token_counts=token_counts,
+        prompt_keys=prompt_keys,
+        update=update,
     )
     advantages = result.advantages
     if policy.follows_trl_grpo:
@@ -183,3 +198,13 @@ def batch_advantages(
         keeps_trls_advantages=policy.keeps_trls_advantages,
         num_generations=num_generations,
     )
+
+
+def prompt_key(prompt: Any) -> int:
+    """The key of a TRL prompt for an estimator that tracks prompts across steps (SPO): the
+    :func:`~ebpo.estimators.validation.stable_key_hash` of its text, a plain prompt as it is, a
+    conversation (a list of messages) as sorted-key JSON. Only text counts: an image in a message
+    is written as its type name, so two prompts differing only in their images share a key."""
+    if not isinstance(prompt, str):
+        prompt = json.dumps(prompt, sort_keys=True, default=lambda value: type(value).__name__)
+    return stable_key_hash(prompt)

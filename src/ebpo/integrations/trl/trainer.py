@@ -53,7 +53,7 @@ from trl.trainer.utils import get_config_model_id
 import ebpo
 from ebpo.estimators import GRPO
 from ebpo.integrations.trl.aggregation import unscorable_rows, zero_variance_groups
-from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages
+from ebpo.integrations.trl.batch_advantages import BatchAdvantages, batch_advantages, prompt_key
 from ebpo.integrations.trl.checkpoint_files import ESTIMATOR_STATE_FILE
 from ebpo.integrations.trl.clip_cov import clip_cov_select
 from ebpo.integrations.trl.config import EBPOConfig, EBPOConfigMixin
@@ -189,6 +189,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
         # Hand-off from the _calculate_rewards wrapper to _generate_and_score_completions.
         self._ebpo_gathered_rewards: torch.Tensor | None = None
         self._ebpo_gathered_clusters: list[Any] | None = None
+        self._ebpo_gathered_prompt_keys: list[int] | None = None
         # Set while _compute_loss runs, for the Clip-Cov wrapper.
         self._ebpo_loss_inputs: dict[str, Any] | None = None
         # Generation batches in a row in which no group carried a signal (see .signal).
@@ -231,13 +232,17 @@ class EBPOTrainerMixin(CheckpointingMixin):
             self._ebpo_gathered_clusters = gather_object(
                 [example[self.args.cluster_column] for example in inputs]
             )
+        if self.estimator.uses_prompt_keys:  # SPO: one key per completion, its prompt's text
+            self._ebpo_gathered_prompt_keys = gather_object([prompt_key(p) for p in prompts])
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         training = self.model.training
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func, clusters = self._ebpo_gathered_rewards, self._ebpo_gathered_clusters
+        prompt_keys = self._ebpo_gathered_prompt_keys
         self._ebpo_gathered_rewards = self._ebpo_gathered_clusters = None
+        self._ebpo_gathered_prompt_keys = None
         if rewards_per_func is None:  # a TRL path that did not score (should not happen)
             raise RuntimeError(
                 "EBPOTrainer: TRL produced completions without calling _calculate_rewards"
@@ -258,6 +263,7 @@ class EBPOTrainerMixin(CheckpointingMixin):
             aggregation=self.args.multi_objective_aggregation,
             clusters=clusters,
             token_counts=token_counts,
+            prompt_keys=prompt_keys,
             update=training,
             filter_metric=self.args.filter_groups_metric if filtering else None,
             user_columns=self._ebpo_user_columns,

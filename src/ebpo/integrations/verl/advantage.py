@@ -86,6 +86,9 @@ REGISTERED = {
     "ebpo_bb": "keeps its running prior across steps",
     "jspo": "is missing from verl",
     "jspo_plus_plus": "keeps its smoothing across steps (and is missing from verl)",
+    "grpo_bn": "is missing from verl (the EBPO authors' GRPO with batch normalisation)",
+    "spo": "keeps a tracker per prompt across steps (keyed by the prompt's tokens)",
+    "krpo": "keeps its Kalman filter across steps (and is missing from verl)",
 }
 #: verl registry name → core estimator name (the variant's estimator)
 REGISTERED_NAMES = {name: variant_spec(name)[0] for name in REGISTERED}
@@ -245,6 +248,36 @@ def _session_keys(rows: int, max_depth: int = 12) -> list[str] | None:
     return None
 
 
+#: verl's function that calls a registered estimator with the batch as its local ``data``
+ADVANTAGE_CALLER = "compute_advantage"
+
+
+def verl_prompt_keys(name: str, rows: int, max_depth: int = 12) -> list[bytes]:
+    """One key per row for an estimator that tracks prompts across steps (SPO): the prompt's token
+    ids (``data.batch["prompts"]`` without its left padding, ``attention_mask``), read from the
+    calling verl ``compute_advantage(data, ...)``. verl hands the estimator only ``uid``, drawn
+    afresh for every sample; the prompt's tokens are the same on every step. ValueError (one line)
+    where no such caller or no prompt tokens are found."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(max_depth):
+        if frame is None:
+            break
+        if frame.f_code.co_name == ADVANTAGE_CALLER and _is_trainer_frame(frame):
+            batch = getattr(frame.f_locals.get("data"), "batch", None)
+            if batch is not None and {"prompts", "attention_mask"} <= set(batch.keys()):
+                prompts = batch["prompts"].cpu()
+                mask = batch["attention_mask"][:, : prompts.shape[-1]].cpu().bool()
+                if len(prompts) == rows:
+                    return [p[m].numpy().tobytes() for p, m in zip(prompts, mask, strict=True)]
+            break
+        frame = frame.f_back
+    raise ValueError(
+        f"adv_estimator={name!r} needs a stable key per prompt, and verl passes the estimator only "
+        "per-sample uids: it must be called by verl's compute_advantage(data, ...) with "
+        "data.batch['prompts'] and 'attention_mask' for all its rows"
+    )
+
+
 def session_final_rows(keys: list[str]) -> tuple[list[bool], list[int]] | None:
     """For verl's keys ``{uid}_{session}_{output}``: which rows are the final output of their
     session (the highest ``output``), and for every row the position of its session's final row;
@@ -387,6 +420,7 @@ def outcome_advantage(
         if check_resume(STORE, name, core, options, trainer_config.get("trainer"), steps, policy):
             estimator = STORE.get(core, options)
     sessions = session_final_rows(keys) if (keys := _session_keys(len(index))) else None
+    prompt_keys = verl_prompt_keys(name, len(index)) if estimator.uses_prompt_keys else None
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         valid = nonempty_rows(response_mask)
@@ -395,7 +429,8 @@ def outcome_advantage(
         # The big [bs, T] ops (reward sum, token broadcast) keep every thread; the estimator's
         # small [bs] ops run on one (see ebpo.utils.runtime.torch_threads).
         with torch_threads(1):
-            result = estimator(scores, index, mask=valid)  # the core hashes verl's uid strings once
+            # the core hashes verl's uid strings (and the prompt keys) once
+            result = estimator(scores, index, mask=valid, prompt_keys=prompt_keys)
         per_row = result.advantages
         if sessions is not None:  # every output of a session gets its final output's advantage
             per_row = per_row[torch.tensor(sessions[1])]

@@ -189,8 +189,7 @@ def run_bandit(
     the correct ones and ascends ``(1/(M·G)) Σ_{m,i} Â_{m,i} ∇ log π(a_{m,i} | p_m)``, where for a
     softmax ``∇_logits log π(a) = onehot(a) − π``; the gradient on the per-prompt table is added
     with ``index_add_`` and the shared matrix gets ``φᵀ·grad`` (no loop over prompts). Topics are
-    passed as ``clusters`` to estimators built with ``per_cluster=true``, and each prompt's index
-    as its ``prompt_keys`` to estimators that track prompts (SPO).
+    passed as ``clusters`` to estimators built with ``per_cluster=true``.
 
     Returns arrays: ``train_acc`` and ``heldout_acc`` (``[steps + 1]``, exact expected success over
     all training / held-out prompts, before each step and at the end), per step ``reward``,
@@ -209,9 +208,9 @@ def run_bandit(
     policy = _Policy.start(bandit)
     m, g = bandit.config.prompts_per_step, group_size
     group_ids = torch.arange(m).repeat_interleave(g)
-    # Only estimators that read clusters (per-cluster priors) get the topics, and only those that
-    # track prompts (SPO) the prompt indices: skipping them elsewhere saves the label checks.
-    pass_clusters, pass_keys = est.uses_clusters, est.uses_prompt_keys
+    # Only estimators that read clusters (per-cluster priors) get the topics: skipping them
+    # elsewhere saves the label check.
+    pass_clusters = est.uses_clusters
     out = {
         k: np.full(steps, np.nan)
         for k in ("reward", "zero_signal", "shrinkage", "prior_error", "theta_var")
@@ -224,7 +223,7 @@ def run_bandit(
         probs = torch.softmax(policy.logits(idx), dim=-1)
         answers, rewards = _sample_rewards(bandit, idx, probs, g, gen)
         clusters = bandit.topic[idx].repeat_interleave(g) if pass_clusters else None
-        keys = idx.repeat_interleave(g) if pass_keys else None  # the prompt, stable across steps
+        keys = idx.repeat_interleave(g) if est.uses_prompt_keys else None  # SPO: the prompt
         res = est(rewards.flatten(), group_ids, clusters=clusters, prompt_keys=keys)
         adv = res.advantages.double().view(m, g)
         policy.reinforce(idx, probs, answers, adv, lr)

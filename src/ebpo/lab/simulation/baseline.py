@@ -30,7 +30,7 @@ from ebpo.lab.simulation.scenarios import (
     sample_success_rates,
     theorem_3_3,
 )
-from ebpo.lab.simulation.specs import build_estimator
+from ebpo.lab.simulation.specs import build_estimator, fresh_prompts
 from ebpo.utils.checks import check_positive_int
 
 __all__ = ["BASELINE_ESTIMATORS", "ORACLE", "baseline_quality", "closed_form_mse"]
@@ -131,7 +131,7 @@ def _estimator_row(
     est = build_estimator(spec)
     err, shrink, zero_signal, adv_var = [], [], [], []
     for t in range(steps):
-        res = est(rewards[t].flatten(), group_ids)
+        res = est(rewards[t].flatten(), group_ids, prompt_keys=fresh_prompts(est, group_ids, t))
         err.append((res.baselines.double() - theta_rows[t]) ** 2)
         shrink.append(float(res.shrinkage.double().mean()))
         advantages = res.advantages.double()

@@ -21,7 +21,7 @@ from ebpo.lab.simulation.common import (
     seeded_generator,
 )
 from ebpo.lab.simulation.scenarios import SCENARIOS, BetaMixture, sample_success_rates
-from ebpo.lab.simulation.specs import build_estimator
+from ebpo.lab.simulation.specs import build_estimator, fresh_prompts
 from ebpo.utils.checks import check_positive_int
 
 __all__ = ["SATURATION_ESTIMATORS", "penalty_curve", "saturation"]
@@ -88,7 +88,7 @@ def _saturation_row(scenario: str, spec: str, rewards: torch.Tensor) -> dict[str
     adv_sum = raw_sum = pred_raw = pred_centred = 0.0
     n_failed = n_signal = 0
     for t in range(steps):
-        res = est(rewards[t].flatten(), group_ids)
+        res = est(rewards[t].flatten(), group_ids, prompt_keys=fresh_prompts(est, group_ids, t))
         rows_failed = failed[t].repeat_interleave(g)
         adv = res.advantages.double()
         n_failed += int(failed[t].sum())
@@ -101,8 +101,8 @@ def _saturation_row(scenario: str, spec: str, rewards: torch.Tensor) -> dict[str
         pred_centred += float((-s * batch_mean[t]).sum())
     n_rows = max(n_failed * g, 1)
     zeros = torch.zeros(prompts_per_step * g, dtype=torch.float64)
-    allfail = est(zeros, group_ids).advantages.double()
-    allfail_signal = (allfail.view(prompts_per_step, g).abs() > SIGNAL_TOL).any(-1)
+    allfail = est(zeros, group_ids, prompt_keys=fresh_prompts(est, group_ids, steps)).advantages
+    allfail_signal = (allfail.double().view(prompts_per_step, g).abs() > SIGNAL_TOL).any(-1)
     # Theorem 3.2's −S·μ is checked where μ is the reported ``prior_mean``: EBPO itself.
     # EBPO-BB (a subclass) shrinks toward its fitted Beta prior's mean α/(α + β) instead
     # (Beta(1, 1) during its warm-up), which it does not report as ``prior_mean``.

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ebpo.estimators import (
     JSPO,
     AdvantageEstimator,
@@ -27,6 +29,7 @@ from ebpo.estimators import (
 __all__ = [
     "accepts_normalize",
     "build_estimator",
+    "fresh_prompts",
     "parse_estimator_spec",
     "reports_shrinkage",
     "with_normalize",
@@ -67,9 +70,27 @@ def _parse_value(text: str) -> Any:
 
 
 def build_estimator(spec: str) -> AdvantageEstimator:
-    """A fresh estimator for ``spec`` (see :func:`parse_estimator_spec`); ValueError if unknown."""
+    """A fresh estimator for ``spec`` (see :func:`parse_estimator_spec`); ValueError if unknown,
+    or if it needs each response's token count (``opo``): a simulated answer has no length."""
     name, options = parse_estimator_spec(spec)
-    return make_estimator(name, **options)
+    estimator = make_estimator(name, **options)
+    if estimator.uses_token_counts:
+        raise ValueError(
+            f"estimator {spec!r} needs the number of tokens of each response; the simulation's "
+            "answers have no length"
+        )
+    return estimator
+
+
+def fresh_prompts(
+    estimator: AdvantageEstimator, group_ids: torch.Tensor, step: int
+) -> torch.Tensor | None:
+    """Prompt keys for an estimator that tracks prompts (SPO) in a study whose every step draws
+    new prompts (group ``m`` of step ``t``: key ``t·M + m``): it sees each prompt once. None for
+    the others."""
+    if not estimator.uses_prompt_keys:
+        return None
+    return group_ids + step * (int(group_ids.max()) + 1)
 
 
 def accepts_normalize(spec: str) -> bool:
