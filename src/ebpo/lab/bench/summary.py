@@ -124,9 +124,9 @@ def paired_rows(cells: Iterable[Mapping[str, Any]], config: BenchConfig) -> list
     comparisons: list[tuple[str, Contrast, int, float, float]] = []
     for g in config.group_sizes:
         for contrast in config.comparisons():
-            mine, theirs = (contrast.method, g), (contrast.baseline, g)
-            if mine in best and theirs in best:
-                comparisons.append(("best_lr", contrast, g, best[mine], best[theirs]))
+            key, reference = (contrast.method, g), (contrast.baseline, g)
+            if key in best and reference in best:
+                comparisons.append(("best_lr", contrast, g, best[key], best[reference]))
             comparisons += [
                 ("equal_lr", contrast, g, float(lr), float(lr)) for lr in config.reference_lrs
             ]
@@ -157,7 +157,8 @@ def _seed_differences(
     """The rows of one (contrast, G, rates): Pass@1 at each checkpoint and steps-to-target, from
     the (method cell, baseline cell) of each paired seed."""
     rows = []
-    for checkpoint in [*config.checkpoints, "final"]:
+    checkpoints: list[int | str] = [*config.checkpoints, "final"]
+    for checkpoint in checkpoints:
         scored = [(_pass1_at(a, checkpoint), _pass1_at(b, checkpoint)) for a, b in pairs]
         present = [(a, b) for a, b in scored if a is not None and b is not None]
         if present:
