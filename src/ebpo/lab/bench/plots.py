@@ -135,8 +135,8 @@ def _contrast_plot(
         panels,
         xlabel="G (responses per prompt)",
         ylabel="held-out Pass@1, method − baseline (points)",
-        title=f"{label}Contrasts over G: mean paired difference and 95% interval over "
-        f"{'/'.join(map(str, seeds))} seeds (validation-chosen learning rates)",
+        title=f"{label}Contrasts over G: mean paired difference and 95% interval over the seeds "
+        f"(n = {'/'.join(map(str, seeds))}; validation-chosen learning rates)",
     )
 
 
