@@ -138,3 +138,10 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_files(tmp_path, capsys, monk
     assert (tmp_path / "results.md").read_text() == "old results"
     assert (tmp_path / "saturation_penalty.png").read_bytes() == b"old plot"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.md", "saturation_penalty.png"]
+
+
+def test_the_quick_bandit_compares_spo(tmp_path):
+    """SPO tracks prompts: the bandit gives it their keys, so it runs among the defaults."""
+    argv = ["simulate", "--quick", "--experiments", "bandit", "--no-plots", "--output-dir"]
+    assert main([*argv, str(tmp_path)]) == 0
+    assert "| spo |" in (tmp_path / "results.md").read_text()

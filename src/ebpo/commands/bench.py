@@ -2,8 +2,9 @@
 
 Runs the built-in CPU task of ``ebpo train`` for every (method, G, learning rate, seed) — every
 method of a seed from the same warm start on the same prompt stream — chooses each method's
-learning rate on the validation split, and writes ``paired.csv`` / ``paired.png`` (differences to
-GRPO with paired 95% intervals), level tables, curves and ``results.md`` to ``--output-dir``.
+learning rate on the validation split, and writes ``paired.csv`` / ``paired.png`` /
+``contrasts.png`` (the paired differences of ``--contrasts``, by default every method − GRPO, with
+95% intervals), level tables, curves and ``results.md`` to ``--output-dir``.
 Rerunning the same command skips finished cells, so a long run can be stopped and continued.
 """
 
@@ -22,7 +23,8 @@ from ebpo.commands.estimator_module import (
 from ebpo.lab.bench import run as bench
 from ebpo.lab.bench.cells import load_cells
 from ebpo.lab.bench.config import BenchConfig
-from ebpo.lab.bench.methods import DEFAULT_METHODS, METHODS
+from ebpo.lab.bench.contrasts import CONTRAST_PRESETS, contrast_methods, parse_contrasts
+from ebpo.lab.bench.methods import DEFAULT_METHODS, available_methods, method
 from ebpo.lab.bench.report import caveats, write_report
 from ebpo.lab.bench.summary import aggregate
 from ebpo.utils.files import check_output_path
@@ -31,13 +33,14 @@ from ebpo.utils.files import check_output_path
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench",
-        help="paired comparison of estimators with real token-level RL: differences to GRPO with intervals",
+        help="paired comparison of estimators with real token-level RL: paired differences with intervals",
         description=(
             "Trains the built-in CPU task (ebpo train) for each method × G × learning rate × seed; every method "
             "of a seed shares the warm start and the prompt stream. Picks each method's learning rate on the "
-            "validation split and writes paired.csv / paired.png (method − GRPO in held-out Pass@1 at fixed "
-            "steps and in steps-to-target, paired Student-t 95 % intervals), results.md, level tables and "
-            "curves. Resumable per cell: rerun the same command to continue."
+            "validation split and writes paired.csv / paired.png / contrasts.png (method − baseline for each "
+            "contrast, by default method − GRPO, in held-out Pass@1 at fixed steps and in steps-to-target, "
+            "paired Student-t 95 % intervals), results.md, level tables and curves. Resumable per cell: "
+            "rerun the same command to continue."
         ),
     )
     parser.add_argument(
@@ -64,6 +67,13 @@ def _add_grid_arguments(parser: argparse.ArgumentParser) -> None:
         "--estimators",
         default=None,
         help="comma-separated methods (default: the starred ones of --list)",
+    )
+    parser.add_argument(
+        "--contrasts",
+        default=None,
+        help="the paired differences to read: METHOD-BASELINE,... (e.g. ebpo-grpo_bn,grpo_bn-grpo) or a "
+        f"preset ({', '.join(CONTRAST_PRESETS)}; see --list); without --estimators the matrix is the "
+        "methods they name (default: every method - grpo)",
     )
     parser.add_argument(
         "--group-sizes", default=None, help="comma-separated G values (default: 2,4,8)"
@@ -170,6 +180,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     overrides: dict[str, Any] = {}
     if args.output_dir is not None:
         overrides["output_dir"] = args.output_dir
+    if args.contrasts is not None:
+        methods, overrides["contrasts"] = parse_contrasts(args.contrasts)
+        overrides["methods"] = methods or contrast_methods(overrides["contrasts"])
     if args.estimators is not None:
         overrides["methods"] = _csv(args.estimators, str, "--estimators")
     if args.group_sizes is not None:
@@ -202,10 +215,12 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 def run(args: argparse.Namespace) -> int:
     import_estimator_module_of(args)  # before the methods are read
     if args.list:
-        for name, method in METHODS.items():
+        for name in available_methods():
             default = "*" if name in DEFAULT_METHODS else " "
-            print(f"{default} {name:<16} {method.description}")
-        print("(* = in the default matrix)")
+            print(f"{default} {name:<22} {method(name).description}")
+        print("(* = in the default matrix)\n\ncontrast presets (--contrasts NAME):")
+        for name, preset in CONTRAST_PRESETS.items():
+            print(f"  {name:<22} {preset.description}; methods {', '.join(preset.methods)}")
         return 0
     config = config_from_args(args)  # ValueError: one line, exit 2 (ebpo.cli)
     shard = _shard(args.shard)

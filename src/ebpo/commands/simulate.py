@@ -86,7 +86,7 @@ def settings(quick: bool) -> dict[str, dict[str, Any]]:
             },
             "saturation": {"group_size": 4, "steps": 4, "prompts_per_step": 64},
             "bandit": {
-                "estimators": ("grpo", "dr_grpo", "ebpo"),
+                "estimators": ("grpo", "dr_grpo", "spo", "ebpo"),
                 "group_sizes": (4,),
                 "learning_rates": (30.0, 100.0, 300.0),
                 "steps": 20,
@@ -105,7 +105,17 @@ def settings(quick: bool) -> dict[str, dict[str, Any]]:
         "baseline": {"group_sizes": (2, 4, 8, 16, 32), "steps": 15, "prompts_per_step": 256},
         "saturation": {"group_size": 4, "steps": 15, "prompts_per_step": 256},
         "bandit": {
-            "estimators": ("grpo", "dr_grpo", "rloo", "reinforce_pp", "jspo", "ebpo", "ebpo_bb"),
+            "estimators": (
+                "grpo",
+                "dr_grpo",
+                "rloo",
+                "reinforce_pp",
+                "jspo",
+                "grpo_bn",
+                "spo",
+                "ebpo",
+                "ebpo_bb",
+            ),
             "group_sizes": (2, 4, 16),
             "learning_rates": (30.0, 100.0, 300.0, 1000.0, 3000.0),
             "steps": 50,

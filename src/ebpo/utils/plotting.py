@@ -20,7 +20,14 @@ from typing import Any
 from ebpo.utils.checks import is_integer
 from ebpo.utils.files import atomic_path
 
-__all__ = ["moving_average", "plot_intervals", "plot_lines", "plot_panels", "plots_available"]
+__all__ = [
+    "moving_average",
+    "plot_interval_lines",
+    "plot_intervals",
+    "plot_lines",
+    "plot_panels",
+    "plots_available",
+]
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 Bands = Mapping[str, tuple[Sequence[float], Sequence[float]]]
@@ -380,6 +387,56 @@ def plot_intervals(
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].invert_yaxis()  # shared: once for all panels
     _label_outer(axes, ncols or len(panels), sharex=True, sharey=True)
+    _suptitle(fig, title)
+    _figure_legend(fig, axes, where="bottom")
+    return _save(fig, path, plt)
+
+
+def plot_interval_lines(
+    path: str | Path,
+    panels: Mapping[str, Mapping[str, Sequence[tuple[float, float, float, float]]]],
+    *,
+    xlabel: str = "",
+    ylabel: str = "",
+    title: str = "",
+    reference: float | None = 0.0,
+) -> Path:
+    """Estimates with interval bars over a few x values, joined by a line per series, one panel
+    per ``panels`` entry: ``panel -> series -> [(x, estimate, low, high), ...]``. The x values are
+    categories (e.g. G = 2, 4, 8: evenly spaced, labelled by value); within one the series sit side
+    by side, so that their bars do not hide each other. A horizontal line marks ``reference``
+    (e.g. no difference); NaN intervals draw the point only. Panels share both scales, in one row;
+    the legend is under them."""
+    if not panels:
+        raise ValueError("panels is empty: expected at least one panel to plot")
+    plt = _pyplot()
+    fig, axes = _grid(
+        plt, len(panels), len(panels), panel_size=(4.2, 3.4), sharex=True, sharey=True
+    )
+    xs = sorted({x for series in panels.values() for points in series.values() for x, *_ in points})
+    position = {x: i for i, x in enumerate(xs)}
+    names = list(dict.fromkeys(name for series in panels.values() for name in series))
+    styles = _styles(plt, names)
+    width = 0.3 / max(1, len(names))
+    for ax, (panel_title, series) in zip(axes, panels.items(), strict=True):
+        for name, points in series.items():
+            offset = -0.15 + width * (names.index(name) + 0.5)
+            at = [position[x] + offset for x, *_ in points]
+            estimates = [estimate for _, estimate, _, _ in points]
+            below = [e - low if math.isfinite(low) else 0.0 for _, e, low, _ in points]
+            above = [high - e if math.isfinite(high) else 0.0 for _, e, _, high in points]
+            style = styles[name]
+            ax.errorbar(at, estimates, yerr=[below, above], fmt=style["marker"], color=style["color"],
+                        linestyle=style["linestyle"], markersize=5, capsize=3, label=name)  # fmt: skip
+        if reference is not None:
+            ax.axhline(reference, color="black", linewidth=0.8, alpha=0.6)
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
+        ax.set_xlim(-0.5, len(xs) - 0.5)
+        ax.set_title(panel_title, fontsize="medium")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, axis="y", alpha=0.3)
+    _label_outer(axes, len(panels), sharex=True, sharey=True)
     _suptitle(fig, title)
     _figure_legend(fig, axes, where="bottom")
     return _save(fig, path, plt)

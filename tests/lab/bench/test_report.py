@@ -56,6 +56,7 @@ def test_write_report_draws_the_plots_and_links_them(tmp_path):
     for name in (
         "paired",
         "paired_equal_lr",
+        "contrasts",
         "heldout_pass1",
         "reward",
         "entropy",
@@ -78,6 +79,7 @@ def _titles(monkeypatch, summary, config) -> list[str]:
 
     monkeypatch.setattr(plots, "plot_panels", record)
     monkeypatch.setattr(plots, "plot_intervals", record)
+    monkeypatch.setattr(plots, "plot_interval_lines", record)
     plots.write_plots(summary, config, Path(config.output_dir))
     return titles
 
@@ -91,11 +93,11 @@ def test_every_figure_of_a_quick_bench_says_it_is_a_smoke_test(tmp_path, monkeyp
     write_cells(config)
     summary = aggregate(load_cells(config), config)
     titles = _titles(monkeypatch, summary, config)
-    assert len(titles) == 7  # paired, paired_equal_lr, and the five curves
+    assert len(titles) == 8  # paired, paired_equal_lr, contrasts, and the five curves
     assert all(t.startswith("SMOKE TEST (--quick), not evidence — ") for t in titles), titles
     learning = summary["learning"]
     learning["unchanged"] = [f"cell {i}" for i in range(learning["cells"])]  # nothing learned
-    for title in _titles(monkeypatch, summary, config)[-7:]:
+    for title in _titles(monkeypatch, summary, config)[-8:]:
         assert title.startswith(
             "SMOKE TEST (--quick), not evidence; differences 0 by construction: no cell learned — "
         )

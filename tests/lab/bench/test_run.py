@@ -461,8 +461,8 @@ def test_the_report_counts_its_intervals_and_those_that_exclude_0(tmp_path):
     assert excluding > 0 and len(rows) == 12  # (1 chosen + 3 equal rates) x (2 checkpoints + final)
     text = (Path(cfg.output_dir) / "results.md").read_text()
     assert (
-        f"The tables hold 12 Pass@1 intervals; if no method differed from GRPO, about 0.6 of them "
-        f"would exclude 0 by chance at 95 %, and {excluding} do."
+        f"The tables hold 12 Pass@1 intervals; if no method differed from its baseline, about 0.6 "
+        f"of them would exclude 0 by chance at 95 %, and {excluding} do."
     ) in text
 
 

@@ -1,6 +1,6 @@
-"""The matrix of ``ebpo bench``: :class:`BenchConfig` (methods × G × learning rates × seeds, and
-the train-job settings every cell shares) with its validation and fingerprint, and
-:class:`CellSpec`, one train job of the matrix.
+"""The matrix of ``ebpo bench``: :class:`BenchConfig` (methods × G × learning rates × seeds, the
+contrasts read from them, and the train-job settings every cell shares) with its validation and
+fingerprint, and :class:`CellSpec`, one train job of the matrix.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ebpo.estimators import available_estimators
-from ebpo.lab.bench.methods import DEFAULT_METHODS, METHODS
+from ebpo.lab.bench.contrasts import Contrast, default_contrasts
+from ebpo.lab.bench.methods import DEFAULT_METHODS, available_methods
 from ebpo.lab.cpu_task import task
 from ebpo.lab.train.config import TrainJobConfig
 from ebpo.utils.checks import check_ints, is_integer, is_real
@@ -26,6 +26,10 @@ class BenchConfig:
     """The matrix (methods × G × learning rates × seeds) and the per-cell train-job settings."""
 
     methods: tuple[str, ...] = DEFAULT_METHODS
+    #: the paired differences read (``method − baseline``, both among ``methods``); None: every
+    #: method against GRPO (:func:`~ebpo.lab.bench.contrasts.default_contrasts`). They choose no
+    #: cell: ``--report-only`` reads finished cells with other contrasts.
+    contrasts: tuple[Contrast, ...] | None = None
     group_sizes: tuple[int, ...] = (2, 4, 8)
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     #: the sweep around ``ebpo train``'s 3e-4; the best rate per (method, G) is chosen on the
@@ -58,6 +62,13 @@ class BenchConfig:
     #: the smoke test of :meth:`quick`: the report and the console say that it is not evidence
     smoke_test: bool = False
 
+    def __post_init__(self) -> None:
+        # a declared pair may be a plain (method, baseline[, label]) tuple
+        if self.contrasts is not None and not isinstance(self.contrasts, (str, bytes)):
+            self.contrasts = tuple(
+                c if isinstance(c, Contrast) else Contrast(*c) for c in self.contrasts
+            )
+
     @classmethod
     def quick(cls, **overrides: Any) -> BenchConfig:
         """The CI mode, a smoke test of the pipeline: GRPO and EBPO, G = 2, two seeds, one rate, a
@@ -81,13 +92,17 @@ class BenchConfig:
         values.update(overrides)
         return cls(**values)
 
+    def comparisons(self) -> tuple[Contrast, ...]:
+        """The contrasts the report reads: ``contrasts``, or every method against GRPO."""
+        return default_contrasts(self.methods) if self.contrasts is None else self.contrasts
+
     @property
     def reference_lrs(self) -> tuple[float, ...]:
         return tuple(sorted(float(lr) for lr in self.learning_rates))
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
-        known = [*METHODS, *(n for n in available_estimators() if n not in METHODS)]
+        known = available_methods()
         unknown = [m for m in self.methods if m not in known]
         if not self.methods or unknown:
             raise ValueError(
@@ -96,6 +111,7 @@ class BenchConfig:
             )
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods has duplicates: {list(self.methods)}")
+        self._validate_contrasts()
         check_ints("group_sizes", self.group_sizes, 2)
         check_ints("seeds", self.seeds, 0)
         if not self.learning_rates or any(not _positive(lr) for lr in self.learning_rates):
@@ -121,6 +137,22 @@ class BenchConfig:
         if not (_positive(self.target_gain) and self.target_gain <= 1):
             raise ValueError(f"target_gain must be a number in (0, 1], got {self.target_gain!r}")
         self._validate_train_options()
+
+    def _validate_contrasts(self) -> None:
+        if self.contrasts is None:
+            return
+        if isinstance(self.contrasts, (str, bytes)) or not self.contrasts:
+            raise ValueError(
+                f"contrasts must be None or a non-empty list of (method, baseline), got {self.contrasts!r}"
+            )
+        outside = [c.name for c in self.contrasts if {c.method, c.baseline} - set(self.methods)]
+        if outside:
+            raise ValueError(
+                f"contrasts {outside} name methods outside the matrix {list(self.methods)}"
+            )
+        pairs = [(c.method, c.baseline) for c in self.contrasts]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError(f"contrasts has duplicates: {[c.name for c in self.contrasts]}")
 
     def _validate_train_options(self) -> None:
         if not isinstance(self.train_options, dict):

@@ -1,7 +1,10 @@
 """The rows of ``ebpo bench``: a :class:`Method` is an estimator name
-(:func:`ebpo.estimators.available_estimators`) trained with a TRL preset and a data order, so "EBPO with topic
-order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds them all,
-:data:`DEFAULT_METHODS` is the default matrix, and every paired difference is against
+(:func:`ebpo.estimators.available_estimators`) trained with a TRL preset and a data order, so "EBPO
+with topic order" and "EBPO with per-topic priors" are rows like GRPO. :data:`METHODS` holds the
+rows that need more than a name (a preset, an order, clusters); every other estimator name (a
+user's own estimator included once its module is imported) is a row of its own, trained with its
+own name (:func:`method`, :func:`available_methods`). :data:`DEFAULT_METHODS` is the default
+matrix, and the default contrasts (:mod:`ebpo.lab.bench.contrasts`) are against
 :data:`REFERENCE_METHOD`.
 """
 
@@ -12,7 +15,14 @@ from typing import Any
 
 from ebpo.estimators import available_estimators, estimator_spec
 
-__all__ = ["DEFAULT_METHODS", "METHODS", "REFERENCE_METHOD", "Method", "method"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "METHODS",
+    "REFERENCE_METHOD",
+    "Method",
+    "available_methods",
+    "method",
+]
 
 
 @dataclass(frozen=True)
@@ -129,22 +139,27 @@ DEFAULT_METHODS = (
     "rloo",
     "jspo",
 )
-#: every paired difference is against this method (at the same G and seed)
+#: the default contrasts pair every other method with this one (at the same G and seed)
 REFERENCE_METHOD = "grpo"
 
 
+def available_methods() -> list[str]:
+    """Every name :func:`method` accepts: the rows of :data:`METHODS`, then every other estimator
+    name, read from the registry when called."""
+    return list(METHODS) + [name for name in available_estimators() if name not in METHODS]
+
+
 def method(name: str) -> Method:
-    """The method ``name``: a row of :data:`METHODS`, or any other estimator name (a user's own
-    included) trained as its own TRL preset on the shuffled stream.
+    """The row called ``name``: :data:`METHODS`' own, else the estimator of that name (a user's own
+    included) trained with its own preset on the shuffled stream.
 
     Raises:
-        ValueError: ``name`` is neither (naming both lists).
+        ValueError: ``name`` is neither, naming the known methods.
     """
-    if name in METHODS:
+    if isinstance(name, str) and name in METHODS:
         return METHODS[name]
     if isinstance(name, str) and name in available_estimators():
-        return Method(name, name, description=f"the estimator {name!r}")
-    raise ValueError(
-        f"unknown method {name!r}: expected one of {list(METHODS)} or an estimator name "
-        f"{[n for n in available_estimators() if n not in METHODS]}"
-    )
+        estimator, options = estimator_spec(name)
+        described = f"estimator {estimator!r}" + (f" with {options}" if options else "")
+        return Method(name, name, description=f"{described}, shuffled stream")
+    raise ValueError(f"unknown bench method {name!r}; expected one of {available_methods()}")

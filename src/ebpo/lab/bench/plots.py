@@ -1,9 +1,11 @@
 """The figures of ``ebpo bench``'s results folder, from the summary of its finished cells
 (:func:`ebpo.lab.bench.summary.aggregate`):
 
-* ``paired.png`` / ``paired_equal_lr.png`` — every paired difference to GRPO with its 95%
-  interval, each method at its validation-chosen rate / method and GRPO at the same rate; all
-  panels on one x scale;
+* ``paired.png`` / ``paired_equal_lr.png`` — every paired difference of a contrast (method −
+  baseline) with its 95% interval, each method at its validation-chosen rate / method and baseline
+  at the same rate; all panels on one x scale;
+* ``contrasts.png`` — the contrasts over G, one panel per checkpoint, at the validation-chosen
+  rates (e.g. shrinkage and normalisation side by side as G grows);
 * ``heldout_pass1.png``, ``reward.png``, ``grad_norm.png``, ``entropy.png`` — seed-mean curves
   with 95% bands as small multiples: one panel per method and G, the method against GRPO (grey)
   on scales shared by every panel, so that no method hides under another;
@@ -21,7 +23,13 @@ from typing import Any
 
 from ebpo.lab.bench.config import BenchConfig
 from ebpo.lab.bench.methods import REFERENCE_METHOD
-from ebpo.utils.plotting import Limits, moving_average, plot_intervals, plot_panels
+from ebpo.utils.plotting import (
+    Limits,
+    moving_average,
+    plot_interval_lines,
+    plot_intervals,
+    plot_panels,
+)
 
 __all__ = ["figure_label", "write_plots"]
 
@@ -52,6 +60,9 @@ def write_plots(summary: Mapping[str, Any], config: BenchConfig, out: Path) -> l
     :func:`figure_label`; returns their paths."""
     label = figure_label(summary)
     images = _paired_plots(summary, config, out, label)
+    contrasts = _contrast_plot(summary, config, out, label)
+    if contrasts is not None:
+        images.append(contrasts)
     for curve in CURVES:
         path = _curve_plot(summary, curve, out, label)
         if path is not None:
@@ -63,11 +74,11 @@ def _paired_plots(
     summary: Mapping[str, Any], config: BenchConfig, out: Path, label: str
 ) -> list[Path]:
     images = []
-    # paired.png: each method at its validation-chosen rate; paired_equal_lr.png: method and GRPO
+    # paired.png: each method at its validation-chosen rate; paired_equal_lr.png: method and baseline
     # at the same rate (one row of panels per rate), which isolates the estimator from its rate
     for comparison, name, what in (
         ("best_lr", "paired", "validation-chosen learning rates"),
-        ("equal_lr", "paired_equal_lr", "method and GRPO at the same learning rate"),
+        ("equal_lr", "paired_equal_lr", "method and baseline at the same learning rate"),
     ):
         rows = sorted(
             (
@@ -82,24 +93,51 @@ def _paired_plots(
         panels: dict[str, dict[str, list]] = {}
         for r in rows:
             panel = f"G = {r['G']}" + (f", lr {r['lr']:g}" if comparison == "equal_lr" else "")
-            series = (
-                f"step {r['checkpoint']}"
-                if r["checkpoint"] != "final"
-                else f"step {config.steps} (final)"
-            )
-            panels.setdefault(panel, {}).setdefault(series, []).append(
-                (r["method"], 100 * r["mean_diff"], 100 * r["ci_low"], 100 * r["ci_high"])
+            panels.setdefault(panel, {}).setdefault(_step_label(r, config), []).append(
+                (r["contrast"], 100 * r["mean_diff"], 100 * r["ci_low"], 100 * r["ci_high"])
             )
         images.append(
             plot_intervals(
                 out / f"{name}.png",
                 panels,
                 ncols=len({r["G"] for r in rows}),
-                xlabel="held-out Pass@1, method − GRPO (points)",
-                title=f"{label}Paired difference to GRPO, 95% interval over seeds ({what})",
+                xlabel="held-out Pass@1, method − baseline (points)",
+                title=f"{label}Paired differences, 95% interval over seeds ({what})",
             )
         )
     return images
+
+
+def _step_label(row: Mapping[str, Any], config: BenchConfig) -> str:
+    final = row["checkpoint"] == "final"
+    return f"step {config.steps} (final)" if final else f"step {row['checkpoint']}"
+
+
+def _contrast_plot(
+    summary: Mapping[str, Any], config: BenchConfig, out: Path, label: str
+) -> Path | None:
+    """``contrasts.png``: each contrast over G at the validation-chosen rates, a panel per
+    checkpoint; None when no contrast has paired seeds."""
+    rows = [
+        r
+        for r in summary["paired"]
+        if r["comparison"] == "best_lr" and r["checkpoint"] != "steps_to_target"
+    ]
+    if not rows:
+        return None
+    panels: dict[str, dict[str, list]] = {}
+    for r in sorted(rows, key=lambda r: r["G"]):
+        points = panels.setdefault(_step_label(r, config), {}).setdefault(r["contrast"], [])
+        points.append((r["G"], 100 * r["mean_diff"], 100 * r["ci_low"], 100 * r["ci_high"]))
+    seeds = sorted({r["seeds"] for r in rows})
+    return plot_interval_lines(
+        out / "contrasts.png",
+        panels,
+        xlabel="G (responses per prompt)",
+        ylabel="held-out Pass@1, method − baseline (points)",
+        title=f"{label}Contrasts over G: mean paired difference and 95% interval over the seeds "
+        f"(n = {'/'.join(map(str, seeds))}; validation-chosen learning rates)",
+    )
 
 
 def _curve_plot(summary: Mapping[str, Any], curve: str, out: Path, label: str) -> Path | None:

@@ -1,9 +1,10 @@
 """The files of ``ebpo bench``'s results folder, from the summary of its finished cells
 (:func:`ebpo.lab.bench.summary.aggregate`): ``summary.json``; ``paired.csv`` (every paired
-difference to GRPO with its 95% interval); ``table_best_lr.csv`` / ``table_equal_lr.csv`` (held-out
-Pass@1 levels per topic / tier); ``lr_sweep.csv``; the plots (:mod:`ebpo.lab.bench.plots`); and
-``results.md``, which shows the tables, links the plots and says first why the results do not
-compare the methods when they do not (:func:`caveats`: a smoke test, cells that learned nothing).
+difference of a contrast, method − baseline, with its 95% interval); ``table_best_lr.csv`` /
+``table_equal_lr.csv`` (held-out Pass@1 levels per topic / tier); ``lr_sweep.csv``; the plots
+(:mod:`ebpo.lab.bench.plots`); and ``results.md``, which shows the tables, links the plots and
+says first why the results do not compare the methods when they do not (:func:`caveats`: a smoke
+test, cells that learned nothing).
 The JSON and CSV files hold Pass@1 as a fraction in [0, 1] (differences too: 0.05 = 5 points);
 ``results.md`` and the plots show it in %. Every file is written atomically.
 """
@@ -61,14 +62,14 @@ def _paired_markdown(
     ]
     if not selected:
         return "(no paired seeds yet)"
-    by_method: dict[str, dict[str, Mapping[str, Any]]] = {}
+    by_contrast: dict[str, dict[str, Mapping[str, Any]]] = {}
     for r in selected:
-        by_method.setdefault(r["method"], {})[r["checkpoint"]] = r
+        by_contrast.setdefault(r["contrast"], {})[r["checkpoint"]] = r
     checkpoints = list(
         dict.fromkeys(r["checkpoint"] for r in selected if r["checkpoint"] != "steps_to_target")
     )
     body = []
-    for method, by_checkpoint in by_method.items():
+    for contrast, by_checkpoint in by_contrast.items():
         first = next(iter(by_checkpoint.values()))
         cells = [
             _interval_text(by_checkpoint[c], 100, 1) if c in by_checkpoint else "—"
@@ -81,11 +82,17 @@ def _paired_markdown(
             else "—"
         )
         body.append(
-            [method, f"{first['lr']:g} / {first['reference_lr']:g}", first["seeds"], *cells, steps]
+            [
+                contrast,
+                f"{first['lr']:g} / {first['reference_lr']:g}",
+                first["seeds"],
+                *cells,
+                steps,
+            ]
         )
     headers = [
-        "method",
-        "lr / GRPO lr",
+        "method − baseline",
+        "lr / baseline lr",
         "seeds",
         *(f"Δ Pass@1 @ {c} (points)" for c in checkpoints),
         "Δ steps to target (reached)",
@@ -198,10 +205,11 @@ def _multiplicity(rows: Sequence[Mapping[str, Any]]) -> str:
         return ""
     excluding = sum(r["ci_low"] > 0 or r["ci_high"] < 0 for r in intervals)
     return (
-        f"The tables hold {len(intervals)} Pass@1 intervals; if no method differed from GRPO, "
-        f"about {0.05 * len(intervals):.1f} of them would exclude 0 by chance at 95 %, and "
-        f"{excluding} do. They share the GRPO runs and the checkpoints of a run, so they are not "
-        "independent either: one interval whose bound is just above 0 is weak evidence on its own."
+        f"The tables hold {len(intervals)} Pass@1 intervals; if no method differed from its "
+        f"baseline, about {0.05 * len(intervals):.1f} of them would exclude 0 by chance at 95 %, "
+        f"and {excluding} do. They share the baselines' runs and the checkpoints of a run, so they "
+        "are not independent either: one interval whose bound is just above 0 is weak evidence on "
+        "its own."
     )
 
 
@@ -244,13 +252,13 @@ def _header_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _paired_lines(summary: Mapping[str, Any], config: BenchConfig) -> list[str]:
-    """The paired differences to GRPO: at the validation-chosen rates, then at equal rates."""
+    """The paired differences of the contrasts: at the validation-chosen rates, then at equal rates."""
     cfg = summary["config"]
     lines = [
-        "\n## Paired differences to GRPO\n",
-        "Each seed's method and GRPO share the warm start and the prompt stream; the entry is the mean over seeds "
-        "of (method − GRPO) in held-out Pass@1 points, with a 95% paired Student-t interval. An interval that "
-        "excludes 0 is a difference this bench can see. Steps to target: steps until held-out Pass@1 is "
+        "\n## Paired differences (method − baseline)\n",
+        "Each seed's method and baseline share the warm start and the prompt stream; the entry is the mean over "
+        "seeds of (method − baseline) in held-out Pass@1 points, with a 95% paired Student-t interval. An "
+        "interval that excludes 0 is a difference this bench can see. Steps to target: steps until held-out Pass@1 is "
         f"{100 * cfg['target_gain']:.0f} points above the warm start (negative = faster; runs that never reach it "
         "count at their last step). " + _multiplicity(summary["paired"]) + "\n",
     ]
@@ -263,7 +271,7 @@ def _paired_lines(summary: Mapping[str, Any], config: BenchConfig) -> list[str]:
     for g in cfg["group_sizes"]:
         for lr in config.reference_lrs:
             lines += [
-                f"### G = {g}, method and GRPO both at learning rate {lr:g}\n",
+                f"### G = {g}, method and baseline both at learning rate {lr:g}\n",
                 _paired_markdown(summary["paired"], "equal_lr", g, lr),
                 "",
             ]

@@ -3,12 +3,13 @@
 
 * **Learning rates**: per (method, G) the rate of the sweep with the best mean *validation* Pass@1
   over seeds (ties to the smaller rate); the held-out split chooses nothing.
-* **Paired differences** (``paired.csv``, ``paired.png``, ``paired_equal_lr.png``): for every
-  method, G and seed, the method's held-out Pass@1 minus GRPO's, at each checkpoint step and at the
-  end, and the difference
-  in steps-to-target; mean over the seeds both have, with a 95% Student-t interval. Two
-  comparisons: ``best_lr`` (each at its validation-chosen rate) and ``equal_lr`` (both at the same
-  rate, for every rate of the sweep).
+* **Paired differences** (``paired.csv``, ``paired.png``, ``paired_equal_lr.png``,
+  ``contrasts.png``): for every contrast ``method − baseline`` of the config
+  (:meth:`~ebpo.lab.bench.config.BenchConfig.comparisons`; by default every method against GRPO),
+  G and seed, the method's held-out Pass@1 minus the baseline's, at each checkpoint step and at the
+  end, and the difference in steps-to-target; mean over the seeds both have, with a 95% Student-t
+  interval. Two comparisons: ``best_lr`` (each at its validation-chosen rate) and ``equal_lr``
+  (both at the same rate, for every rate of the sweep).
 * **Tables**: held-out Pass@1 per topic / tier / overall, mean ± 95% CI over seeds (not paired:
   for reading levels, not differences), and the learning-rate sweep.
 * **Curves**: seed-mean held-out Pass@1 and training metrics over steps with 95% bands.
@@ -29,7 +30,7 @@ from typing import Any
 from ebpo.analysis.paired import mean_ci, paired_difference, steps_to_target
 from ebpo.lab.bench.cells import CURVE_KEYS
 from ebpo.lab.bench.config import BenchConfig, CellSpec
-from ebpo.lab.bench.methods import REFERENCE_METHOD
+from ebpo.lab.bench.contrasts import Contrast
 
 __all__ = [
     "PAIRED_COLUMNS",
@@ -42,7 +43,9 @@ __all__ = [
 #: columns of paired.csv
 PAIRED_COLUMNS = (
     "comparison",
+    "contrast",
     "method",
+    "baseline",
     "G",
     "lr",
     "reference_lr",
@@ -113,70 +116,66 @@ def _steps_to_target(cell: Mapping[str, Any], gain: float) -> tuple[float, bool]
 
 
 def paired_rows(cells: Iterable[Mapping[str, Any]], config: BenchConfig) -> list[dict[str, Any]]:
-    """Every paired comparison of a method with GRPO (see the module docstring): rows with the
+    """Every paired comparison of the config's contrasts (see the module docstring): rows with the
     keys of :data:`PAIRED_COLUMNS`. Pass@1 differences are in Pass@1 units (0.05 = 5 points);
     ``steps_to_target`` differences are in steps (negative: the method is faster)."""
     grouped = _by_key(cells)
     best = {key: value["lr"] for key, value in select_learning_rates(cells).items()}
-    comparisons: list[tuple[str, str, int, float, float]] = []
+    comparisons: list[tuple[str, Contrast, int, float, float]] = []
     for g in config.group_sizes:
-        for method in config.methods:
-            if method == REFERENCE_METHOD:
-                continue
-            if (method, g) in best and (REFERENCE_METHOD, g) in best:
-                comparisons.append(
-                    ("best_lr", method, g, best[(method, g)], best[(REFERENCE_METHOD, g)])
-                )
+        for contrast in config.comparisons():
+            key, reference = (contrast.method, g), (contrast.baseline, g)
+            if key in best and reference in best:
+                comparisons.append(("best_lr", contrast, g, best[key], best[reference]))
             comparisons += [
-                ("equal_lr", method, g, float(lr), float(lr)) for lr in config.reference_lrs
+                ("equal_lr", contrast, g, float(lr), float(lr)) for lr in config.reference_lrs
             ]
-    checkpoints: list[int | str] = [*config.checkpoints, "final"]
     rows = []
-    for comparison, method, g, lr, ref_lr in comparisons:
-        mine, theirs = (
-            grouped.get((method, g, lr), {}),
-            grouped.get((REFERENCE_METHOD, g, ref_lr), {}),
-        )
+    for comparison, contrast, g, lr, ref_lr in comparisons:
+        mine = grouped.get((contrast.method, g, lr), {})
+        theirs = grouped.get((contrast.baseline, g, ref_lr), {})
         seeds = sorted(set(mine) & set(theirs))
-        if not seeds:
-            continue
-        base = {
-            "comparison": comparison,
-            "method": method,
-            "G": g,
-            "lr": lr,
-            "reference_lr": ref_lr,
-            "seeds": len(seeds),
-        }
-        for checkpoint in checkpoints:
-            scored = [
-                (_pass1_at(mine[s], checkpoint), _pass1_at(theirs[s], checkpoint)) for s in seeds
-            ]
-            pairs = [(a, b) for a, b in scored if a is not None and b is not None]
-            if pairs:
-                stats = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
-                rows.append(
-                    {
-                        **base,
-                        "checkpoint": str(checkpoint),
-                        "seeds": stats["n"],
-                        **_interval(stats),
-                        "reached": "",
-                        "reference_reached": "",
-                    }
-                )
-        steps = [
-            (
-                _steps_to_target(mine[s], config.target_gain),
-                _steps_to_target(theirs[s], config.target_gain),
-            )
-            for s in seeds
-        ]
-        stats = paired_difference([a for (a, _), _ in steps], [b for _, (b, _) in steps])
-        rows.append({
-            **base, "checkpoint": "steps_to_target", **_interval(stats),
-            "reached": sum(ok for (_, ok), _ in steps), "reference_reached": sum(ok for _, (_, ok) in steps),
-        })  # fmt: skip
+        if seeds:
+            base = {
+                "comparison": comparison,
+                "contrast": contrast.name,
+                "method": contrast.method,
+                "baseline": contrast.baseline,
+                "G": g,
+                "lr": lr,
+                "reference_lr": ref_lr,
+            }
+            rows += _seed_differences(base, [(mine[s], theirs[s]) for s in seeds], config)
+    return rows
+
+
+def _seed_differences(
+    base: Mapping[str, Any],
+    pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    config: BenchConfig,
+) -> list[dict[str, Any]]:
+    """The rows of one (contrast, G, rates): Pass@1 at each checkpoint and steps-to-target, from
+    the (method cell, baseline cell) of each paired seed."""
+    rows = []
+    checkpoints: list[int | str] = [*config.checkpoints, "final"]
+    for checkpoint in checkpoints:
+        scored = [(_pass1_at(a, checkpoint), _pass1_at(b, checkpoint)) for a, b in pairs]
+        present = [(a, b) for a, b in scored if a is not None and b is not None]
+        if present:
+            stats = paired_difference([a for a, _ in present], [b for _, b in present])
+            rows.append({
+                **base, "checkpoint": str(checkpoint), "seeds": stats["n"], **_interval(stats),
+                "reached": "", "reference_reached": "",
+            })  # fmt: skip
+    steps = [
+        (_steps_to_target(a, config.target_gain), _steps_to_target(b, config.target_gain))
+        for a, b in pairs
+    ]
+    stats = paired_difference([a for (a, _), _ in steps], [b for _, (b, _) in steps])
+    rows.append({
+        **base, "checkpoint": "steps_to_target", "seeds": stats["n"], **_interval(stats),
+        "reached": sum(ok for (_, ok), _ in steps), "reference_reached": sum(ok for _, (_, ok) in steps),
+    })  # fmt: skip
     return rows
 
 
