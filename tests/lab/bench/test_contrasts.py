@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ebpo.cli import main
-from ebpo.estimators import available_variants
+from ebpo.estimators import available_estimators
 from ebpo.lab.bench import methods as bench_methods
 from ebpo.lab.bench import plots
 from ebpo.lab.bench.cells import CELL_FILE, load_cells
@@ -226,12 +226,12 @@ def test_config_refuses_contrasts_outside_the_matrix_and_accepts_plain_pairs(tmp
 def test_methods_come_from_the_registry():
     names = available_methods()
     assert list(METHODS) == names[: len(METHODS)]
-    assert set(available_variants()) <= set(names)
-    extra = next(name for name in available_variants() if name not in METHODS)
+    assert set(available_estimators()) <= set(names)
+    extra = next(name for name in available_estimators() if name not in METHODS)
     row = bench_methods.method(extra)
-    assert (row.name, row.variant, row.preset, row.order) == (extra, extra, extra, "shuffle")
+    assert (row.name, row.estimator, row.preset, row.order) == (extra, extra, extra, "shuffle")
     assert bench_methods.method("ebpo_topic") is METHODS["ebpo_topic"]
-    with pytest.raises(ValueError, match="unknown bench method 'nope'"):
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
         bench_methods.method("nope")
 
 

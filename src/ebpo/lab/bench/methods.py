@@ -162,4 +162,4 @@ def method(name: str) -> Method:
         estimator, options = estimator_spec(name)
         described = f"estimator {estimator!r}" + (f" with {options}" if options else "")
         return Method(name, name, description=f"{described}, shuffled stream")
-    raise ValueError(f"unknown bench method {name!r}; expected one of {available_methods()}")
+    raise ValueError(f"unknown method {name!r}; expected one of {available_methods()}")
