@@ -131,6 +131,9 @@ def test_resumed_ends_as_the_uninterrupted_run(path, estimator, request):
     saved, moving = runs["checkpoint_state"], MOVING_STATE[estimator]
     assert saved["steps"] == 2 and saved[moving] != full["estimator"][moving]
     assert saved["estimator"] == estimator
+    if estimator == "spo":  # the prompts after the checkpoint had been seen before it
+        seen = [set(o["prompts"]) for o in results["outputs"][f"full_{estimator}"]]
+        assert len(seen) == 4 and seen[2] | seen[3] <= seen[0] | seen[1]
     for a, b in zip(
         weights(results, f"full_{estimator}"), weights(results, f"resumed_{estimator}"), strict=True
     ):

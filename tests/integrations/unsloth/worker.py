@@ -107,7 +107,9 @@ def load_model(lora: bool):
     return model, AutoTokenizer.from_pretrained(str(MODEL))
 
 
-def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", **settings):
+def run(
+    job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", prompts=16, **settings
+):
     model, tokenizer = load_model(lora)
     options = {
         "output_dir": str(OUT / job), "use_cpu": not CUDA, "seed": 0, "full_determinism": CUDA,
@@ -120,7 +122,7 @@ def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", 
     elif not BNB:
         options.update(optim="adamw_torch")
     args = config_class(**{**options, **settings})
-    data = Dataset.from_list([{"prompt": f"{a}+{a}="} for a in range(16)])
+    data = Dataset.from_list([{"prompt": f"{a}+{a}="} for a in range(prompts)])
     trainer = recording(trainer_class, job)(
         model=model,
         processing_class=tokenizer,
@@ -161,12 +163,13 @@ def config_checks() -> dict:
     }
 
 
-def resume_runs(estimator: str) -> dict:
+def resume_runs(estimator: str, prompts: int = 16) -> dict:
     """``full_<estimator>`` (4 steps, checkpoints every 2) and ``resumed_<estimator>`` (resumed from
-    its step-2 checkpoint), and the estimator state in that checkpoint."""
+    its step-2 checkpoint), and the estimator state in that checkpoint; ``prompts``: the dataset's
+    size."""
     saving = {
         "save_strategy": "steps", "save_steps": 2, "max_steps": 4, "beta": 0.0,
-        "advantage_estimator": estimator,
+        "advantage_estimator": estimator, "prompts": prompts,
     }  # fmt: skip
     full = run(f"full_{estimator}", EBPOConfig, EBPOTrainer, **saving)
     checkpoint = OUT / f"full_{estimator}" / "checkpoint-2"
@@ -205,8 +208,10 @@ def main() -> None:
     # and a LoRA model TRL adds a "ref" adapter, and a resumed run then differs from step 3 on,
     # under Unsloth's own GRPOTrainer too (measured: step 3's grad norm 0.07532 uninterrupted,
     # 0.07702 resumed).
-    for name in ("ebpo", "spo"):
-        results[f"resume_{name}"] = resume_runs(name)
+    results["resume_ebpo"] = resume_runs("ebpo")
+    # 4 prompts, 2 or 4 a step: steps 3-4 see prompts of steps 1-2 again, so SPO's advantages
+    # there depend on the tracker restored from the checkpoint
+    results["resume_spo"] = resume_runs("spo", prompts=4)
     results["outputs"] = OUTPUTS
     (OUT / "results.json").write_text(json.dumps(results, default=str))
 
