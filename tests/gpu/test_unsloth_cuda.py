@@ -79,7 +79,8 @@ def test_unsloths_keys_reach_its_loss(results):
 def test_ebpo_trains_and_resumes_with_its_prior(results):
     assert all(math.isfinite(h["loss"]) for h in results["ebpo"]["logs"])
     assert "ebpo/shrinkage_mean" in results["ebpo"]["ebpo_metrics"]
-    full, resumed = results["full"], results["resumed"]
-    assert results["checkpoint_state"]["steps"] == 2
+    runs = results["resume_ebpo"]
+    full, resumed = runs["full"], runs["resumed"]
+    assert runs["checkpoint_state"]["steps"] == 2
     assert resumed["estimator"] == full["estimator"] and full["estimator"]["steps"] == 4
     assert len(full["logs"]) == 4 and resumed["logs"] == full["logs"]

@@ -5,11 +5,15 @@ Llama, 3 steps a run:
 
 * Unsloth's CPU backend (``import unsloth`` without a GPU; ``trl.GRPOTrainer`` stays TRL's; the
   model from ``FastLanguageModel`` with LoRA): ``advantage_estimator="grpo"`` logs exactly what
-  Unsloth's own GRPOTrainer logs; an ``ebpo`` LoRA run (beta 0) resumed from its step-2 checkpoint
-  ends as the uninterrupted run (estimator state, logs, LoRA weights);
+  Unsloth's own GRPOTrainer logs; an ``ebpo`` and an ``spo`` LoRA run (beta 0) resumed from its
+  step-2 checkpoint ends as the uninterrupted run (estimator state, logs, LoRA weights);
 * Unsloth's GPU-path trainer (the generated ``UnslothGRPOTrainer``, through Unsloth's test switch
-  ``UNSLOTH_ALLOW_CPU=1``; a plain transformers model): the same grpo parity and exact resume,
-  Unsloth's config defaults and output keys (``max_left_pad``) kept, ``ebpo`` trains."""
+  ``UNSLOTH_ALLOW_CPU=1``; a plain transformers model): the same grpo parity and exact resumes,
+  Unsloth's config defaults and output keys (``max_left_pad``) kept, ``ebpo`` trains.
+
+On both paths ``grpo_bn``, ``spo``, ``krpo``, ``opo`` and a user's own estimator (tests/fixtures/
+user_estimator, through ``estimator_module``) train 2 steps, each step's advantages those of the core
+estimator replayed on the recorded rewards, groups, prompt keys and token counts."""
 
 from __future__ import annotations
 
@@ -20,9 +24,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+
+import ebpo
+from ebpo.estimators.validation import stable_key_hash
 
 UNSLOTH = importlib.util.find_spec("unsloth") is not None
 pytestmark = [
@@ -34,6 +42,7 @@ pytestmark = [
 
 WORKER = Path(__file__).with_name("worker.py")
 STEPS = 3
+G = 4  # completions per prompt (the worker's num_generations)
 
 
 @pytest.fixture(scope="module")
@@ -106,18 +115,70 @@ def test_cpu_backend_grpo_is_unsloths_grpo_to_the_last_digit(cpu):
     assert_outputs_kept(cpu)
 
 
+#: the part of each estimator's state that moves after the checkpoint (EBPO's prior, SPO's table)
+MOVING_STATE = {"ebpo": "global", "spo": "prompts"}
+
+
+@pytest.mark.parametrize("estimator", sorted(MOVING_STATE))
 @pytest.mark.parametrize("path", ["cpu", "gpu_path"])
-def test_ebpo_resumed_ends_as_the_uninterrupted_run(path, request):
+def test_resumed_ends_as_the_uninterrupted_run(path, estimator, request):
     results = request.getfixturevalue(path)
-    full, resumed = results["full"], results["resumed"]
+    runs = results[f"resume_{estimator}"]
+    full, resumed = runs["full"], runs["resumed"]
     assert len(full["logs"]) == 4 and resumed["logs"] == full["logs"]
     assert resumed["estimator"] == full["estimator"] and full["estimator"]["steps"] == 4
-    # the prior at the checkpoint was restored, not rebuilt: it had already moved
-    saved = results["checkpoint_state"]
-    assert saved["steps"] == 2 and saved["global"] != full["estimator"]["global"]
-    for a, b in zip(weights(results, "full"), weights(results, "resumed"), strict=True):
+    # the state at the checkpoint was restored, not rebuilt: it had already moved
+    saved, moving = runs["checkpoint_state"], MOVING_STATE[estimator]
+    assert saved["steps"] == 2 and saved[moving] != full["estimator"][moving]
+    assert saved["estimator"] == estimator
+    if estimator == "spo":  # the prompts after the checkpoint had been seen before it
+        seen = [set(o["prompts"]) for o in results["outputs"][f"full_{estimator}"]]
+        assert len(seen) == 4 and seen[2] | seen[3] <= seen[0] | seen[1]
+    for a, b in zip(
+        weights(results, f"full_{estimator}"), weights(results, f"resumed_{estimator}"), strict=True
+    ):
         assert torch.equal(a, b)
-    assert "ebpo/prior_mean" in full["ebpo_metrics"]
+
+
+def assert_replays_the_core_estimator(results: dict, job: str, estimator: Any) -> None:
+    """``job`` trained 2 finite steps, each with the advantages ``estimator`` gives on the recorded
+    rewards, groups (G in a row), prompt keys (each prompt's text) and completion token counts,
+    and ended with the state that estimator ends with."""
+    logs, outputs = results[job]["logs"], results["outputs"][job]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert len(outputs) == 2
+    for output in outputs:
+        rewards = torch.tensor(output["rewards"], dtype=torch.float64)
+        expected = estimator(
+            rewards,
+            torch.arange(len(rewards)) // G,
+            prompt_keys=[stable_key_hash(p) for p in output["prompts"]],
+            token_counts=torch.tensor(output["tokens"]),
+        ).advantages
+        got = torch.tensor(output["values"])
+        assert got.isfinite().all()
+        torch.testing.assert_close(got, expected.float())
+    assert results[job]["estimator"] == json.loads(json.dumps(estimator.state_dict()))
+
+
+@pytest.mark.parametrize("estimator", ["grpo_bn", "spo", "krpo", "opo"])
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_new_estimators_train_with_the_core_estimators_advantages(path, estimator, request):
+    results = request.getfixturevalue(path)
+    kwargs = results[estimator]["estimator_kwargs"]
+    assert_replays_the_core_estimator(results, estimator, ebpo.make_estimator(estimator, **kwargs))
+    assert results["outputs"][estimator][0]["values"] != results["outputs"]["grpo"][0]["values"]
+
+
+@pytest.mark.parametrize("path", ["cpu", "gpu_path"])
+def test_a_users_estimator_module_trains(path, request, user_estimators):
+    results = request.getfixturevalue(path)
+    kwargs = results["running_mean"]["estimator_kwargs"]
+    estimator = ebpo.make_estimator("running_mean", **kwargs)
+    assert isinstance(estimator, user_estimators.RunningMean)
+    assert_replays_the_core_estimator(results, "running_mean", estimator)
+    scored = sum(len(output["rewards"]) for output in results["outputs"]["running_mean"])
+    assert results["running_mean"]["estimator"]["count"] == scored > 0  # every completion counted
 
 
 def test_gpu_path_is_unsloths_generated_trainer_with_its_config_defaults(gpu_path):

@@ -12,9 +12,12 @@ the generated ``UnslothGRPOTrainer``. ``FastLanguageModel`` cannot load there (C
 so a plain transformers model gets no-op ``for_training`` / ``for_inference``.
 
 Jobs: ``unsloth`` (Unsloth's own GRPOTrainer) and ``grpo`` (EBPOTrainer, advantage_estimator grpo),
-3 steps each, same seed; ``ebpo`` (EBPOTrainer, its default estimator); ``clip_cov`` (refused on the
-generated trainer); ``full`` (ebpo, 4 steps, a checkpoint at step 2) and ``resumed`` (ebpo resumed
-from it)."""
+3 steps each, same seed; ``ebpo`` (EBPOTrainer, its default estimator); ``grpo_bn``, ``spo``, ``krpo``,
+``opo`` and the user's ``running_mean`` (tests/fixtures/user_estimator, named by file path in
+``estimator_module``), 2 steps each; ``clip_cov`` (refused on the generated trainer); for ``ebpo``
+and ``spo``: ``full_<estimator>`` (4 steps, a checkpoint at step 2) and ``resumed_<estimator>``
+(resumed from it). Every generation batch's rewards, prompts, completion token counts and
+advantages are recorded, so the test can replay the core estimator on them."""
 
 from __future__ import annotations
 
@@ -44,7 +47,12 @@ from ebpo.integrations.unsloth import GENERATED, EBPOConfig, EBPOTrainer  # noqa
 
 G, STEPS = 4, 3
 LOGGED = ("loss", "reward", "grad_norm")
-#: what each trainer's _generate_and_score_completions returned (keys, advantages' shape and dtype)
+#: estimators new to the Unsloth suite (issue 51): each trains 2 steps on every path
+NEW_ESTIMATORS = ("grpo_bn", "spo", "krpo", "opo")
+#: a user's own estimators, written outside the package
+USER_ESTIMATORS = Path(__file__).parents[2] / "fixtures" / "user_estimator" / "my_estimator.py"
+#: what each trainer's _generate_and_score_completions returned (keys, advantages' shape and dtype,
+#: their values) and what it scored (summed rewards, prompts, completion token counts)
 OUTPUTS: dict[str, list] = {}
 
 
@@ -56,6 +64,11 @@ def recording(trainer_class, job: str):
     """``trainer_class`` recording the keys of every generation batch it hands to the loss."""
 
     class Recording(trainer_class):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self.scored = {"rewards": rewards.sum(1).tolist(), "prompts": list(prompts)}
+            return rewards
+
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
             advantages = output["advantages"]
@@ -64,6 +77,9 @@ def recording(trainer_class, job: str):
                     "keys": sorted(output),
                     "advantages": [list(advantages.shape), str(advantages.dtype)],
                     "same_device": advantages.device == output["completion_ids"].device,
+                    "values": advantages.tolist(),
+                    "tokens": output["completion_mask"].sum(1).tolist(),
+                    **self.scored,
                 }
             )
             return output
@@ -91,7 +107,9 @@ def load_model(lora: bool):
     return model, AutoTokenizer.from_pretrained(str(MODEL))
 
 
-def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", **settings):
+def run(
+    job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", prompts=16, **settings
+):
     model, tokenizer = load_model(lora)
     options = {
         "output_dir": str(OUT / job), "use_cpu": not CUDA, "seed": 0, "full_determinism": CUDA,
@@ -104,7 +122,7 @@ def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", 
     elif not BNB:
         options.update(optim="adamw_torch")
     args = config_class(**{**options, **settings})
-    data = Dataset.from_list([{"prompt": f"{a}+{a}="} for a in range(16)])
+    data = Dataset.from_list([{"prompt": f"{a}+{a}="} for a in range(prompts)])
     trainer = recording(trainer_class, job)(
         model=model,
         processing_class=tokenizer,
@@ -117,6 +135,7 @@ def run(job, config_class, trainer_class, resume=None, lora=PATH != "gpu-path", 
     result = {"logs": logs, "optim": str(args.optim)}
     if isinstance(trainer, EBPOTrainer):
         result["estimator"] = trainer.estimator.state_dict()
+        result["estimator_kwargs"] = args.estimator_kwargs
         result["ebpo_metrics"] = sorted(
             {k for h in trainer.state.log_history for k in h if k.startswith("ebpo/")}
         )
@@ -144,6 +163,21 @@ def config_checks() -> dict:
     }
 
 
+def resume_runs(estimator: str, prompts: int = 16) -> dict:
+    """``full_<estimator>`` (4 steps, checkpoints every 2) and ``resumed_<estimator>`` (resumed from
+    its step-2 checkpoint), and the estimator state in that checkpoint; ``prompts``: the dataset's
+    size."""
+    saving = {
+        "save_strategy": "steps", "save_steps": 2, "max_steps": 4, "beta": 0.0,
+        "advantage_estimator": estimator, "prompts": prompts,
+    }  # fmt: skip
+    full = run(f"full_{estimator}", EBPOConfig, EBPOTrainer, **saving)
+    checkpoint = OUT / f"full_{estimator}" / "checkpoint-2"
+    saved = json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())
+    resumed = run(f"resumed_{estimator}", EBPOConfig, EBPOTrainer, resume=str(checkpoint), **saving)
+    return {"full": full, "resumed": resumed, "checkpoint_state": saved}
+
+
 def main() -> None:
     results = {
         "path": PATH,
@@ -159,6 +193,12 @@ def main() -> None:
     results["unsloth"] = run("unsloth", trl.GRPOConfig, trl.GRPOTrainer)
     results["grpo"] = run("grpo", EBPOConfig, EBPOTrainer, advantage_estimator="grpo")
     results["ebpo"] = run("ebpo", EBPOConfig, EBPOTrainer)  # the default estimator
+    for name in NEW_ESTIMATORS:
+        results[name] = run(name, EBPOConfig, EBPOTrainer, advantage_estimator=name, max_steps=2)
+    results["running_mean"] = run(
+        "running_mean", EBPOConfig, EBPOTrainer, max_steps=2,
+        advantage_estimator="running_mean", estimator_module=str(USER_ESTIMATORS),
+    )  # fmt: skip
     try:
         run("clip_cov", EBPOConfig, EBPOTrainer, clip_cov_ratio=0.1, max_steps=1)
         results["clip_cov"] = "trained"
@@ -168,11 +208,10 @@ def main() -> None:
     # and a LoRA model TRL adds a "ref" adapter, and a resumed run then differs from step 3 on,
     # under Unsloth's own GRPOTrainer too (measured: step 3's grad norm 0.07532 uninterrupted,
     # 0.07702 resumed).
-    saving = {"save_strategy": "steps", "save_steps": 2, "max_steps": 4, "beta": 0.0}
-    results["full"] = run("full", EBPOConfig, EBPOTrainer, **saving)
-    checkpoint = OUT / "full" / "checkpoint-2"
-    results["checkpoint_state"] = json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())
-    results["resumed"] = run("resumed", EBPOConfig, EBPOTrainer, resume=str(checkpoint), **saving)
+    results["resume_ebpo"] = resume_runs("ebpo")
+    # 4 prompts, 2 or 4 a step: steps 3-4 see prompts of steps 1-2 again, so SPO's advantages
+    # there depend on the tracker restored from the checkpoint
+    results["resume_spo"] = resume_runs("spo", prompts=4)
     results["outputs"] = OUTPUTS
     (OUT / "results.json").write_text(json.dumps(results, default=str))
 
