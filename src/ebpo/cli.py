@@ -33,7 +33,7 @@ COMMANDS: dict[str, str] = {
     "(--dry-run: check a recipe on CPU)",
     "eval": "Pass@k evaluation on math benchmarks",
     "simulate": "simulated experiments: baseline quality, saturated failure, bandit learning",
-    "bench": "paired comparison of estimators with real token-level RL: differences to GRPO with intervals",
+    "bench": "paired comparison of estimators with real token-level RL: paired differences with intervals",
     "data": "label data with topics / difficulty and sort it into curriculum orders",
     "verl": "run EBPO on verl (doctor, run, recipe, prepare-data, smoke)",
     "demo": "compare EBPO and GRPO advantages on a simulated batch (no model, seconds)",

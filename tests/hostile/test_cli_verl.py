@@ -71,7 +71,7 @@ VERL_TABLE = r"""
     | ^ebpo verl recipe: error: invalid algorithm\.ebpo option .*prior must be one of \['history', 'batch',
     +  'ema'\], got 'forever'
     ebpo-key-typo-with-grpo-dry-run | recipe grpo --dry-run +algorithm.ebpo.prir=ema
-    | ^ebpo verl recipe: error: algorithm\.ebpo\.prir is read only by ebpo's estimators \(ebpo, .*\), not by
+    | ^ebpo verl recipe: error: algorithm\.ebpo\.prir is read only by ebpo's estimators \(.*ebpo, .*\), not by
     +  adv_estimator='grpo', which would ignore it: drop the algorithm\.ebpo override\(s\), or set
     +  algorithm\.adv_estimator to one of ebpo's estimators$
     ebpo-bad-value-with-grpo-dry-run | recipe dapo --dry-run +algorithm.ebpo.prior=forever
@@ -149,7 +149,7 @@ SMOKE_TABLE = r"""
     smoke-sub-steps-on-the-legacy-trainer | --parameter-sync-step 2 --trainer legacy
     | --parameter-sync-step runs verl's sub-steps, which only the v1 trainer has
     smoke-sub-steps-with-a-per-call-decay | --parameter-sync-step 2 --all
-    | --parameter-sync-step 2 with jspo_plus_plus: jspo_plus_plus forgets per estimator call
+    | --parameter-sync-step 2 with jspo_plus_plus: jspo_plus_plus \(smooth_coef=0\.9\) forgets per estimator call
     smoke-two-output-on-the-legacy-trainer | --agent-loop two_output --trainer legacy
     | --agent-loop two_output runs on verl's default trainer \(--trainer v1\) only: the legacy trainer has no agent
     +  loop$

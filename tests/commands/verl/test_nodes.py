@@ -92,7 +92,8 @@ def test_doctor_names_the_node_without_the_plugin(cluster):
     assert len(node_lines) == 2, lines
     (good,) = [line for line in node_lines if info["good"][:12] in line]
     (bad,) = [line for line in node_lines if info["bad"][:12] in line]
-    assert good.startswith("[ok  ]") and "ebpo, ebpo_bb, jspo, jspo_plus_plus registered" in good
+    assert good.startswith("[ok  ]") and "ebpo, ebpo_batch, ebpo_bb" in good
+    assert "grpo_bn, jspo, jspo_plus_plus, krpo" in good and "spo registered" in good
     assert bad.startswith("[FAIL]") and "NOT registered after `import verl`" in bad
     (verdict,) = [line for line in lines if line.startswith("verl plug-in is BROKEN")]
     assert info["bad"][:12] in verdict and "127.0.0.1" in verdict
