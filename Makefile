@@ -69,7 +69,8 @@ test-unsloth: $(USTAMP)
 # tests run this checkout's src.
 # TRL 1.10.0, 1.14.2 and (on torch 2.15.0) 1.16.0, each with transformers 5.24.0:
 # `advantage_estimator="grpo"` equals that TRL's GRPOTrainer (advantages, logged loss, reward and
-# grad norm), an EBPO run resumes exactly, reward checks, the version check; TRL 1.15.0: TRL's own trainer
+# grad norm), `ebpo grpo --advantage_estimator grpo` logs what that `trl grpo` logs (an open-r1
+# style YAML), an EBPO run resumes exactly, reward checks, the version check; TRL 1.15.0: TRL's own trainer
 # fails on the CPU and ebpo's TRL tests skip with that reason; verl 0.8.0: the plug-in through
 # VERL_USE_EXTERNAL_MODULES and verl's compute_advantage with ebpo. .venv is never touched.
 COMPAT_PYTEST := -q -p no:xdist -p no:cacheprovider
@@ -77,6 +78,7 @@ COMPAT_TRAINER := tests/integrations/trl/test_trainer.py
 COMPAT_TRL := tests/compat tests/integrations/trl/test_trl_version.py \
 	tests/integrations/trl/test_reward_calls.py \
 	tests/integrations/trl/test_trl_grpo.py \
+	tests/commands/grpo/test_grpo_as_trl.py::test_an_open_r1_recipe_runs_as_trl_grpo_runs_it \
 	$(COMPAT_TRAINER)::test_grpo_reproduces_trls_grpo_trainer \
 	$(COMPAT_TRAINER)::test_resume_continues_with_exactly_the_uninterrupted_state
 COMPAT_VERL := tests/compat tests/integrations/verl/test_verl_advantage.py \

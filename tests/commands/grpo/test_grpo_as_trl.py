@@ -84,7 +84,7 @@ per_device_train_batch_size: 8
 gradient_accumulation_steps: 2
 learning_rate: 1.0e-2
 lr_scheduler_type: constant_with_warmup
-warmup_ratio: 0.1
+warmup_steps: 1                   # transformers 5.24 has no warmup_ratio any more
 """
 
 REWARDS = """\
