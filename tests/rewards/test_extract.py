@@ -20,7 +20,7 @@ from ebpo.rewards.extract import (
     integer_key,
     is_missing_text,
 )
-from ebpo.rewards.verify import short_repr
+from ebpo.utils.checks import short_repr
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ebpo.utils.checks import is_missing
+from ebpo.utils.checks import is_missing, short_repr
 
 __all__ = [
     "difficulty_from_levels",
@@ -44,7 +44,7 @@ def difficulty_from_levels(levels: Sequence[Any], column: str | None = None) -> 
                 else f"a {type(level).__name__}"
             )
             raise ValueError(
-                f"{where}: the level {_short(level)} is {kind}; a level is one number or a text "
+                f"{where}: the level {short_repr(level, 40)} is {kind}; a level is one number or a text "
                 "such as 'Level 3'"
             )
         if is_missing(level):
@@ -58,10 +58,6 @@ def difficulty_from_levels(levels: Sequence[Any], column: str | None = None) -> 
             out.append(_as_float(_parse_number(match.group())) if match else math.nan)
     return out
 
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse_number(text: str) -> int | float:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ebpo.utils.checks import short_repr
 from ebpo.utils.files import atomic_path, atomic_write
 from ebpo.utils.structured_input import RepeatedKeyError, unique_keys
 
@@ -313,15 +314,11 @@ def json_line(
                 json.dumps(convert(value), allow_nan=False, default=default)
             except (TypeError, ValueError) as error:
                 raise ValueError(
-                    f"input row {at} (counting from 0), column {column!r}: {_short(value)} cannot "
+                    f"input row {at} (counting from 0), column {column!r}: {short_repr(value, 80)} cannot "
                     f"be stored in JSON ({error}); fix that row or write .parquet"
                 ) from None
         raise
 
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _clean(value: Any) -> Any:

@@ -50,8 +50,8 @@ from ebpo.rewards.extract import (
     strip_math_delimiters,
 )
 from ebpo.rewards.stats import count
-from ebpo.rewards.verify import DEFAULT_TIMEOUT, check_timeout, short_repr, verify_with_time_limit
-from ebpo.utils.checks import check_positive_int
+from ebpo.rewards.verify import DEFAULT_TIMEOUT, check_timeout, verify_with_time_limit
+from ebpo.utils.checks import check_positive_int, short_repr
 
 __all__ = ["ScoreResult", "score_math", "score_math_batch", "score_math_detailed"]
 

@@ -40,12 +40,12 @@ from typing import IO, Any
 
 from ebpo.rewards.stats import STATUSES, count
 from ebpo.rewards.timer import load_math_verify, signals_usable, verify_with_alarm
+from ebpo.utils.checks import short_repr
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_TIMEOUT",
     "check_timeout",
-    "short_repr",
     "shutdown_workers",
     "verify_with_time_limit",
     "worker_main",
@@ -82,14 +82,6 @@ _WORKER_COMMAND = (
 
 
 # ------------------------------------------------------------------------------------- options
-def short_repr(value: Any, limit: int = 60) -> str:
-    """repr() for an error message: at most ``limit`` characters, and never raising itself."""
-    try:
-        text = repr(value)
-    except Exception:
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
 
 def check_timeout(timeout: Any) -> float:
     """``timeout`` as a float if it is a real number of seconds in (0, :data:`MAX_TIMEOUT`];

@@ -22,6 +22,7 @@ __all__ = [
     "is_integer",
     "is_missing",
     "is_real",
+    "short_repr",
 ]
 
 
@@ -87,3 +88,12 @@ def check_positive(argument: str, value: Any) -> float:
     if not is_real(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{argument} must be a positive finite number, got {value!r}")
     return float(value)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """repr() for an error message: at most ``limit`` characters, and never raising itself."""
+    try:
+        text = repr(value)
+    except Exception:  # a user's object whose repr misbehaves: name its type instead
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

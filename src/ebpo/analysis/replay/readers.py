@@ -43,8 +43,8 @@ from ebpo.analysis.replay.rows import (
     json_key,
     key_kind,
     make_chunk,
-    short,
 )
+from ebpo.utils.checks import short_repr
 from ebpo.utils.structured_input import unique_keys
 
 __all__ = [
@@ -190,12 +190,12 @@ def python_json_chunks(path: Path, columns: Columns, expected_kind: str = "") ->
         expected = expected_kind or kind
         if kind != expected:
             raise ValueError(
-                f"{where}: {columns.key!r} is {KEY_KINDS[kind]} ({short(key)}), expected "
+                f"{where}: {columns.key!r} is {KEY_KINDS[kind]} ({short_repr(key)}), expected "
                 f"{KEY_KINDS[expected]} as in the file's first row"
             )
         expected_kind = expected
         if kind == "integer" and not -INT64_MAX - 1 <= key <= INT64_MAX:
-            raise ValueError(f"{where}: {columns.key!r} does not fit 64 bits: {short(key)}")
+            raise ValueError(f"{where}: {columns.key!r} does not fit 64 bits: {short_repr(key)}")
         keys.append(json_key(key) if kind == "json" else key)
         rewards.append(check_reward(record[columns.reward], columns.reward, where))
         steps.append(check_step(record[columns.step], columns.step, where))
@@ -362,7 +362,7 @@ def _csv_number(text: str, name: str, where: str) -> float:
     go on to :func:`check_reward`, which names them); ValueError otherwise."""
     if not CSV_NUMBER.fullmatch(text):
         raise ValueError(
-            f"{where}: {name!r} is not a number in plain decimal digits: {short(text)}"
+            f"{where}: {name!r} is not a number in plain decimal digits: {short_repr(text)}"
         )
     return float(text)
 
@@ -373,7 +373,7 @@ def _csv_integer(text: str, name: str, where: str) -> int:
     # a bound on the digits, for Python's int() refuses more than 4,300 (a ValueError)
     if not CSV_INTEGER.fullmatch(text) or len(text) > 40:
         raise ValueError(
-            f"{where}: {name!r} must be an integer step in plain decimal digits, got {short(text)}"
+            f"{where}: {name!r} must be an integer step in plain decimal digits, got {short_repr(text)}"
         )
     return int(text)
 

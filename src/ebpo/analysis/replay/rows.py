@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ebpo.utils.checks import is_integer, is_real
+from ebpo.utils.checks import is_integer, is_real, short_repr
 
 __all__ = [
     "CHUNK_ROWS",
@@ -26,7 +26,6 @@ __all__ = [
     "json_key",
     "key_kind",
     "make_chunk",
-    "short",
 ]
 
 #: rows per chunk of the CSV and Parquet readers and of the Python JSON reader
@@ -64,10 +63,6 @@ def json_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
 
 #: the kinds of key a JSON-lines file may hold (all its keys have one), as messages name them
 KEY_KINDS = {"string": "a string", "integer": "an integer", "json": "a list, object or float"}
@@ -85,7 +80,7 @@ def check_reward(value: Any, name: str, where: str) -> float:
     if value is None:
         raise ValueError(f"{where}: {name!r} is null, expected a number")
     if not is_real(value):
-        raise ValueError(f"{where}: {name!r} is not a number: {short(value)}")
+        raise ValueError(f"{where}: {name!r} is not a number: {short_repr(value)}")
     number = float(value)
     if math.isnan(number):
         raise ValueError(f"{where}: {name!r} is NaN (a failed reward call?); fix or drop that row")
@@ -99,11 +94,11 @@ def check_step(value: Any, name: str, where: str) -> int:
     if value is None:
         raise ValueError(f"{where}: {name!r} is null, expected an integer step")
     if not is_integer(value):
-        raise ValueError(f"{where}: {name!r} must be an integer step, got {short(value)}")
+        raise ValueError(f"{where}: {name!r} must be an integer step, got {short_repr(value)}")
     if not -INT64_MAX - 1 <= value <= INT64_MAX:
         raise ValueError(
             f"{where}: {name!r} must be an integer step that fits 64 bits (-2**63 to 2**63 - 1), "
-            f"got {short(value)}"
+            f"got {short_repr(value)}"
         )
     return int(value)
 

@@ -1,0 +1,163 @@
+"""Reading a saved estimator state back: the checks that refuse what no run writes.
+
+An estimator's ``load_state_dict`` (the template in :class:`~ebpo.estimators.base.AdvantageEstimator`)
+reads a state that went through a checkpoint, a JSON file or a user's hands. Every value is
+checked before any of it is used, so that an edited or foreign state fails with a ``ValueError``
+naming the key, and never leaves statistics that would poison later calls (a count past 2**53, a
+mean whose next update overflows float64). Nothing here runs when advantages are computed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "MAX_STATE_COUNT",
+    "MAX_STATE_MEAN",
+    "check_moments",
+    "check_state_keys",
+    "check_step_count",
+    "current_option_names",
+]
+
+#: The largest count (of responses, groups or steps) a loaded state may hold: 2**53, the last
+#: integer from which float64 still counts exactly (2**53 + 1 rounds back to 2**53, so a count
+#: there stops growing, and the running sums lose the weight of every new observation). A run
+#: would need 9e15 responses to get there: a state beyond it (``count: 1e308``, ``steps: 10**30``)
+#: was not written by a run.
+MAX_STATE_COUNT = 2**53
+
+#: The largest |mean| (and standard deviation) a loaded state may describe. Folding a batch into
+#: running moments adds ``δ²·w`` to M2, with ``δ`` the difference of the means and ``w`` up to the
+#: batch size: at 1e150 that is 1e300 per unit of weight, which leaves room for batches of 1e8
+#: responses; at 1e154 and beyond it overflows float64 on the first ordinary batch, so a state
+#: there (``mean: 1e308``) would make every later call fail. Rewards the batch checks accept
+#: (|r| below ~1e154) but that push a prior past this bound are refused at load with the rest.
+MAX_STATE_MEAN = 1e150
+
+
+def check_state_keys(path: str, state: Any, allowed: Sequence[str]) -> Mapping[str, Any]:
+    """``state`` (the part of a saved state at the dotted key ``path``, e.g. ``global.rewards``;
+    ``""``: the whole state) if it is a mapping holding no key but ``allowed``; ValueError naming
+    the path and the keys expected otherwise. A key no ``state_dict()`` writes is refused rather
+    than dropped: the state was edited, or written by something else."""
+    where = path or "the state"
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"{where} must be a dict with keys {list(allowed)}, got {type(state).__name__} "
+            f"{_short(state)}"
+        )
+    for key in state:
+        if key not in allowed:
+            dotted = f"{path}.{key}" if path else str(key)
+            raise ValueError(
+                f"unknown key {dotted!r} in the state (expected {list(allowed)} there)"
+            )
+    return state
+
+
+def check_step_count(steps: object) -> int:
+    """``steps`` of a saved state: an integer in ``[0, MAX_STATE_COUNT]``; ValueError otherwise."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {_shown(steps)}")
+    if steps > MAX_STATE_COUNT:
+        raise ValueError(
+            "steps must be at most 2**53 (the most float64 counts exactly; no run takes more "
+            f"steps), got {_shown(steps)}"
+        )
+    return steps
+
+
+def check_moments(
+    state: Any, name: str = "moments", *, whole_count: bool = False
+) -> tuple[float, float, float]:
+    """``(count, mean, m2)`` of saved running moments (``{"count", "mean", "m2"}``), refusing what
+    no sequence of updates can produce: another key; a non-finite or negative count or M2, a
+    count above :data:`MAX_STATE_COUNT` (or, with ``whole_count``, one that is not a whole
+    number: what a stream without decay counts), or a mean or M2 without any observation; and
+    moments so large that the next update would overflow float64: ``|mean|`` above
+    :data:`MAX_STATE_MEAN`, or a variance ``m2 / count`` above its square. ``name`` (e.g.
+    ``global.rewards``) names the statistic in the messages."""
+    check_state_keys(name, state, ("count", "mean", "m2"))
+    try:
+        count, mean, m2 = (_as_float(state[key]) for key in ("count", "mean", "m2"))
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
+        raise ValueError(
+            f"running moments state must have finite numbers 'count', 'mean', 'm2' ({name}); got {state!r}"
+        ) from error
+    if not all(math.isfinite(v) for v in (count, mean, m2)):
+        raise ValueError(f"running moments state must be finite ({name}); got {state!r}")
+    if count < 0 or m2 < 0:
+        raise ValueError(
+            f"running moments state must have count >= 0 and m2 >= 0 ({name}); got {state!r}"
+        )
+    if count > MAX_STATE_COUNT:
+        raise ValueError(
+            f"{name}.count = {count!r} is more than 2**53 (the most responses or "
+            "groups float64 counts exactly); no run counts that far"
+        )
+    if whole_count and not count.is_integer():
+        raise ValueError(
+            f"{name}.count = {count!r} must be a whole number: without decay "
+            "(prior 'history' or 'batch') every response and group counts 1"
+        )
+    if count == 0 and (mean != 0 or m2 != 0):
+        raise ValueError(
+            f"running moments state with count 0 must have mean 0 and m2 0 ({name}); got {state!r}"
+        )
+    if abs(mean) > MAX_STATE_MEAN:
+        raise ValueError(
+            f"{name}.mean = {mean!r} is too large: |mean| must be at most "
+            f"{MAX_STATE_MEAN:g}, or the next update overflows float64 (every later call "
+            "would fail)"
+        )
+    if count > 0 and not m2 / count <= MAX_STATE_MEAN**2:
+        raise ValueError(
+            f"{name}.m2 = {m2!r} is too large for count {count!r}: the "
+            f"variance m2/count must be at most {MAX_STATE_MEAN**2:g}, or later updates "
+            "overflow float64"
+        )
+    return count, mean, m2
+
+
+def current_option_names(options: Mapping[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
+    """``options`` (a saved state's, or saved estimator options) with the old names of
+    ``renamed`` (old name -> new name, an estimator's ``renamed_options``) replaced by the new
+    ones; ValueError when an old name's new name is there too (no state records both: which
+    value is the run's?)."""
+    both = [old for old, new in renamed.items() if old in options and new in options]
+    if both:
+        old = both[0]
+        raise ValueError(
+            f"the saved options hold both {old!r} (the option's name in ebpo 0.1.0) and "
+            f"{renamed[old]!r} (its name now), with values {options[old]!r} and "
+            f"{options[renamed[old]]!r}: a state records one of them; remove the other"
+        )
+    return {
+        renamed[k] if k in renamed and renamed[k] not in options else k: v
+        for k, v in options.items()
+    }
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shown(value: object) -> str:
+    # repr() of an integer of more than 4,300 digits raises ValueError
+    if isinstance(value, int) and not -(10**20) < value < 10**20:
+        try:
+            return f"an integer of {len(str(abs(value)))} digits"
+        except ValueError:  # beyond Python's int-to-str limit
+            return "an integer of more than 4,300 digits"
+    return repr(value)
+
+
+def _as_float(value: object) -> float:
+    # float("3") and float(True) would accept a string or a bool; a saved moment is a number.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)  # OverflowError for an int beyond float64 (10**400)
