@@ -27,7 +27,7 @@ from ebpo.estimators import (
     make_estimator,
     register_estimator,
 )
-from ebpo.estimators.statistics import RunningMoments
+from ebpo.estimators.ebpo import RunningMoments
 
 __version__ = "0.1.0"
 

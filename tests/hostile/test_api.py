@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import ebpo
-from ebpo.estimators.statistics import RunningMoments
+from ebpo.estimators.ebpo import RunningMoments
 from ebpo.estimators.validation import factorize
 from tests.hostile.harness import ApiCase, check_api_error, ids
 
@@ -571,7 +571,7 @@ BAD_STATES: list[BadState] = [
     ed("steps-fraction", "steps", 1.5, _STEPS + r"1.5"),
     ed("steps-string", "steps", "3", _STEPS + r"'3'"),
     ed("steps-bool", "steps", True, _STEPS + r"True"),
-    ed("steps-missing", "steps", DELETE, r"invalid ebpo state: 'steps'"),
+    ed("steps-missing", "steps", DELETE, r"invalid ebpo state: missing key 'steps'"),
     ed("global-missing", "global", DELETE, r"invalid ebpo state: 'global'"),
     ed(
         "global-not-dict",
@@ -719,7 +719,7 @@ BAD_STATES += [
         "pp-steps-missing",
         "steps",
         DELETE,
-        r"invalid jspo_plus_plus state: state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing 'steps'",
+        r"invalid jspo_plus_plus state: missing key 'steps'",
     ),
     pp("pp-weight-missing", "weight", DELETE, r"missing 'weight'"),
     pp("pp-steps-negative", "steps", -1, _STEPS + r"-1"),

@@ -59,7 +59,6 @@ def difficulty_from_levels(levels: Sequence[Any], column: str | None = None) -> 
     return out
 
 
-
 def _parse_number(text: str) -> int | float:
     if "." not in text and len(text) <= 4000:  # int() refuses more than 4300 digits
         return int(text)

@@ -320,7 +320,6 @@ def json_line(
         raise
 
 
-
 def _clean(value: Any) -> Any:
     """NaN -> None, through lists and dicts (JSON has no NaN)."""
     if isinstance(value, float) and math.isnan(value):

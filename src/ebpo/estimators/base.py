@@ -1,6 +1,5 @@
-"""The estimator contract: :class:`AdvantageEstimator`. The :class:`~ebpo.estimators.batch.Batch`
-it computes on and the :class:`~ebpo.estimators.batch.AdvantageResult` it returns live in
-:mod:`ebpo.estimators.batch`.
+"""The estimator contract: :class:`AdvantageEstimator`, the :class:`Batch` it computes on and the
+:class:`AdvantageResult` it returns.
 
 Every estimator follows one contract (scikit-learn style: options in the constructor, state
 explicit)::
@@ -14,19 +13,21 @@ explicit)::
     est.carries_state, est.decays_per_call, est.reward_range   # what a trainer integration needs
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
-the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and assembles the outputs
-with the metrics every estimator reports (:func:`common_metrics`). Subclasses implement
-``_compute`` and, if they keep state, ``state_dict`` / ``load_state_dict`` / ``reset``. A call
-either completes or raises before any state changes.
+the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and
+assembles the outputs with the metrics every estimator reports (:func:`common_metrics`).
+Subclasses implement ``_compute`` and, if they keep state, ``reset``, ``_saved_state`` and
+``_restored_state``: the state's envelope (name, options, step count) and every check of a saved
+state's form live here, once (:meth:`AdvantageEstimator.load_state_dict`). A call either completes
+or raises before any state changes.
 
 **Threads.** A call is atomic with respect to the estimator's state: each estimator holds one
 re-entrant lock (``self._state_lock``, a ``threading.RLock``) from the moment ``_compute`` reads
-the state until it has committed the update. A subclass that keeps state takes the same lock in
-its ``state_dict`` / ``load_state_dict`` / ``reset`` (``with self._state_lock:``), as EBPO and
-JSPO++ do. Concurrent calls on one estimator are therefore serialised, not refused: the state
-afterwards is the state of the same batches applied one at a time, in the order the calls took
-the lock, and every call's result is the one that order gives. Input validation runs outside the
-lock. Copies (``copy.deepcopy``, pickling) get a lock of their own.
+the state until it has committed the update; ``state_dict`` and ``load_state_dict`` hold it too,
+and a subclass's ``reset`` takes it (``with self._state_lock:``). Concurrent calls on one
+estimator are therefore serialised, not refused: the state afterwards is the state of the same
+batches applied one at a time, in the order the calls took the lock, and every call's result is
+the one that order gives. Input validation runs outside the lock. Copies (``copy.deepcopy``,
+pickling) get a lock of their own.
 """
 
 from __future__ import annotations
@@ -34,13 +35,20 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
-from ebpo.estimators.batch import AdvantageResult, Batch
 from ebpo.estimators.functional import group_moments, masked, segment_sum
+from ebpo.estimators.state import (
+    check_saved_options,
+    check_state_keys,
+    check_state_owner,
+    check_step_count,
+    current_option_names,
+)
 from ebpo.estimators.validation import (
     as_mask,
     as_reward_tensor,
@@ -48,7 +56,6 @@ from ebpo.estimators.validation import (
     check_finite_statistics,
     check_length,
     check_outputs,
-    check_state_keys,
     factorize,
     group_clusters,
     group_prompt_keys,
@@ -65,6 +72,60 @@ __all__ = [
 ]
 
 NAN_POLICIES = ("raise", "mask")
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """What an estimator returns for a batch of N responses.
+
+    Attributes:
+        advantages: ``[N]`` one advantage per response; 0 for masked rows.
+        baselines: ``[N]`` the baseline subtracted from each reward, before any normalisation.
+        shrinkage: ``[N]`` weight on the prior for the response's group (0 when the estimator has
+            no prior).
+        metrics: scalars for logging (see each estimator's docstring).
+    """
+
+    advantages: torch.Tensor
+    baselines: torch.Tensor
+    shrinkage: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A validated batch, in float64, with its group structure.
+
+    Masked rows keep their group index but have ``valid`` False and reward 0; every statistic
+    weights rows by ``valid``.
+    """
+
+    rewards: torch.Tensor  # [N] float64, 0 where not valid
+    valid: torch.Tensor  # [N] bool
+    weight: torch.Tensor | None  # [N] float64 1.0 where valid else 0.0; None: all rows valid
+    group_index: torch.Tensor  # [N] int64 in [0, num_groups)
+    num_groups: int
+    group_count: torch.Tensor  # [K] float64, valid rows per group
+    group_mean: torch.Tensor  # [K] float64
+    group_variance: torch.Tensor  # [K] float64, unbiased; 0 for fewer than 2 valid rows
+    cluster_index: torch.Tensor | None  # [K] int64 cluster of each group, or None
+    cluster_labels: list[Hashable] | None  # set exactly when cluster_index is
+    out_dtype: torch.dtype
+    out_device: torch.device
+    token_counts: torch.Tensor | None = None  # [N] float64 tokens per response, 0 where not valid
+    prompt_keys: torch.Tensor | None = None  # [K] int64 stable hash of each group's prompt key
+
+    @property
+    def nonempty(self) -> torch.Tensor:
+        """``[K]`` groups with at least one valid row."""
+        return self.group_count > 0
+
+    @property
+    def num_valid(self) -> int:
+        return int(self.group_count.sum())
+
+    def per_row(self, per_group: torch.Tensor) -> torch.Tensor:
+        return per_group[self.group_index]
 
 
 class AdvantageEstimator:
@@ -98,8 +159,8 @@ class AdvantageEstimator:
     #: with the other prompts' mean).
     uses_prior: ClassVar[bool] = False
     #: True when ``_compute`` itself validates its outputs with
-    #: :func:`~ebpo.estimators.validation.check_outputs` (a stateful estimator must, before it
-    #: commits its state); ``_result`` then does not check them again
+    #: :func:`~ebpo.estimators.validation.check_outputs` (a stateful
+    #: estimator must, before it commits its state); ``_result`` then does not check them again
     checks_own_outputs: ClassVar[bool] = False
     #: options renamed since a release, old name -> new name: an unknown option of an old name
     #: is refused with the new one (:func:`~ebpo.estimators.registry.make_estimator`)
@@ -196,64 +257,70 @@ class AdvantageEstimator:
         """Return per-row ``(baseline, advantage, shrinkage, extra_metrics)`` in float64."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable state (plain Python numbers). Stateless estimators return their name."""
-        return {"estimator": self.name}
+        """JSON-serialisable state (plain Python numbers): ``{"estimator": name}`` for a stateless
+        estimator; one that keeps state adds ``"options"`` (:meth:`options`), ``"steps"`` (calls
+        that updated it) and what its :meth:`_saved_state` returns."""
+        with self._state_lock:
+            saved = self._saved_state()
+            if saved is None:
+                return {"estimator": self.name}
+            return {"estimator": self.name, "options": self.options(), "steps": self.steps, **saved}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict` (here: only the estimator's name, and nothing
-        else). ValueError, state unchanged, for anything :meth:`state_dict` does not write."""
-        self._check_state_owner(state)
+        """Restore a state from :meth:`state_dict` (a JSON round trip allowed).
+
+        Refuses (ValueError naming the key, state unchanged) a state of another estimator, a key
+        :meth:`state_dict` does not write (at any level), options a constructor refuses or that
+        differ from this estimator's in one of :meth:`_state_options` (those that define what the
+        statistics mean), a step count that is not an integer in [0, 2**53], and whatever
+        :meth:`_restored_state` finds that no run writes. Options saved under an old name
+        (:attr:`renamed_options`) load under the new one.
+        """
+        check_state_owner(self.name, state)
+        keys = list(self.state_dict())
+        if keys == ["estimator"]:  # stateless: the name and nothing else
+            try:
+                check_state_keys("", state, keys)
+            except ValueError as error:
+                raise ValueError(f"invalid {self.name} state: {error}") from error
+            return
+        if isinstance(state.get("options"), Mapping):
+            state = {
+                **state,
+                "options": current_option_names(state["options"], self.renamed_options),
+            }
+        check_saved_options(self, state, self._state_options())
         try:
-            check_state_keys("", state, ("estimator",))
-        except ValueError as error:
+            check_state_keys("", state, keys)
+            if "steps" not in state:
+                raise ValueError("missing key 'steps' (the calls that updated the state)")
+            restored = self._restored_state(state, check_step_count(state["steps"]))
+        except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"invalid {self.name} state: {error}") from error
+        with self._state_lock:
+            for attribute, value in restored.items():
+                setattr(self, attribute, value)
 
     def reset(self) -> None:
         """Forget all running statistics."""
 
-    def _check_state_owner(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, Mapping):
-            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        if state.get("estimator") != self.name:
-            raise ValueError(
-                f"state belongs to estimator {state.get('estimator')!r}, cannot load it into "
-                f"{self.name!r}"
-            )
+    def _saved_state(self) -> dict[str, Any] | None:
+        """What a stateful estimator saves beyond name, options and steps (JSON-serialisable; the
+        lock is held); None: the estimator keeps no state (the default)."""
+        return None
 
-    def _check_state_options(self, state: Mapping[str, Any], names: tuple[str, ...]) -> None:
-        """Refuse a state saved under different values of the options ``names`` (those that define
-        what the saved statistics mean), and one whose options hold a name or a value the
-        constructor refuses (``eps: NaN``: no run saved it)."""
-        saved = state.get("options")
-        if not isinstance(saved, Mapping):
-            raise ValueError(
-                "state has no 'options' dict (expected the one state_dict() writes, with "
-                f"{list(names)}); got {saved!r}"
-            )
-        try:  # the options our own state_dict() writes
-            check_state_keys("options", saved, list(self.state_dict()["options"]))
-        except ValueError as error:
-            raise ValueError(f"invalid {self.name} state: {error}") from error
-        constructor_options = type(self).option_defaults()
-        for name, value in saved.items():
-            if name not in constructor_options:  # recorded but fixed (ebpo_bb's prior_mean_from)
-                continue
-            try:  # the constructor's own check of the value (one option at a time: it names it)
-                type(self)(**{name: value})
-            except ValueError as error:
-                raise ValueError(f"invalid {self.name} state: options.{name}: {error}") from error
-        for name in names:
-            ours = getattr(self, name)
-            if name not in saved:
-                raise ValueError(
-                    f"state does not record option {name!r}; this estimator has {name}={ours!r}"
-                )
-            if saved[name] != ours:
-                raise ValueError(
-                    f"state was saved with {name}={saved[name]!r} but this estimator has "
-                    f"{name}={ours!r}; build the estimator with {name}={saved[name]!r} to load it"
-                )
+    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
+        """The attributes to set from a saved ``state`` (its keys and options already checked,
+        ``steps`` its valid step count). Raise ValueError for any value no run writes: nothing is
+        set unless every check passes."""
+        return {}
+
+    def _state_options(self) -> tuple[str, ...]:
+        """The options whose values define what the saved statistics mean: a state saved under
+        other values is refused. None here."""
+        return ()
 
     def options(self) -> dict[str, Any]:
         """The options this estimator was built with, as a state records them (``"options"`` of

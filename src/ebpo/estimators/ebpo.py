@@ -30,6 +30,7 @@ description of their code, not a reading of it; docs/estimators.md says what the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,16 +39,18 @@ import torch
 
 from ebpo.estimators.base import AdvantageEstimator, Batch
 from ebpo.estimators.functional import (
+    batch_moments,
     empirical_bayes_baseline,
     normalize_advantages,
+    pooled_group_moments,
     shrinkage_factor,
 )
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.statistics import RunningMoments, check_step_count, pooled_group_moments
-from ebpo.estimators.validation import check_json_label, check_outputs, check_state_keys
+from ebpo.estimators.state import check_moments, check_state_keys
+from ebpo.estimators.validation import check_json_label, check_outputs
 from ebpo.utils.checks import check_choice, check_positive, check_positive_int
 
-__all__ = ["EBPO", "RENAMED_OPTIONS", "Prior", "PriorParameters", "current_option_names"]
+__all__ = ["EBPO", "RENAMED_OPTIONS", "Prior", "PriorParameters", "RunningMoments"]
 
 PRIORS = ("history", "batch", "ema")
 WITHIN_VARIANCES = ("pooled", "within")
@@ -58,16 +61,92 @@ PRIOR_MEANS = ("rewards", "group_means")
 #: (within_variance, tau2_mode, prior_mean_from, normalize, eps, min_cluster_groups only change how the
 #: statistics are read, so a saved prior may be evaluated under other values of those.)
 STATE_OPTIONS = ("prior", "half_life", "per_cluster")
-#: the keys of a state (``clusters`` may be absent), and of each prior in it
-STATE_KEYS = ("estimator", "options", "steps", "global", "clusters")
+#: the keys of each prior in a state
 PRIOR_KEYS = ("rewards", "group_means", "group_variances")
 #: options renamed after 0.1.0, old name → new name: the old names were also metric names
 #: (``res.metrics["prior_mean"]`` is μ, ``res.metrics["tau2"]`` is τ²). A state saved before the
-#: rename records the old names; :func:`current_option_names` maps them, for every reader of a
-#: saved state (:meth:`EBPO.load_state_dict`, the verl plug-in's state file), here and only here.
+#: rename records the old names; :func:`~ebpo.estimators.state.current_option_names` maps them
+#: for every reader of a saved state (``load_state_dict``, the verl plug-in's state file).
 RENAMED_OPTIONS = {"prior_mean": "prior_mean_from", "tau2": "tau2_mode"}
 #: relative rounding allowed between counts that must be ordered (decay multiplies them all alike)
 _COUNT_TOLERANCE = 1e-9
+
+
+@dataclass
+class RunningMoments:
+    """Count, mean and M2 (sum of squared deviations) of a stream of numbers.
+
+    ``update`` folds a whole batch in at once with Chan et al.'s parallel formula, which equals
+    Welford's one-at-a-time recursion up to rounding:
+
+        n = n_a + n_b,   δ = mean_b − mean_a,
+        mean = mean_a + δ·n_b/n,   M2 = M2_a + M2_b + δ²·n_a·n_b/n.
+
+    ``merge`` applies the same formula to another accumulator, so statistics gathered on several
+    workers combine to what one worker would have computed on all of the data.
+    """
+
+    count: float = 0.0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    @property
+    def variance(self) -> float:
+        """Population variance ``M2 / count`` (0 with no observation)."""
+        return self.m2 / self.count if self.count > 0 else 0.0
+
+    def add_moments(self, count: float, mean: float, m2: float) -> RunningMoments:
+        """Fold in a batch summarised by its own ``(count, mean, M2)``.
+
+        Raises ValueError, leaving this accumulator unchanged, if the result would not be finite
+        (rewards so large that their squared deviations overflow float64): a NaN or inf moment
+        would silently poison every later estimate.
+        """
+        if count <= 0:
+            return self
+        total = self.count + count
+        delta = mean - self.mean
+        new_mean = self.mean + delta * (count / total)
+        # δ·(δ·w) rather than δ²·w: with nothing seen yet (w = 0) a huge δ must not give inf·0 = NaN.
+        new_m2 = self.m2 + m2 + delta * (delta * (self.count * count / total))
+        if not all(math.isfinite(v) for v in (total, new_mean, new_m2)):
+            raise ValueError(
+                f"running statistics overflow float64 when adding (count={count!r}, mean={mean!r}, M2={m2!r}) "
+                f"to (count={self.count!r}, mean={self.mean!r}, M2={self.m2!r}); rescale the rewards"
+            )
+        self.count, self.mean, self.m2 = total, new_mean, new_m2
+        return self
+
+    def update(self, values: torch.Tensor, weight: torch.Tensor | None = None) -> RunningMoments:
+        """Fold in every entry of ``values`` (1-D), or those with ``weight`` 1."""
+        return self.add_moments(*batch_moments(values, weight))
+
+    def merge(self, other: RunningMoments) -> RunningMoments:
+        """Combine with another accumulator in place (Chan et al., 1979)."""
+        if not isinstance(other, RunningMoments):
+            raise ValueError(f"merge expects another RunningMoments, got {type(other).__name__}")
+        return self.add_moments(other.count, other.mean, other.m2)
+
+    def decay(self, factor: float) -> RunningMoments:
+        """Down-weight everything seen so far by ``factor`` in (0, 1]; the mean is unchanged."""
+        self.count *= factor
+        self.m2 *= factor
+        return self
+
+    def copy(self) -> RunningMoments:
+        return RunningMoments(self.count, self.mean, self.m2)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"count": self.count, "mean": self.mean, "m2": self.m2}
+
+    @classmethod
+    def from_state_dict(
+        cls, state: dict[str, float], name: str = "moments", *, whole_count: bool = False
+    ) -> RunningMoments:
+        """Rebuild from :meth:`state_dict`, refusing what no sequence of updates can produce
+        (:func:`~ebpo.estimators.state.check_moments`; ``name``, e.g. ``global.rewards``, names
+        the statistic in the messages)."""
+        return cls(*check_moments(state, name, whole_count=whole_count))
 
 
 @dataclass
@@ -233,49 +312,27 @@ class EBPO(AdvantageEstimator):
             self.cluster_priors: dict[Hashable, Prior] = {}
             self.steps = 0
 
-    def state_dict(self) -> dict[str, Any]:
-        with self._state_lock:
-            return {
-                "estimator": self.name,
-                "options": self.options(),
-                "steps": self.steps,
-                "global": self.global_prior.state_dict(),
-                "clusters": [
-                    [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
-                ],
-            }
+    def _saved_state(self) -> dict[str, Any]:
+        return {
+            "global": self.global_prior.state_dict(),
+            "clusters": [
+                [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
+            ],
+        }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the running statistics saved by :meth:`state_dict` (JSON round trip allowed).
-
-        Refuses (ValueError, state unchanged) a state of another estimator, one saved with other
-        values of the options that define what the statistics mean (``prior``, ``half_life`` for
-        an ema prior, ``per_cluster``) or with an option no estimator takes (``eps: NaN``), and
-        statistics no run can produce (non-finite, negative or inconsistent moments, counts above
-        2**53 or, without decay, not whole, a step count that is not an integer in [0, 2**53],
-        duplicate or non-JSON cluster labels, a key :meth:`state_dict` does not write, at any
-        level). States written by ebpo 0.1.0 load unchanged (their options carry the old names,
-        see :func:`current_option_names`; ``prior_mean_from`` did not exist and does not define
-        the state).
+    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
+        """The priors of a saved state, refusing statistics no run can produce (non-finite,
+        negative or inconsistent moments, counts above 2**53 or, without decay, not whole,
+        duplicate or non-JSON cluster labels, cluster priors saved with ``per_cluster=False``).
+        States written by ebpo 0.1.0 load unchanged (their options carry the old names of
+        :data:`RENAMED_OPTIONS`; ``prior_mean_from`` did not exist and does not define the state).
         """
-        self._check_state_owner(state)
-        if isinstance(state.get("options"), Mapping):
-            state = {**state, "options": current_option_names(state["options"])}
-        self._check_state_options(state, self._state_options())
         whole = self.prior != "ema"  # only the ema prior's decay makes counts fractional
-        try:
-            check_state_keys("", state, STATE_KEYS)
-            global_prior = Prior.from_state_dict(state["global"], "global", whole_counts=whole)
-            clusters = _cluster_priors_from_state(state.get("clusters", []), whole)
-            steps = check_step_count(state["steps"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"invalid {self.name} state: {error}") from error
+        global_prior = Prior.from_state_dict(state["global"], "global", whole_counts=whole)
+        clusters = _cluster_priors_from_state(state.get("clusters", []), whole)
         if clusters and not self.per_cluster:
-            raise ValueError(
-                f"invalid {self.name} state: it holds cluster priors but was saved with per_cluster=False"
-            )
-        with self._state_lock:
-            self.global_prior, self.cluster_priors, self.steps = global_prior, clusters, steps
+            raise ValueError("it holds cluster priors but was saved with per_cluster=False")
+        return {"global_prior": global_prior, "cluster_priors": clusters, "steps": steps}
 
     def _state_options(self) -> tuple[str, ...]:
         # half_life changes the statistics only under the ema prior
@@ -425,24 +482,6 @@ def _cluster_priors_from_state(entries: Any, whole_counts: bool) -> dict[Hashabl
             entry[1], f"clusters[{label!r}]", whole_counts=whole_counts
         )
     return priors
-
-
-def current_option_names(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` (a saved state's, or saved estimator options) with the names of
-    :data:`RENAMED_OPTIONS` replaced by the current ones; ValueError when an old name's new name
-    is there too (no state records both: which value is the run's?)."""
-    both = [old for old, new in RENAMED_OPTIONS.items() if old in options and new in options]
-    if both:
-        old = both[0]
-        raise ValueError(
-            f"the saved options hold both {old!r} (the option's name in ebpo 0.1.0) and "
-            f"{RENAMED_OPTIONS[old]!r} (its name now), with values {options[old]!r} and "
-            f"{options[RENAMED_OPTIONS[old]]!r}: a state records one of them; remove the other"
-        )
-    return {
-        RENAMED_OPTIONS[k] if k in RENAMED_OPTIONS and RENAMED_OPTIONS[k] not in options else k: v
-        for k, v in options.items()
-    }
 
 
 # Named methods (EBPO with options). ebpo_batch: the authors' released verl code (batch prior,

@@ -20,6 +20,8 @@ _RELATIVE_TOLERANCE = 1e-12
 __all__ = [
     "segment_sum",
     "group_moments",
+    "batch_moments",
+    "pooled_group_moments",
     "leave_one_out_mean",
     "leave_one_group_out_moments",
     "time_weighted_ema_decay",
@@ -63,6 +65,45 @@ def group_moments(
         count > 1, squared_deviation / (count - 1).clamp(min=1), torch.zeros_like(count)
     )
     return count, mean, variance
+
+
+def batch_moments(
+    values: torch.Tensor, weight: torch.Tensor | None = None
+) -> tuple[float, float, float]:
+    """``(count, mean, M2)`` of a 1-D tensor, by two passes (exact to rounding).
+
+    ``weight`` (0/1 per entry) selects entries without copying them out; weighted entries must be
+    finite, the others may hold anything finite.
+    """
+    values = values.to(torch.float64)
+    if weight is None:
+        count = float(values.numel())
+        if count == 0:
+            return 0.0, 0.0, 0.0
+        mean = values.mean()
+        return count, float(mean), float(((values - mean) ** 2).sum())
+    count = float(weight.sum())
+    if count == 0:
+        return 0.0, 0.0, 0.0
+    mean = (values * weight).sum() / count
+    return count, float(mean), float((((values - mean) ** 2) * weight).sum())
+
+
+def pooled_group_moments(
+    count: torch.Tensor, mean: torch.Tensor, unbiased_variance: torch.Tensor
+) -> tuple[float, float, float]:
+    """``(count, mean, M2)`` of all the rows of several groups, from per-group summaries.
+
+    Chan et al.'s combination over groups: ``N = Σ n_k``, ``mean = Σ n_k·m_k / N``,
+    ``M2 = Σ (n_k − 1)·s²_k + Σ n_k·(m_k − mean)²``. Costs O(groups) instead of O(rows).
+    """
+    total = float(count.sum())
+    if total == 0:
+        return 0.0, 0.0, 0.0
+    overall = (count * mean).sum() / total
+    within = ((count - 1).clamp(min=0) * unbiased_variance).sum()
+    between = (count * (mean - overall) ** 2).sum()
+    return total, float(overall), float(within + between)
 
 
 def leave_one_out_mean(

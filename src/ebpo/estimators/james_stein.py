@@ -24,8 +24,8 @@ from ebpo.estimators.functional import (
     time_weighted_ema_decay,
 )
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.statistics import MAX_STATE_MEAN, check_step_count
-from ebpo.estimators.validation import check_outputs, check_state_keys
+from ebpo.estimators.state import MAX_STATE_MEAN
+from ebpo.estimators.validation import check_outputs
 from ebpo.utils.checks import check_choice
 
 __all__ = ["JSPO", "JSPOPlusPlus", "ShrinkageSmoother"]
@@ -111,12 +111,8 @@ class JSPO(AdvantageEstimator):
         return baseline, batch.rewards - baseline, lam_row, metrics
 
 
-#: options of jspo_plus_plus that define what its saved state means
-JSPO_PP_STATE_OPTIONS = ("smooth_coef",)
 #: relative rounding allowed when checking the bounds of a loaded smoother state
 _STATE_TOLERANCE = 1e-9
-#: the keys of a saved jspo_plus_plus state
-JSPO_PP_STATE_KEYS = ("estimator", "options", "steps", "weight", "lambda_sum", "mean_sum")
 
 
 @dataclass(frozen=True)
@@ -161,22 +157,19 @@ class ShrinkageSmoother:
         }
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> ShrinkageSmoother:
-        """Rebuild from :meth:`state_dict`, refusing what no run produces: every step adds 1 to
-        ``weight`` after decaying it by at most 1, so ``1 ≤ weight ≤ steps`` once a step was taken
-        (all 0 before); λ lies in [0, 1], so ``0 ≤ lambda_sum ≤ weight``; everything is finite.
-        Also refused: a smoothed mean ``mean_sum / weight`` beyond ``MAX_STATE_MEAN`` (1e150) in
-        magnitude and more than 2**53 steps, with which later calls would overflow, and a key
-        that :meth:`JSPOPlusPlus.state_dict` does not write."""
-        check_state_keys("", state, JSPO_PP_STATE_KEYS)
+    def from_state_dict(cls, state: Mapping[str, Any], steps: int) -> ShrinkageSmoother:
+        """Rebuild from :meth:`state_dict` (``steps``: its step count, already checked), refusing
+        what no run produces: every step adds 1 to ``weight`` after decaying it by at most 1, so
+        ``1 ≤ weight ≤ steps`` once a step was taken (all 0 before); λ lies in [0, 1], so
+        ``0 ≤ lambda_sum ≤ weight``; everything is finite. Also refused: a smoothed mean
+        ``mean_sum / weight`` beyond ``MAX_STATE_MEAN`` (1e150) in magnitude, with which later
+        calls would overflow."""
         try:
-            steps = state["steps"]
             numbers = {key: state[key] for key in ("weight", "lambda_sum", "mean_sum")}
         except (KeyError, TypeError) as error:
             raise ValueError(
-                f"state must have 'steps', 'weight', 'lambda_sum', 'mean_sum'; missing {error}"
+                f"state must have 'weight', 'lambda_sum', 'mean_sum'; missing {error}"
             ) from error
-        check_step_count(steps)
         for key, value in numbers.items():
             if (
                 isinstance(value, bool)
@@ -282,29 +275,17 @@ class JSPOPlusPlus(AdvantageEstimator):
     def steps(self) -> int:
         return self.smoother.steps
 
-    def state_dict(self) -> dict[str, Any]:
-        with self._state_lock:
-            return {
-                "estimator": self.name,
-                "options": self.options(),
-                **self.smoother.state_dict(),
-            }
+    def _saved_state(self) -> dict[str, Any]:
+        return self.smoother.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the smoothing state saved by :meth:`state_dict` (JSON round trip allowed).
+    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
+        """The smoother of a saved state, refusing sums no run can produce (see
+        :meth:`ShrinkageSmoother.from_state_dict`)."""
+        return {"smoother": ShrinkageSmoother.from_state_dict(state, steps)}
 
-        Refuses (ValueError, state unchanged) a state of another estimator, one saved with another
-        ``smooth_coef`` (the sums mean something else), and sums no run can produce (see
-        :meth:`ShrinkageSmoother.from_state_dict`). ``eps`` may differ.
-        """
-        self._check_state_owner(state)
-        self._check_state_options(state, JSPO_PP_STATE_OPTIONS)
-        try:
-            smoother = ShrinkageSmoother.from_state_dict(state)
-        except ValueError as error:
-            raise ValueError(f"invalid {self.name} state: {error}") from error
-        with self._state_lock:
-            self.smoother = smoother
+    def _state_options(self) -> tuple[str, ...]:
+        """``smooth_coef`` (the sums mean something else under another); ``eps`` may differ."""
+        return ("smooth_coef",)
 
     # ------------------------------------------------------------------ advantages
     def _compute(self, batch: Batch, *, update: bool):

@@ -6,6 +6,7 @@ deviation the scale."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -13,13 +14,10 @@ import torch
 from ebpo.estimators.base import AdvantageEstimator, Batch
 from ebpo.estimators.functional import masked
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.statistics import check_step_count
-from ebpo.estimators.validation import check_outputs, check_state_keys
+from ebpo.estimators.validation import check_outputs
 from ebpo.utils.checks import check_positive, is_real
 
 __all__ = ["KRPO"]
-
-STATE_KEYS = ("estimator", "options", "steps", "estimate", "variance")
 
 
 @register_estimator("krpo")
@@ -107,44 +105,25 @@ class KRPO(AdvantageEstimator):
         )
 
     # ------------------------------------------------------------------ state
-    def options(self) -> dict[str, Any]:
+    def _saved_state(self) -> dict[str, Any]:
+        """``estimate`` (None before the first batch) and ``variance``."""
+        return {"estimate": self.estimate, "variance": self.variance}
+
+    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
+        estimate, variance = state.get("estimate"), state.get("variance")
+        if estimate is not None and not (is_real(estimate) and math.isfinite(estimate)):
+            raise ValueError(f"estimate must be a finite number or None, got {estimate!r}")
+        if not (is_real(variance) and 0 < variance <= 1):
+            raise ValueError(f"variance must be a number in (0, 1], got {variance!r}")
+        if (estimate is None) != (steps == 0):
+            raise ValueError(
+                f"estimate is {estimate!r} after {steps} steps (None exactly before the first)"
+            )
         return {
-            "process_noise": self.process_noise,
-            "measurement_noise": self.measurement_noise,
-            "eps": self.eps,
+            "estimate": None if estimate is None else float(estimate),
+            "variance": float(variance),
+            "steps": steps,
         }
 
-    def state_dict(self) -> dict[str, Any]:
-        """``{"estimator", "options", "steps", "estimate" (None before the first batch),
-        "variance"}``."""
-        with self._state_lock:
-            return {
-                "estimator": self.name,
-                "options": self.options(),
-                "steps": self.steps,
-                "estimate": self.estimate,
-                "variance": self.variance,
-            }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; ValueError, state unchanged, for another
-        estimator's, one saved with another ``Q`` or ``R``, or values no run writes."""
-        self._check_state_owner(state)
-        self._check_state_options(state, ("process_noise", "measurement_noise"))
-        try:
-            check_state_keys("", state, STATE_KEYS)
-            steps = check_step_count(state.get("steps"))
-            estimate, variance = state.get("estimate"), state.get("variance")
-            if estimate is not None and not (is_real(estimate) and math.isfinite(estimate)):
-                raise ValueError(f"estimate must be a finite number or None, got {estimate!r}")
-            if not (is_real(variance) and 0 < variance <= 1):
-                raise ValueError(f"variance must be a number in (0, 1], got {variance!r}")
-            if (estimate is None) != (steps == 0):
-                raise ValueError(
-                    f"estimate is {estimate!r} after {steps} steps (None exactly before the first)"
-                )
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"invalid {self.name} state: {error}") from error
-        with self._state_lock:
-            self.estimate = None if estimate is None else float(estimate)
-            self.variance, self.steps = float(variance), steps
+    def _state_options(self) -> tuple[str, ...]:
+        return ("process_noise", "measurement_noise")

@@ -9,7 +9,7 @@ keyed by a stable prompt key (``prompt_keys``), so the tracker does what the pap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,13 +18,12 @@ from ebpo.estimators.base import AdvantageEstimator, Batch
 from ebpo.estimators.ebpo import NORMALIZE_MODES
 from ebpo.estimators.functional import masked, normalize_advantages
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.statistics import check_step_count
-from ebpo.estimators.validation import check_outputs, check_state_keys
+from ebpo.estimators.state import check_state_keys
+from ebpo.estimators.validation import check_outputs
 from ebpo.utils.checks import check_choice, check_positive_int, is_integer, is_real
 
 __all__ = ["SPO", "PromptTable"]
 
-STATE_KEYS = ("estimator", "options", "steps", "prompts")
 TABLE_KEYS = ("keys", "alpha", "beta", "last_seen")
 _INT64 = torch.iinfo(torch.int64)
 
@@ -231,45 +230,22 @@ class SPO(AdvantageEstimator):
         return baseline, advantage, shrinkage, metrics
 
     # ------------------------------------------------------------------ state
-    def options(self) -> dict[str, Any]:
-        return {
-            "rho": self.rho,
-            "rho_min": self.rho_min,
-            "max_prompts": self.max_prompts,
-            "normalize": self.normalize,
-            "eps": self.eps,
-        }
+    def _saved_state(self) -> dict[str, Any]:
+        """``prompts``: ``{"keys", "alpha", "beta", "last_seen"}``, plain Python numbers (a JSON
+        round trip is exact)."""
+        return {"prompts": self.table.state_dict()}
 
-    def state_dict(self) -> dict[str, Any]:
-        """``{"estimator", "options", "steps", "prompts": {"keys", "alpha", "beta",
-        "last_seen"}}``, plain Python numbers (JSON round trip exact)."""
-        with self._state_lock:
-            return {
-                "estimator": self.name,
-                "options": self.options(),
-                "steps": self.steps,
-                "prompts": self.table.state_dict(),
-            }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output. ValueError, state unchanged, for a state of
-        another estimator, saved with another ``rho`` or ``rho_min``, holding more prompts than
-        ``max_prompts``, or with values no run writes."""
-        self._check_state_owner(state)
-        self._check_state_options(state, ("rho", "rho_min"))
-        try:
-            check_state_keys("", state, STATE_KEYS)
-            steps = check_step_count(state.get("steps"))
-            table = PromptTable.from_state_dict(state.get("prompts"), steps)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"invalid {self.name} state: {error}") from error
+    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
+        table = PromptTable.from_state_dict(state.get("prompts"), steps)
         if len(table) > self.max_prompts:
             raise ValueError(
-                f"invalid {self.name} state: it tracks {len(table)} prompts, more than this "
-                f"estimator's max_prompts={self.max_prompts}; build it with a larger max_prompts"
+                f"it tracks {len(table)} prompts, more than this estimator's "
+                f"max_prompts={self.max_prompts}; build it with a larger max_prompts"
             )
-        with self._state_lock:
-            self.table, self.steps = table, steps
+        return {"table": table, "steps": steps}
+
+    def _state_options(self) -> tuple[str, ...]:
+        return ("rho", "rho_min")
 
 
 def _unit_interval(argument: str, value: Any, *, low_open: bool) -> float:

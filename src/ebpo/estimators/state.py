@@ -13,11 +13,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ebpo.utils.checks import short_repr
+
 __all__ = [
     "MAX_STATE_COUNT",
     "MAX_STATE_MEAN",
     "check_moments",
+    "check_saved_options",
     "check_state_keys",
+    "check_state_owner",
     "check_step_count",
     "current_option_names",
 ]
@@ -47,7 +51,7 @@ def check_state_keys(path: str, state: Any, allowed: Sequence[str]) -> Mapping[s
     if not isinstance(state, Mapping):
         raise ValueError(
             f"{where} must be a dict with keys {list(allowed)}, got {type(state).__name__} "
-            f"{_short(state)}"
+            f"{short_repr(state)}"
         )
     for key in state:
         if key not in allowed:
@@ -56,6 +60,53 @@ def check_state_keys(path: str, state: Any, allowed: Sequence[str]) -> Mapping[s
                 f"unknown key {dotted!r} in the state (expected {list(allowed)} there)"
             )
     return state
+
+
+def check_state_owner(name: str, state: Any) -> None:
+    """``state`` must be a dict saved by the estimator called ``name``."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    if state.get("estimator") != name:
+        raise ValueError(
+            f"state belongs to estimator {state.get('estimator')!r}, cannot load it into {name!r}"
+        )
+
+
+def check_saved_options(estimator: Any, state: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Refuse a state of ``estimator`` (an :class:`~ebpo.estimators.base.AdvantageEstimator`)
+    saved under different values of the options ``names`` (those that define what the saved
+    statistics mean), and one whose options hold a name or a value the constructor refuses
+    (``eps: NaN``: no run saved it)."""
+    saved = state.get("options")
+    if not isinstance(saved, Mapping):
+        raise ValueError(
+            "state has no 'options' dict (expected the one state_dict() writes, with "
+            f"{list(names)}); got {saved!r}"
+        )
+    cls = type(estimator)
+    try:  # the options our own state_dict() writes
+        check_state_keys("options", saved, list(estimator.options()))
+    except ValueError as error:
+        raise ValueError(f"invalid {estimator.name} state: {error}") from error
+    constructor_options = cls.option_defaults()
+    for name, value in saved.items():
+        if name not in constructor_options:  # recorded but fixed (ebpo_bb's prior_mean_from)
+            continue
+        try:  # the constructor's own check of the value (one option at a time: it names it)
+            cls(**{name: value})
+        except ValueError as error:
+            raise ValueError(f"invalid {estimator.name} state: options.{name}: {error}") from error
+    for name in names:
+        ours = getattr(estimator, name)
+        if name not in saved:
+            raise ValueError(
+                f"state does not record option {name!r}; this estimator has {name}={ours!r}"
+            )
+        if saved[name] != ours:
+            raise ValueError(
+                f"state was saved with {name}={saved[name]!r} but this estimator has "
+                f"{name}={ours!r}; build the estimator with {name}={saved[name]!r} to load it"
+            )
 
 
 def check_step_count(steps: object) -> int:
@@ -139,11 +190,6 @@ def current_option_names(options: Mapping[str, Any], renamed: Mapping[str, str])
         renamed[k] if k in renamed and renamed[k] not in options else k: v
         for k, v in options.items()
     }
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _shown(value: object) -> str:

@@ -13,12 +13,15 @@ import hashlib
 import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from ebpo.estimators.batch import Batch
+from ebpo.utils.checks import short_repr
+
+if TYPE_CHECKING:  # the batch is only read here; base imports this module
+    from ebpo.estimators.base import Batch
 
 #: the distinct ids :func:`factorize` found, in index order
 Labels = torch.Tensor | np.ndarray
@@ -34,7 +37,6 @@ __all__ = [
     "check_length",
     "check_outputs",
     "check_positional",
-    "check_state_keys",
     "check_tensor_data",
     "factorize",
     "group_clusters",
@@ -351,32 +353,6 @@ def as_token_counts(token_counts: Any, n: int, valid: torch.Tensor) -> torch.Ten
     return torch.where(valid, counts, torch.zeros_like(counts))
 
 
-# ---------------------------------------------------------------------- saved states
-def check_state_keys(path: str, state: Any, allowed: Sequence[str]) -> Mapping[str, Any]:
-    """``state`` (the part of a saved state at the dotted key ``path``, e.g. ``global.rewards``;
-    ``""``: the whole state) if it is a mapping holding no key but ``allowed``; ValueError naming
-    the path and the keys expected otherwise. A key no ``state_dict()`` writes is refused rather
-    than dropped: the state was edited, or written by something else."""
-    where = path or "the state"
-    if not isinstance(state, Mapping):
-        raise ValueError(
-            f"{where} must be a dict with keys {list(allowed)}, got {type(state).__name__} "
-            f"{_short(state)}"
-        )
-    for key in state:
-        if key not in allowed:
-            dotted = f"{path}.{key}" if path else str(key)
-            raise ValueError(
-                f"unknown key {dotted!r} in the state (expected {list(allowed)} there)"
-            )
-    return state
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 # ---------------------------------------------------------------------- clusters
 def check_json_label(argument: str, label: Any) -> None:
     """A cluster label must survive a JSON round trip: str, int, bool, None, finite float, or a
@@ -444,7 +420,7 @@ def _key_bytes(key: Any) -> bytes:
         return b"t" + b"".join(len(p).to_bytes(8, "little") + p for p in parts)
     raise ValueError(
         "prompt_keys must be strings, bytes, integers, None or tuples of them (one "
-        f"stable key per prompt); got {type(key).__name__} {_short(key)}"
+        f"stable key per prompt); got {type(key).__name__} {short_repr(key)}"
     )
 
 

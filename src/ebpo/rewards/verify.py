@@ -83,6 +83,7 @@ _WORKER_COMMAND = (
 
 # ------------------------------------------------------------------------------------- options
 
+
 def check_timeout(timeout: Any) -> float:
     """``timeout`` as a float if it is a real number of seconds in (0, :data:`MAX_TIMEOUT`];
     anything else (NaN, inf, 1e10, a string, a bool) is a ValueError."""

@@ -63,7 +63,6 @@ def json_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-
 #: the kinds of key a JSON-lines file may hold (all its keys have one), as messages name them
 KEY_KINDS = {"string": "a string", "integer": "an integer", "json": "a list, object or float"}
 

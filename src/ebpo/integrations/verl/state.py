@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ebpo.estimators import AdvantageEstimator, make_estimator
-from ebpo.estimators.ebpo import current_option_names
+from ebpo.estimators.ebpo import RENAMED_OPTIONS
+from ebpo.estimators.state import current_option_names
 from ebpo.utils.files import write_json
 from ebpo.utils.structured_input import read_json_file
 
@@ -143,7 +144,10 @@ class EstimatorStore:
         for entry in state.get("estimators", []):
             try:
                 # a state file written before an option was renamed names it the old way
-                name, options = entry["name"], current_option_names(entry["options"])
+                name, options = (
+                    entry["name"],
+                    current_option_names(entry["options"], RENAMED_OPTIONS),
+                )
             except (KeyError, TypeError) as error:
                 raise ValueError(
                     f"each saved estimator needs 'name', 'options' and 'state'; got {entry!r}"

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ebpo.estimators.statistics import RunningMoments
+from ebpo.estimators.ebpo import RunningMoments
 from tests.reference import two_pass_moments
 
 chunks = st.lists(
