@@ -334,8 +334,9 @@ _SPREAD_400 = torch.tensor([-1e153, 1e153] * 200 + [0.0] * 400, dtype=torch.floa
 _SPREAD_200 = torch.tensor([-1e153, 1e153] * 200, dtype=torch.float64)
 _TOKENS = {"whiten": "tokens"}
 _NEEDED = (
-    r"token_counts is required by estimator 'reinforce_pp_baseline' \(it weighs responses by "
-    r"their tokens: REINFORCE\+\+ with whiten='tokens'"
+    r"token_counts is required by estimator 'reinforce_pp_baseline' with whiten='tokens' \(it "
+    r"weighs responses by "
+    r"their tokens: pass the number of tokens of each response\)"
 )
 batch_case(
     "reinforce_pp_baseline", "tokens-without-token-counts", _NEEDED, _R4, _IDS4, options=_TOKENS

@@ -14,7 +14,8 @@ explicit)::
 
 A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Batch`, hands it to
 the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and
-assembles the outputs with the metrics every estimator reports (:func:`common_metrics`).
+assembles the outputs with the metrics every estimator reports
+(:func:`~ebpo.estimators.functional.common_metrics`).
 Subclasses implement ``_compute`` and, if they keep state, ``reset``, ``_saved_state`` and
 ``_restored_state``: the state's envelope (name, options, step count) and every check of a saved
 state's form live here, once (:meth:`AdvantageEstimator.load_state_dict`). A call either completes
@@ -41,7 +42,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ebpo.estimators.functional import group_moments, masked, segment_sum
+from ebpo.estimators.functional import common_metrics, group_moments, masked
 from ebpo.estimators.state import (
     check_saved_options,
     check_state_keys,
@@ -64,11 +65,9 @@ from ebpo.utils.checks import check_choice, check_positive
 
 __all__ = [
     "NAN_POLICIES",
-    "SIGNAL_THRESHOLD",
     "AdvantageEstimator",
     "AdvantageResult",
     "Batch",
-    "common_metrics",
 ]
 
 NAN_POLICIES = ("raise", "mask")
@@ -260,13 +259,13 @@ class AdvantageEstimator:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (plain Python numbers): ``{"estimator": name}`` for a stateless
-        estimator; one that keeps state adds ``"options"`` (:meth:`options`), ``"steps"`` (calls
-        that updated it) and what its :meth:`_saved_state` returns."""
+        estimator; one that keeps state adds ``"options"`` (:meth:`options`) and what its
+        :meth:`_saved_state` returns, ``"steps"`` (the calls that updated it) first."""
         with self._state_lock:
             saved = self._saved_state()
             if saved is None:
                 return {"estimator": self.name}
-            return {"estimator": self.name, "options": self.options(), "steps": self.steps, **saved}
+            return {"estimator": self.name, "options": self.options(), **saved}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (a JSON round trip allowed).
@@ -307,8 +306,8 @@ class AdvantageEstimator:
         """Forget all running statistics."""
 
     def _saved_state(self) -> dict[str, Any] | None:
-        """What a stateful estimator saves beyond name, options and steps (JSON-serialisable; the
-        lock is held); None: the estimator keeps no state (the default)."""
+        """What a stateful estimator saves beyond its name and options: ``{"steps": ..., ...}``
+        (JSON-serialisable; the lock is held); None: it keeps no state (the default)."""
         return None
 
     def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
@@ -382,33 +381,14 @@ class AdvantageEstimator:
         count, mean, variance = group_moments(reward_tensor, group_index, weight, num_groups)
         check_finite_statistics(reward_tensor, uniques, mean, variance)
 
-        cluster_index = cluster_labels = None
+        self._check_required_inputs(clusters, token_counts, prompt_keys)
+        cluster_index = cluster_labels = counts = keys = None
         if clusters is not None:
-            check_length("clusters", clusters, n)
             cluster_index, cluster_labels = group_clusters(clusters, group_index, valid, num_groups)
-        elif self.uses_clusters:
-            raise ValueError(
-                "clusters is required when the estimator keeps per-cluster priors (per_cluster=True)"
-            )
-        counts = None
         if token_counts is not None:
             counts = as_token_counts(token_counts, n, valid)
-        elif self.uses_token_counts:
-            raise ValueError(
-                f"token_counts is required by estimator {self.name!r} (it weighs responses by "
-                "their tokens: REINFORCE++ with whiten='tokens', OPO): pass the number of tokens "
-                "of each response"
-            )
-        keys = None
         if prompt_keys is not None:
-            check_length("prompt_keys", prompt_keys, n)
             keys = group_prompt_keys(prompt_keys, group_index, valid, num_groups)
-        elif self.uses_prompt_keys:
-            raise ValueError(
-                f"prompt_keys is required by estimator {self.name!r} (it tracks each prompt "
-                "across steps): pass one stable key per response, e.g. its prompt text"
-            )
-
         return Batch(
             rewards=reward_tensor,
             valid=valid,
@@ -425,6 +405,24 @@ class AdvantageEstimator:
             out_dtype=out_dtype,
             out_device=out_device,
         )
+
+    def _check_required_inputs(self, clusters: Any, token_counts: Any, prompt_keys: Any) -> None:
+        """Every input this estimator reads (its traits say which) must be given; the message
+        names the options that make it read one."""
+        for argument, given, needed, why in (
+            ("clusters", clusters, self.uses_clusters, "it keeps one prior per cluster"),
+            ("token_counts", token_counts, self.uses_token_counts, "it weighs responses by "
+             "their tokens: pass the number of tokens of each response"),
+            ("prompt_keys", prompt_keys, self.uses_prompt_keys, "it tracks each prompt across "
+             "steps: pass one stable key per response, e.g. its prompt text"),
+        ):  # fmt: skip
+            if given is None and needed:
+                defaults = type(self).option_defaults()
+                chosen = [
+                    f"{k}={v!r}" for k, v in self.options().items() if defaults.get(k, v) != v
+                ]
+                named = f"{self.name!r}" + (f" with {', '.join(chosen)}" if chosen else "")
+                raise ValueError(f"{argument} is required by estimator {named} ({why})")
 
     def _drop_nan_rows(self, rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """``valid`` without the rows whose reward is NaN under ``nan_policy="mask"``; under
@@ -470,50 +468,3 @@ class AdvantageEstimator:
             return t.to(dtype=batch.out_dtype, device=batch.out_device)
 
         return AdvantageResult(out(advantage), out(baseline), out(shrinkage), metrics)
-
-
-#: an advantage counts as a learning signal when |A| exceeds this (rounding residue does not)
-SIGNAL_THRESHOLD = 1e-8
-
-
-def common_metrics(batch: Batch, advantage: torch.Tensor) -> dict[str, float]:
-    """Metrics every estimator reports.
-
-    ``zero_variance_group_frac``: groups (of ≥ 2 responses) whose rewards are all equal — GRPO
-    gives them no signal. ``zero_signal_group_frac``: groups where this estimator gives every
-    response a zero advantage (``|A| ≤ SIGNAL_THRESHOLD``). ``saturated_failure_group_frac``:
-    groups whose rewards are all ≤ 0; ``saturated_failure_signal_frac``: of those, the fraction
-    that still get a non-zero advantage (Theorem 3.2: 0 under GRPO, > 0 under EBPO once the prior
-    mean is positive).
-    """
-    nonempty = batch.nonempty
-    num_groups = int(nonempty.sum())
-    num_valid = batch.num_valid
-    multi = batch.group_count > 1
-    zero_variance = multi & (batch.group_variance <= 0)
-    # advantage and rewards are 0 on invalid rows, so plain segment sums count valid rows only.
-    advantage_sq = advantage**2
-    group_signal = (
-        segment_sum(advantage_sq, batch.group_index, batch.num_groups) > SIGNAL_THRESHOLD**2
-    )
-    positive = segment_sum(batch.rewards.clamp(min=0), batch.group_index, batch.num_groups)
-    failed = nonempty & (positive == 0)
-    n = max(num_valid, 1)
-    adv_mean = float(advantage.sum()) / n
-    # adv_mean * adv_mean, not adv_mean**2: a Python float power raises OverflowError instead of
-    # giving inf (which _result reports as an overflow, in a ValueError)
-    adv_var = (float(advantage_sq.sum()) - num_valid * adv_mean * adv_mean) / max(num_valid - 1, 1)
-    return {
-        "num_responses": float(num_valid),
-        "num_groups": float(num_groups),
-        "reward_mean": float((batch.group_count * batch.group_mean).sum()) / n,
-        "zero_variance_group_frac": float(zero_variance.sum()) / max(int(multi.sum()), 1),
-        "zero_signal_group_frac": float((nonempty & ~group_signal).sum()) / max(num_groups, 1),
-        "saturated_failure_group_frac": float(failed.sum()) / max(num_groups, 1),
-        "saturated_failure_signal_frac": (
-            float((failed & group_signal).sum()) / max(int(failed.sum()), 1)
-        ),
-        "advantage_mean": adv_mean,
-        "advantage_std": math.sqrt(max(adv_var, 0.0)) if num_valid > 1 else 0.0,
-        "advantage_abs_max": float(advantage.abs().max()),
-    }

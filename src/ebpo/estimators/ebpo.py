@@ -314,6 +314,7 @@ class EBPO(AdvantageEstimator):
 
     def _saved_state(self) -> dict[str, Any]:
         return {
+            "steps": self.steps,
             "global": self.global_prior.state_dict(),
             "clusters": [
                 [label, prior.state_dict()] for label, prior in self.cluster_priors.items()

@@ -107,7 +107,7 @@ class KRPO(AdvantageEstimator):
     # ------------------------------------------------------------------ state
     def _saved_state(self) -> dict[str, Any]:
         """``estimate`` (None before the first batch) and ``variance``."""
-        return {"estimate": self.estimate, "variance": self.variance}
+        return {"steps": self.steps, "estimate": self.estimate, "variance": self.variance}
 
     def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
         estimate, variance = state.get("estimate"), state.get("variance")

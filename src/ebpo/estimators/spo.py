@@ -233,7 +233,7 @@ class SPO(AdvantageEstimator):
     def _saved_state(self) -> dict[str, Any]:
         """``prompts``: ``{"keys", "alpha", "beta", "last_seen"}``, plain Python numbers (a JSON
         round trip is exact)."""
-        return {"prompts": self.table.state_dict()}
+        return {"steps": self.steps, "prompts": self.table.state_dict()}
 
     def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
         table = PromptTable.from_state_dict(state.get("prompts"), steps)

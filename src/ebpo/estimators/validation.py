@@ -376,6 +376,7 @@ def group_clusters(
 ) -> tuple[torch.Tensor, list[Hashable]]:
     """``([K] cluster index of each group, cluster labels)``; every valid row of a group must
     carry the same label, and every label must be JSON-safe (:func:`check_json_label`)."""
+    check_length("clusters", clusters, group_index.numel())
     row_cluster, uniques = factorize(clusters, "clusters")
     labels = plain_labels(uniques)
     for label in labels:  # one check per distinct label, not per row
@@ -390,6 +391,7 @@ def group_prompt_keys(
 ) -> torch.Tensor:
     """``[K]`` int64: the :func:`stable_key_hash` of each group's prompt key (0 for a group with no
     valid row). Every valid row of a group must carry the same key."""
+    check_length("prompt_keys", prompt_keys, group_index.numel())
     row_key, uniques = factorize(prompt_keys, "prompt_keys")
     labels = plain_labels(uniques)
     hashes = torch.tensor([stable_key_hash(label) for label in labels], dtype=torch.int64)

@@ -21,7 +21,7 @@ from ebpo.analysis.replay.engine import (
 )
 from ebpo.analysis.replay.sources import StepBatch
 from ebpo.estimators import make_estimator
-from ebpo.estimators.base import SIGNAL_THRESHOLD
+from ebpo.estimators.functional import SIGNAL_THRESHOLD
 
 
 def random_step(

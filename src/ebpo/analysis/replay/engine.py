@@ -13,7 +13,7 @@ group):
   gives them no signal — split into all-fail (the common reward ≤ 0: a verifier's 0, DAPO's −1)
   and all-pass (> 0), the responses in those, and the mean reward;
 * for each estimator: the responses with a non-zero advantage (``|A| > SIGNAL_THRESHOLD``, the
-  threshold of :data:`ebpo.estimators.base.SIGNAL_THRESHOLD`), the groups where every advantage is zero, the
+  threshold of :data:`ebpo.estimators.functional.SIGNAL_THRESHOLD`), the groups where every advantage is zero, the
   responses GRPO leaves at zero that this estimator moves, the all-fail groups it gives a signal,
   the mean advantage of all-fail and of all-pass responses, the mean shrinkage over groups (the
   weight on the prior for EBPO, on the other prompts' mean for JSPO; 0 without shrinkage), the
@@ -35,8 +35,7 @@ from tqdm.auto import tqdm
 
 from ebpo.analysis.replay.sources import StepBatch
 from ebpo.estimators import AdvantageEstimator, AdvantageResult, estimator_spec, make_estimator
-from ebpo.estimators.base import SIGNAL_THRESHOLD
-from ebpo.estimators.functional import segment_sum
+from ebpo.estimators.functional import SIGNAL_THRESHOLD, segment_sum
 from ebpo.utils.runtime import torch_threads
 
 __all__ = [

@@ -29,7 +29,7 @@ from typing import Any
 from ebpo import __version__
 from ebpo.analysis.replay.engine import ESTIMATOR_FIELDS, INPUT_FIELDS, REFERENCE
 from ebpo.estimators import AdvantageEstimator, estimator_spec
-from ebpo.estimators.base import SIGNAL_THRESHOLD
+from ebpo.estimators.functional import SIGNAL_THRESHOLD
 from ebpo.utils.file_sets import Writer
 from ebpo.utils.files import atomic_write, write_json
 
