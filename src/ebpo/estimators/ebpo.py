@@ -305,44 +305,6 @@ class EBPO(AdvantageEstimator):
         """The ``ema`` prior: ``half_life`` counts calls."""
         return self.prior == "ema"
 
-    # ------------------------------------------------------------------ state
-    def reset(self) -> None:
-        with self._state_lock:
-            self.global_prior = Prior()
-            self.cluster_priors: dict[Hashable, Prior] = {}
-            self.steps = 0
-
-    def _saved_state(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "global": self.global_prior.state_dict(),
-            "clusters": [
-                [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
-            ],
-        }
-
-    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
-        """The priors of a saved state, refusing statistics no run can produce (non-finite,
-        negative or inconsistent moments, counts above 2**53 or, without decay, not whole,
-        duplicate or non-JSON cluster labels, cluster priors saved with ``per_cluster=False``).
-        States written by ebpo 0.1.0 load unchanged (their options carry the old names of
-        :data:`RENAMED_OPTIONS`; ``prior_mean_from`` did not exist and does not define the state).
-        """
-        whole = self.prior != "ema"  # only the ema prior's decay makes counts fractional
-        global_prior = Prior.from_state_dict(state["global"], "global", whole_counts=whole)
-        clusters = _cluster_priors_from_state(state.get("clusters", []), whole)
-        if clusters and not self.per_cluster:
-            raise ValueError("it holds cluster priors but was saved with per_cluster=False")
-        return {"global_prior": global_prior, "cluster_priors": clusters, "steps": steps}
-
-    def _state_options(self) -> tuple[str, ...]:
-        # half_life changes the statistics only under the ema prior
-        return (
-            STATE_OPTIONS
-            if self.prior == "ema"
-            else tuple(o for o in STATE_OPTIONS if o != "half_life")
-        )
-
     # ------------------------------------------------------------------ step 1: running statistics
     def _priors_after(self, batch: Batch) -> tuple[Prior, dict[Hashable, Prior]]:
         """Copies of the priors with this batch folded in (committed only if ``update``)."""
@@ -457,6 +419,44 @@ class EBPO(AdvantageEstimator):
         if self.per_cluster:
             metrics["num_cluster_priors"] = float(len(self.cluster_priors))
         return metrics
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> None:
+        with self._state_lock:
+            self.global_prior = Prior()
+            self.cluster_priors: dict[Hashable, Prior] = {}
+            self.steps = 0
+
+    def _saved_state(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "global": self.global_prior.state_dict(),
+            "clusters": [
+                [label, prior.state_dict()] for label, prior in self.cluster_priors.items()
+            ],
+        }
+
+    def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
+        """The priors of a saved state, refusing statistics no run can produce (non-finite,
+        negative or inconsistent moments, counts above 2**53 or, without decay, not whole,
+        duplicate or non-JSON cluster labels, cluster priors saved with ``per_cluster=False``).
+        States written by ebpo 0.1.0 load unchanged (their options carry the old names of
+        :data:`RENAMED_OPTIONS`; ``prior_mean_from`` did not exist and does not define the state).
+        """
+        whole = self.prior != "ema"  # only the ema prior's decay makes counts fractional
+        global_prior = Prior.from_state_dict(state["global"], "global", whole_counts=whole)
+        clusters = _cluster_priors_from_state(state.get("clusters", []), whole)
+        if clusters and not self.per_cluster:
+            raise ValueError("it holds cluster priors but was saved with per_cluster=False")
+        return {"global_prior": global_prior, "cluster_priors": clusters, "steps": steps}
+
+    def _state_options(self) -> tuple[str, ...]:
+        # half_life changes the statistics only under the ema prior
+        return (
+            STATE_OPTIONS
+            if self.prior == "ema"
+            else tuple(o for o in STATE_OPTIONS if o != "half_life")
+        )
 
 
 def _label(label: Any) -> Hashable:
