@@ -262,6 +262,9 @@ class EBPO(AdvantageEstimator):
     uses_prior = True
     checks_own_outputs = True
     renamed_options = RENAMED_OPTIONS
+    global_prior: Prior  # the state: the running statistics of the global prior,
+    cluster_priors: dict[Hashable, Prior]  # one prior per cluster label (per_cluster=True),
+    steps: int  # and the calls that updated them
 
     def __init__(
         self,
@@ -424,7 +427,7 @@ class EBPO(AdvantageEstimator):
     def reset(self) -> None:
         with self._state_lock:
             self.global_prior = Prior()
-            self.cluster_priors: dict[Hashable, Prior] = {}
+            self.cluster_priors = {}
             self.steps = 0
 
     def _saved_state(self) -> dict[str, Any]:
