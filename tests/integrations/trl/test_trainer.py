@@ -32,6 +32,7 @@ from ebpo.integrations.trl import (  # noqa: E402
     zero_variance_groups,
 )
 from ebpo.utils.checkpoints import incomplete_reason  # noqa: E402
+from tests.integrations.trl.conftest import assert_resume_continues_the_run  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -378,17 +379,7 @@ def test_resume_inside_a_generation_batch_is_exact(tokenizer, tmp_path, setting)
     ).exists()  # a boundary
 
     resumed = build(tokenizer, resumable_args(tmp_path / "resumed", setting), RecordingReward())
-    resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert len(resumed.outputs) == 1  # only the second batch was generated
-    assert resumed.estimator.state_dict() == full.estimator.state_dict()
-    # micro-steps 2..7 trained on the same advantages, and the policies end identical
-    assert len(resumed.loss_advantages) == len(full.loss_advantages) - 2
-    for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
-        assert torch.equal(theirs, ours)
-    for (name, a), (_, b) in zip(
-        full.model.named_parameters(), resumed.model.named_parameters(), strict=True
-    ):
-        torch.testing.assert_close(a, b, msg=name)
+    assert_resume_continues_the_run(full, resumed, checkpoint)
 
 
 def test_jspo_plus_plus_resumes_with_the_uninterrupted_smoothing_state(tokenizer, tmp_path):
@@ -420,12 +411,9 @@ def test_jspo_plus_plus_resumes_with_the_uninterrupted_smoothing_state(tokenizer
         == ebpo.make_estimator("jspo_plus_plus", smooth_coef=0.999, nan_policy="mask").state_dict()
     )
 
-    resumed = build(tokenizer, args("resumed"), RecordingReward())
-    resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert len(resumed.outputs) == 1  # the buffered batch was replayed, only the second generated
-    assert resumed.estimator.state_dict() == final
-    for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
-        assert torch.equal(theirs, ours)
+    assert_resume_continues_the_run(
+        full, build(tokenizer, args("resumed"), RecordingReward()), checkpoint
+    )
 
 
 class PromptRecordingReward(RecordingReward):
@@ -466,12 +454,9 @@ def test_spo_tracks_each_prompt_by_its_text_and_resumes_exactly(tokenizer, tmp_p
     assert set(final["prompts"]["keys"]) == {stable_key_hash(stable_key_hash(p)) for p in prompts}
 
     checkpoint = tmp_path / "full" / "out" / "checkpoint-1"  # inside the first generation batch
-    resumed = build(tokenizer, args("resumed"), RecordingReward())
-    resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert len(resumed.outputs) == 1
-    assert resumed.estimator.state_dict() == final
-    for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
-        assert torch.equal(theirs, ours)
+    assert_resume_continues_the_run(
+        full, build(tokenizer, args("resumed"), RecordingReward()), checkpoint
+    )
 
 
 def test_checkpoints_written_after_a_resume_are_the_uninterrupted_runs(tokenizer, tmp_path):

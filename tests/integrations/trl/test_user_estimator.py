@@ -16,6 +16,7 @@ import ebpo  # noqa: E402
 from ebpo.estimators import registry  # noqa: E402
 from ebpo.integrations.trl import ESTIMATOR_STATE_FILE, EBPOConfig  # noqa: E402
 from tests.conftest import USER_ESTIMATOR_MODULE  # noqa: E402
+from tests.integrations.trl.conftest import assert_resume_continues_the_run  # noqa: E402
 from tests.integrations.trl.test_trainer import (  # noqa: E402, F401  (tokenizer: a fixture)
     G,
     RecordingReward,
@@ -71,13 +72,6 @@ def test_a_users_stateful_estimator_resumes_exactly(user_estimators, tokenizer, 
     saved = json.loads((checkpoint / ESTIMATOR_STATE_FILE).read_text())
     assert saved == {"estimator": "running_mean", "total": saved["total"], "count": 32.0}
 
-    resumed = build(tokenizer, args("resumed"), RecordingReward())
-    resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert len(resumed.outputs) == 1  # the buffered batch was replayed, only the second generated
-    assert resumed.estimator.state_dict() == final
-    for theirs, ours in zip(full.loss_advantages[2:], resumed.loss_advantages, strict=True):
-        assert torch.equal(theirs, ours)
-    for (name, a), (_, b) in zip(
-        full.model.named_parameters(), resumed.model.named_parameters(), strict=True
-    ):
-        torch.testing.assert_close(a, b, msg=name)
+    assert_resume_continues_the_run(
+        full, build(tokenizer, args("resumed"), RecordingReward()), checkpoint
+    )

@@ -233,23 +233,32 @@ def assert_trained_on_core_advantages(run, calls: int) -> None:
 
 # ---------------------------------------------------------------------- a verl trainer on the stack
 def verl_trainer(config):
-    """A stand-in for verl's trainer: ``advantages(data)`` is a method of a ``verl.trainer.*``
-    class holding ``config`` and ``global_steps`` and a local ``metrics`` dict, calling verl's own
-    ``compute_advantage`` with ``config.algorithm`` (what the plug-in looks for on the stack)."""
+    """A stand-in for verl's trainer: ``advantages(data, batch_keys=None)`` is a method of a
+    ``verl.trainer.*`` class holding ``config`` and ``global_steps`` and a local ``metrics`` dict
+    (what the plug-in looks for on the stack; kept as ``self.metrics``), calling verl's own
+    ``compute_advantage`` with ``config.algorithm`` — or, given the rows' TransferQueue keys
+    ``{uid}_{session}_{output}``, ``compute_advantage_for_multi_trajectories`` with them, as
+    verl's v1 trainer does for multi-output agent loops."""
     from verl.trainer.ppo.ray_trainer import compute_advantage
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
     namespace = {
         "__name__": "verl.trainer.ppo.fake_trainer",
         "compute_advantage": compute_advantage,
+        "multi": compute_advantage_for_multi_trajectories,
     }
     exec(
         "class Trainer:\n"
         "    def __init__(self, config):\n"
         "        self.config, self.global_steps = config, 1\n"
-        "    def advantages(self, data):\n"
-        "        metrics = {}\n"
+        "    def advantages(self, data, batch_keys=None):\n"
+        "        metrics = self.metrics = {}\n"
         "        algo = self.config.algorithm\n"
-        "        out = compute_advantage(data, adv_estimator=algo.adv_estimator, config=algo)\n"
+        "        options = {'adv_estimator': algo.adv_estimator, 'config': algo}\n"
+        "        if batch_keys is None:\n"
+        "            out = compute_advantage(data, **options)\n"
+        "        else:\n"
+        "            out = multi(data, batch_keys=batch_keys, **options)\n"
         "        return out.batch['advantages']\n",
         namespace,
     )

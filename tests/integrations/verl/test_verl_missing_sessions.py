@@ -10,35 +10,13 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tests.integrations.verl.conftest import verl_trainer
 
 from ebpo.integrations.verl.advantage import missing_sessions
 
 pytestmark = pytest.mark.verl
 
 N = 4  # actor_rollout_ref.rollout.n
-
-
-def _trainer(config):
-    """A method of a ``verl.trainer.*`` class with a local ``metrics`` dict calling verl's
-    ``compute_advantage_for_multi_trajectories`` with the rows' keys (verl's v1 trainer)."""
-    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
-
-    namespace = {
-        "__name__": "verl.trainer.ppo.fake_v1_trainer",
-        "multi": compute_advantage_for_multi_trajectories,
-    }
-    exec(
-        "class Trainer:\n"
-        "    def __init__(self, config):\n"
-        "        self.config, self.global_steps = config, 1\n"
-        "    def _compute_advantage(self, data, keys):\n"
-        "        metrics = {}\n"
-        "        algo = self.config.algorithm\n"
-        "        multi(data, batch_keys=keys, adv_estimator=algo.adv_estimator, config=algo)\n"
-        "        return metrics\n",
-        namespace,
-    )
-    return namespace["Trainer"](config)
 
 
 def _config(tmp_path):
@@ -49,6 +27,15 @@ def _config(tmp_path):
             "actor_rollout_ref": {"rollout": {"n": N}},
         }
     )
+
+
+def _step_metrics(config, data, keys=None) -> dict:
+    """The ``metrics`` dict of a verl trainer's step (:func:`verl_trainer`) whose advantages of
+    ``data`` verl computed by ``compute_advantage_for_multi_trajectories`` with the rows' ``keys``
+    (verl's v1 trainer), or by ``compute_advantage`` where ``keys`` is None."""
+    trainer = verl_trainer(config)
+    trainer.advantages(data, batch_keys=keys)
+    return trainer.metrics
 
 
 def _batch(sessions: dict[str, list[int]], outputs: int = 2, padding: int = 2):
@@ -82,7 +69,7 @@ def test_sessions_missing_in_the_middle_and_at_the_end_are_counted(tmp_path):
     """Group ``a`` lost its middle session 1, group ``b`` its last session 3, group ``c`` none;
     verl's padding rows (a uid of their own, no tokens) count nothing."""
     data, keys = _batch({"a": [0, 2, 3], "bb": [0, 1, 2], "ccc": [0, 1, 2, 3]})
-    metrics = _trainer(_config(tmp_path))._compute_advantage(data, keys)
+    metrics = _step_metrics(_config(tmp_path), data, keys)
     assert metrics["ebpo/missing_sessions"] == 2.0
     assert metrics["ebpo/num_responses"] == 10.0  # one row per session present
     assert metrics["ebpo/num_groups"] == 3.0
@@ -90,30 +77,14 @@ def test_sessions_missing_in_the_middle_and_at_the_end_are_counted(tmp_path):
 
 def test_a_complete_step_drops_nothing(tmp_path):
     data, keys = _batch({"a": [0, 1, 2, 3], "bb": [0, 1, 2, 3]}, outputs=1, padding=0)
-    metrics = _trainer(_config(tmp_path))._compute_advantage(data, keys)
+    metrics = _step_metrics(_config(tmp_path), data, keys)
     assert metrics["ebpo/missing_sessions"] == 0.0
 
 
 def test_no_count_outside_a_session_keyed_call(tmp_path):
     """verl's legacy path (``compute_advantage`` without keys): no session keys, no count."""
-    from verl.trainer.ppo.ray_trainer import compute_advantage
-
     data, _ = _batch({"a": [0, 2]}, outputs=1, padding=0)
-    namespace = {
-        "__name__": "verl.trainer.ppo.fake_trainer",
-        "compute_advantage": compute_advantage,
-    }
-    exec(
-        "class Trainer:\n"
-        "    def __init__(self, config):\n"
-        "        self.config, self.global_steps = config, 1\n"
-        "    def _compute_advantage(self, data):\n"
-        "        metrics = {}\n"
-        "        compute_advantage(data, adv_estimator='ebpo', config=self.config.algorithm)\n"
-        "        return metrics\n",
-        namespace,
-    )
-    metrics = namespace["Trainer"](_config(tmp_path))._compute_advantage(data)
+    metrics = _step_metrics(_config(tmp_path), data)
     assert "ebpo/num_responses" in metrics
     assert "ebpo/missing_sessions" not in metrics
 

@@ -6,6 +6,8 @@ Modules (importing this package imports nothing from verl):
   ``ebpo_bb``, ``jspo`` and ``jspo_plus_plus`` in verl's advantage-estimator registry (idempotent);
 * :mod:`~ebpo.integrations.verl.advantage` — the registered functions (config → options, padding
   rows, grouping by uid, token broadcast, metrics side channel);
+  :mod:`~ebpo.integrations.verl.call_stack` — what they read from verl's frames (the trainer and
+  its ``metrics`` dict, agent sessions' keys, SPO's prompt tokens);
 * :mod:`~ebpo.integrations.verl.state` — the per-process estimator store (the state of the
   stateful estimators: EBPO's running prior, JSPO++'s smoothing), its persistence and the metrics
   JSONL;

@@ -28,13 +28,15 @@ registered name. See :func:`resolve_options`.
 
 Multi-output agent sessions (verl's v1 trainer, ``compute_advantage_for_multi_trajectories``):
 the rows' TransferQueue keys ``{uid}_{session}_{output}`` are read from that function's frame
-(:func:`session_final_rows`), the estimator sees ONE row per session (its final output) and every
-output of a session gets its final output's advantage, as verl's GRPO does. A session that
-returned no output or raised never reaches the estimator (verl keeps the rest of its group);
-``<name>/missing_sessions`` counts them: for each group present, ``actor_rollout_ref.rollout.n``
-less the sessions seen, summed (:func:`missing_sessions`). It is logged only where the keys and
-the trainer's config are at hand, and it counts against ``rollout.n``: a prompt given fewer
-samples on purpose (verl's per-row ``__rollout_n__``) counts its missing ones too.
+(:mod:`ebpo.integrations.verl.call_stack`, as are the trainer's ``metrics`` dict and SPO's
+prompt keys; :func:`session_final_rows`), the estimator sees ONE row per session (its final
+output) and every output of a session gets its final output's advantage, as verl's GRPO does.
+A session that returned no output or raised never reaches the estimator (verl keeps the rest of
+its group); ``<name>/missing_sessions`` counts them: for each group present,
+``actor_rollout_ref.rollout.n`` less the sessions seen, summed (:func:`missing_sessions`). It is
+logged only where the keys and the trainer's config are at hand, and it counts against
+``rollout.n``: a prompt given fewer samples on purpose (verl's per-row ``__rollout_n__``) counts
+its missing ones too.
 """
 
 from __future__ import annotations
@@ -42,14 +44,17 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping
-from types import FrameType
 from typing import Any
 
 import torch
 
 from ebpo.estimators import available_estimators, estimator_options, estimator_spec
+from ebpo.integrations.verl.call_stack import (
+    session_keys,
+    trainer_frame_metrics,
+    verl_prompt_keys,
+)
 from ebpo.integrations.verl.guards import (
     MISSING_STATE_POLICIES,
     check_calls_per_step,
@@ -207,84 +212,7 @@ def nonempty_rows(response_mask: torch.Tensor) -> torch.Tensor:
     return valid
 
 
-# ---------------------------------------------------------------------- side channel
-#: the batch counts of the current step's sub-steps (verl's ``parameter_sync_step`` > 1)
-SUB_STEPS = SubStepMetrics()
-
-#: modules whose frames (or whose classes, in a trainer's MRO) mark a verl trainer on the stack
-VERL_TRAINER_MODULES = ("verl.trainer.", "verl.experimental.")
-
-
-def _is_trainer_frame(frame: Any) -> bool:
-    """A frame of verl's trainers (``verl.trainer``, ``verl.experimental``) or a method of a
-    subclass of one (an out-of-tree recipe's trainer, e.g. ``recipe.dapo``)."""
-    if frame.f_globals.get("__name__", "").startswith(VERL_TRAINER_MODULES):
-        return True
-    owner = frame.f_locals.get("self")
-    return owner is not None and any(
-        getattr(cls, "__module__", "").startswith(VERL_TRAINER_MODULES)
-        for cls in type(owner).__mro__[:-1]
-    )
-
-
-#: the v1 trainers' function that hands verl's TransferQueue keys (``{uid}_{session}_{output}``)
-#: of the rows to ``compute_advantage`` (verl 0.9.1, ``verl/trainer/ppo/v1/utils.py``)
-MULTI_OUTPUT_FUNCTION = "compute_advantage_for_multi_trajectories"
-
-
-def _session_keys(rows: int, max_depth: int = 12) -> list[str] | None:
-    """verl's TransferQueue keys of the ``rows`` rows, from the calling
-    ``compute_advantage_for_multi_trajectories`` (its ``batch_keys``), or None outside it."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(max_depth):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == MULTI_OUTPUT_FUNCTION and _is_trainer_frame(frame):
-            keys = frame.f_locals.get("batch_keys")
-            if isinstance(keys, (list, tuple)) and len(keys) == rows:
-                return [str(key) for key in keys]
-            STORE.warn_once(
-                "no-session-keys",
-                "ebpo: %s called the estimator without %d `batch_keys`: outputs of multi-output "
-                "agent loops count as separate samples",
-                MULTI_OUTPUT_FUNCTION,
-                rows,
-            )
-            return None
-        frame = frame.f_back
-    return None
-
-
-#: verl's function that calls a registered estimator with the batch as its local ``data``
-ADVANTAGE_CALLER = "compute_advantage"
-
-
-def verl_prompt_keys(name: str, rows: int, max_depth: int = 12) -> list[bytes]:
-    """One key per row for an estimator that tracks prompts across steps (SPO): the prompt's token
-    ids (``data.batch["prompts"]`` without its left padding, ``attention_mask``), read from the
-    calling verl ``compute_advantage(data, ...)``. verl hands the estimator only ``uid``, drawn
-    afresh for every sample; the prompt's tokens are the same on every step. ValueError (one line)
-    where no such caller or no prompt tokens are found."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(max_depth):
-        if frame is None:
-            break
-        if frame.f_code.co_name == ADVANTAGE_CALLER and _is_trainer_frame(frame):
-            batch = getattr(frame.f_locals.get("data"), "batch", None)
-            if batch is not None and {"prompts", "attention_mask"} <= set(batch.keys()):
-                prompts = batch["prompts"].cpu()
-                mask = batch["attention_mask"][:, : prompts.shape[-1]].cpu().bool()
-                if len(prompts) == rows:
-                    return [p[m].numpy().tobytes() for p, m in zip(prompts, mask, strict=True)]
-            break
-        frame = frame.f_back
-    raise ValueError(
-        f"adv_estimator={name!r} needs a stable key per prompt, and verl passes the estimator only "
-        "per-sample uids: it must be called by verl's compute_advantage(data, ...) with "
-        "data.batch['prompts'] and 'attention_mask' for all its rows"
-    )
-
-
+# ---------------------------------------------------------------------- agent sessions
 def session_final_rows(keys: list[str]) -> tuple[list[bool], list[int]] | None:
     """For verl's keys ``{uid}_{session}_{output}``: which rows are the final output of their
     session (the highest ``output``), and for every row the position of its session's final row;
@@ -323,26 +251,9 @@ def _rollout_n(trainer_config: Any) -> int | None:
     return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def _trainer_frame_metrics(max_depth: int = 12) -> tuple[dict | None, Any]:
-    """The calling verl trainer's ``metrics`` dict and the trainer object, if we are inside one.
-
-    verl gives estimators no metrics channel. Its trainers call ``compute_advantage`` from a
-    method holding a local ``metrics`` dict that is later sent to ``Tracking.log`` (``verl.trainer``:
-    the v1 and legacy trainers; ``verl.experimental``: the fully-async and one-step-off trainers,
-    where it is ``self.metrics``); updating that dict puts our statistics into every configured
-    backend (wandb, tensorboard, console...). Outside such a frame nothing is found.
-    """
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(max_depth):
-        if frame is None:
-            break
-        if _is_trainer_frame(frame):
-            local = frame.f_locals
-            metrics = local.get("metrics")
-            if isinstance(metrics, dict):
-                return metrics, local.get("self")
-        frame = frame.f_back
-    return None, None
+# ---------------------------------------------------------------------- side channel
+#: the batch counts of the current step's sub-steps (verl's ``parameter_sync_step`` > 1)
+SUB_STEPS = SubStepMetrics()
 
 
 def _trainer_run_dir(trainer: Any) -> str | None:
@@ -414,7 +325,7 @@ def outcome_advantage(
         raise ValueError(f"index (verl's uid per row) is required by adv_estimator={name!r}")
     options, plugin = resolve_options(name, config)
     core = estimator_spec(name)[0]
-    trainer_metrics, trainer = _trainer_frame_metrics()
+    trainer_metrics, trainer = trainer_frame_metrics()
     estimator = STORE.get(core, options)  # built on the first call of this configuration only
     check_clusters(estimator)
     check_rewards(name, estimator, config)
@@ -426,7 +337,7 @@ def outcome_advantage(
         policy = plugin.get("on_missing_state", "error")
         if check_resume(STORE, name, core, options, trainer_config.get("trainer"), steps, policy):
             estimator = STORE.get(core, options)
-    sessions = session_final_rows(keys) if (keys := _session_keys(len(index))) else None
+    sessions = session_final_rows(keys) if (keys := session_keys(len(index))) else None
     prompt_keys = verl_prompt_keys(name, len(index)) if estimator.uses_prompt_keys else None
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
