@@ -57,9 +57,8 @@ WITHIN_VARIANCES = ("pooled", "within")
 TAU2_MODES = ("raw", "corrected")
 NORMALIZE_MODES = ("batch", "center", "none")
 PRIOR_MEANS = ("rewards", "group_means")
-#: options that define what the saved statistics mean; load_state_dict refuses a mismatch.
-#: (within_variance, tau2_mode, prior_mean_from, normalize, eps, min_cluster_groups only change how the
-#: statistics are read, so a saved prior may be evaluated under other values of those.)
+#: options that define what the saved statistics mean (load_state_dict refuses a mismatch); the
+#: others only change how they are read, so a saved prior may be evaluated under other values
 STATE_OPTIONS = ("prior", "half_life", "per_cluster")
 #: the keys of each prior in a state
 PRIOR_KEYS = ("rewards", "group_means", "group_variances")
@@ -262,9 +261,9 @@ class EBPO(AdvantageEstimator):
     uses_prior = True
     checks_own_outputs = True
     renamed_options = RENAMED_OPTIONS
-    global_prior: Prior  # the state: the running statistics of the global prior,
-    cluster_priors: dict[Hashable, Prior]  # one prior per cluster label (per_cluster=True),
-    steps: int  # and the calls that updated them
+    global_prior: Prior  # the state: the global prior, one per cluster label, calls that updated them
+    cluster_priors: dict[Hashable, Prior]
+    steps: int
 
     def __init__(
         self,
