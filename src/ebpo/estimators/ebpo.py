@@ -60,8 +60,7 @@ PRIOR_MEANS = ("rewards", "group_means")
 #: options that define what the saved statistics mean (load_state_dict refuses a mismatch); the
 #: others only change how they are read, so a saved prior may be evaluated under other values
 STATE_OPTIONS = ("prior", "half_life", "per_cluster")
-#: the keys of each prior in a state
-PRIOR_KEYS = ("rewards", "group_means", "group_variances")
+PRIOR_KEYS = ("rewards", "group_means", "group_variances")  # of each prior in a state
 #: options renamed after 0.1.0, old name → new name: the old names were also metric names
 #: (``res.metrics["prior_mean"]`` is μ, ``res.metrics["tau2"]`` is τ²). A state saved before the
 #: rename records the old names; :func:`~ebpo.estimators.state.current_option_names` maps them
@@ -261,7 +260,8 @@ class EBPO(AdvantageEstimator):
     uses_prior = True
     checks_own_outputs = True
     renamed_options = RENAMED_OPTIONS
-    global_prior: Prior  # the state: the global prior, one per cluster label, calls that updated them
+    # the state: the global prior, one prior per cluster label, the calls that updated them
+    global_prior: Prior
     cluster_priors: dict[Hashable, Prior]
     steps: int
 
