@@ -34,6 +34,10 @@ def run_workers(out_dir: Path, *mode: str) -> None:
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # the worker imports test_trainer, which imports the tests package (its conftest helpers)
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(WORKER.parents[3]), os.environ.get("PYTHONPATH", "")) if p
+        ),
     }
     command = [
         sys.executable,
