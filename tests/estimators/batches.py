@@ -4,6 +4,7 @@ generator) and the comparison of an estimator with its reference in tests/refere
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import strategies as st
 
@@ -50,6 +51,27 @@ def as_tensor(values):
 
 def check(actual, expected):
     torch.testing.assert_close(actual, as_tensor(expected), atol=ATOL, rtol=1e-7)
+
+
+def assert_valid_rows_equal(advantages: torch.Tensor, keep: np.ndarray, expected) -> None:
+    """The advantages of the rows ``keep`` marks equal ``expected`` (a reference's, computed on
+    those rows alone: the references have no mask) to 1e-9, and every other row's are 0."""
+    torch.testing.assert_close(
+        advantages[torch.from_numpy(keep)],
+        torch.as_tensor(expected, dtype=torch.float64),
+        atol=1e-9,
+        rtol=1e-9,
+    )
+    assert not advantages[torch.from_numpy(~keep)].any()
+
+
+def assert_load_refused(est: ebpo.AdvantageEstimator, state, message: str) -> None:
+    """``est.load_state_dict(state)`` raises a ValueError matching ``message`` and leaves the
+    estimator's state as it was."""
+    before = est.state_dict()
+    with pytest.raises(ValueError, match=message):
+        est.load_state_dict(state)
+    assert est.state_dict() == before
 
 
 def run_against_reference(est, ref, stream, updates) -> list[tuple[ebpo.AdvantageResult, tuple]]:
