@@ -165,6 +165,19 @@ def test_a_call_changes_the_state_of_the_stateful_estimators_only(name, options,
 
 
 @pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
+def test_a_state_holds_the_declared_keys_and_loads_back(name, options, traits):
+    """state_keys (what a load checks a state against) is what state_dict writes, before and
+    after a call; a stateless estimator writes its name alone."""
+    est = ebpo.make_estimator(name, **options)
+    for _ in range(2):
+        state = est.state_dict()
+        declared = ["options", *est.state_keys] if est.state_keys else []
+        assert list(state) == ["estimator", *declared]
+        ebpo.make_estimator(name, **options).load_state_dict(json.loads(json.dumps(state)))
+        est(REWARDS, IDS, **EVERY_INPUT)
+
+
+@pytest.mark.parametrize(("name", "options", "traits"), TRAITS)
 def test_uses_clusters_is_whether_the_estimator_reads_them(name, options, traits):
     tokens = {"token_counts": TOKENS} if traits[3] else {}
     tokens["prompt_keys"] = IDS

@@ -16,8 +16,8 @@ A call validates its input (:mod:`ebpo.estimators.validation`) into a :class:`Ba
 the subclass's :meth:`AdvantageEstimator._compute`, then masks, checks and
 assembles the outputs with the metrics every estimator reports
 (:func:`~ebpo.estimators.functional.common_metrics`).
-Subclasses implement ``_compute`` and, if they keep state, ``reset``, ``_saved_state`` and
-``_restored_state``: the state's envelope (name, options, step count) and every check of a saved
+Subclasses implement ``_compute`` and, if they keep state, ``state_keys``, ``reset``,
+``_saved_state`` and ``_restored_state``: the state's envelope (name, options, step count) and every check of a saved
 state's form live here, once (:meth:`AdvantageEstimator.load_state_dict`). A call either completes
 or raises before any state changes.
 
@@ -164,6 +164,9 @@ class AdvantageEstimator:
     #: options renamed since a release, old name -> new name: an unknown option of an old name
     #: is refused with the new one (:func:`~ebpo.estimators.registry.make_estimator`)
     renamed_options: ClassVar[dict[str, str]] = {}
+    #: the keys :meth:`_saved_state` writes, ``steps`` first; empty: the estimator keeps no state.
+    #: Declared, so that a load checks a state's keys without serialising the current one
+    state_keys: ClassVar[tuple[str, ...]] = ()
     _state_lock: threading.RLock
 
     def __getstate__(self) -> dict[str, Any]:
@@ -260,12 +263,11 @@ class AdvantageEstimator:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (plain Python numbers): ``{"estimator": name}`` for a stateless
         estimator; one that keeps state adds ``"options"`` (:meth:`options`) and what its
-        :meth:`_saved_state` returns, ``"steps"`` (the calls that updated it) first."""
+        :meth:`_saved_state` returns (the keys :attr:`state_keys`, ``"steps"`` first)."""
+        if not self.state_keys:
+            return {"estimator": self.name}
         with self._state_lock:
-            saved = self._saved_state()
-            if saved is None:
-                return {"estimator": self.name}
-            return {"estimator": self.name, "options": self.options(), **saved}
+            return {"estimator": self.name, "options": self.options(), **self._saved_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict` (a JSON round trip allowed).
@@ -278,10 +280,9 @@ class AdvantageEstimator:
         (:attr:`renamed_options`) load under the new one.
         """
         check_state_owner(self.name, state)
-        keys = list(self.state_dict())
-        if keys == ["estimator"]:  # stateless: the name and nothing else
+        if not self.state_keys:  # stateless: the name and nothing else
             try:
-                check_state_keys("", state, keys)
+                check_state_keys("", state, ("estimator",))
             except ValueError as error:
                 raise ValueError(f"invalid {self.name} state: {error}") from error
             return
@@ -292,7 +293,7 @@ class AdvantageEstimator:
             }
         check_saved_options(self, state, self._state_options())
         try:
-            check_state_keys("", state, keys)
+            check_state_keys("", state, ("estimator", "options", *self.state_keys))
             if "steps" not in state:
                 raise ValueError("missing key 'steps' (the calls that updated the state)")
             restored = self._restored_state(state, check_step_count(state["steps"]))
@@ -305,10 +306,10 @@ class AdvantageEstimator:
     def reset(self) -> None:
         """Forget all running statistics."""
 
-    def _saved_state(self) -> dict[str, Any] | None:
-        """What a stateful estimator saves beyond its name and options: ``{"steps": ..., ...}``
-        (JSON-serialisable; the lock is held); None: it keeps no state (the default)."""
-        return None
+    def _saved_state(self) -> dict[str, Any]:
+        """What a stateful estimator saves beyond its name and options, under the keys
+        :attr:`state_keys` (JSON-serialisable; the lock is held)."""
+        return {}
 
     def _restored_state(self, state: Mapping[str, Any], steps: int) -> dict[str, Any]:
         """The attributes to set from a saved ``state`` (its keys and options already checked,

@@ -46,8 +46,8 @@ from ebpo.estimators.functional import (
     shrinkage_factor,
 )
 from ebpo.estimators.registry import register_estimator
-from ebpo.estimators.state import check_moments, check_state_keys
-from ebpo.estimators.validation import check_json_label, check_outputs
+from ebpo.estimators.state import check_moments, check_state_keys, cluster_entries
+from ebpo.estimators.validation import check_outputs
 from ebpo.utils.checks import check_choice, check_positive, check_positive_int
 
 __all__ = ["EBPO", "RENAMED_OPTIONS", "Prior", "PriorParameters", "RunningMoments"]
@@ -260,6 +260,7 @@ class EBPO(AdvantageEstimator):
     uses_prior = True
     checks_own_outputs = True
     renamed_options = RENAMED_OPTIONS
+    state_keys = ("steps", "global", "clusters")
     # the state: the global prior, one prior per cluster label, the calls that updated them
     global_prior: Prior
     cluster_priors: dict[Hashable, Prior]
@@ -447,7 +448,10 @@ class EBPO(AdvantageEstimator):
         """
         whole = self.prior != "ema"  # only the ema prior's decay makes counts fractional
         global_prior = Prior.from_state_dict(state["global"], "global", whole_counts=whole)
-        clusters = _cluster_priors_from_state(state.get("clusters", []), whole)
+        clusters = {
+            label: Prior.from_state_dict(saved, f"clusters[{label!r}]", whole_counts=whole)
+            for label, saved in cluster_entries(state.get("clusters", []))
+        }
         if clusters and not self.per_cluster:
             raise ValueError("it holds cluster priors but was saved with per_cluster=False")
         return {"global_prior": global_prior, "cluster_priors": clusters, "steps": steps}
@@ -459,32 +463,6 @@ class EBPO(AdvantageEstimator):
             if self.prior == "ema"
             else tuple(o for o in STATE_OPTIONS if o != "half_life")
         )
-
-
-def _label(label: Any) -> Hashable:
-    # JSON turns tuples into lists (at every depth); make them hashable again.
-    return tuple(_label(item) for item in label) if isinstance(label, (list, tuple)) else label
-
-
-def _cluster_priors_from_state(entries: Any, whole_counts: bool) -> dict[Hashable, Prior]:
-    if not isinstance(entries, list):
-        raise ValueError(
-            f"'clusters' must be a list of [label, prior state] pairs, got {type(entries).__name__}"
-        )
-    priors: dict[Hashable, Prior] = {}
-    for entry in entries:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
-            raise ValueError(
-                f"each entry of 'clusters' must be a [label, prior state] pair, got {entry!r}"
-            )
-        check_json_label("cluster", entry[0])
-        label = _label(entry[0])
-        if label in priors:
-            raise ValueError(f"cluster label {label!r} appears twice in 'clusters'")
-        priors[label] = Prior.from_state_dict(
-            entry[1], f"clusters[{label!r}]", whole_counts=whole_counts
-        )
-    return priors
 
 
 # Named methods (EBPO with options). ebpo_batch: the authors' released verl code (batch prior,

@@ -240,6 +240,7 @@ class JSPOPlusPlus(AdvantageEstimator):
     """
 
     checks_own_outputs = True
+    state_keys = ("steps", "weight", "lambda_sum", "mean_sum")
 
     def __init__(
         self, *, smooth_coef: float = 0.0, eps: float = 1e-6, nan_policy: str = "raise"

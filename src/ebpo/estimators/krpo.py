@@ -41,6 +41,7 @@ class KRPO(AdvantageEstimator):
     """
 
     checks_own_outputs = True
+    state_keys = ("steps", "estimate", "variance")
 
     def __init__(
         self,

@@ -153,6 +153,7 @@ class SPO(AdvantageEstimator):
     """
 
     checks_own_outputs = True
+    state_keys = ("steps", "prompts")
 
     def __init__(
         self,

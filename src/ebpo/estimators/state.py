@@ -10,15 +10,17 @@ mean whose next update overflows float64). Nothing here runs when advantages are
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+from ebpo.estimators.validation import check_json_label
 from ebpo.utils.checks import short_repr
 
 __all__ = [
     "MAX_STATE_COUNT",
     "MAX_STATE_MEAN",
     "check_moments",
+    "cluster_entries",
     "check_saved_options",
     "check_state_keys",
     "check_state_owner",
@@ -173,6 +175,29 @@ def check_moments(
     return count, mean, m2
 
 
+def cluster_entries(entries: Any) -> list[tuple[Hashable, Any]]:
+    """The ``(label, prior state)`` pairs of a saved ``clusters`` list (EBPO's
+    ``[[label, prior state], ...]``): every entry a pair, every label JSON-safe
+    (:func:`~ebpo.estimators.validation.check_json_label`) and none twice. JSON turns tuples into
+    lists, at every depth: a label comes back as the tuple it was saved as."""
+    if not isinstance(entries, list):
+        raise ValueError(
+            f"'clusters' must be a list of [label, prior state] pairs, got {type(entries).__name__}"
+        )
+    pairs: dict[Hashable, Any] = {}
+    for entry in entries:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise ValueError(
+                f"each entry of 'clusters' must be a [label, prior state] pair, got {entry!r}"
+            )
+        check_json_label("cluster", entry[0])
+        label = _as_tuples(entry[0])
+        if label in pairs:
+            raise ValueError(f"cluster label {label!r} appears twice in 'clusters'")
+        pairs[label] = entry[1]
+    return list(pairs.items())
+
+
 def current_option_names(options: Mapping[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
     """``options`` (a saved state's, or saved estimator options) with the old names of
     ``renamed`` (old name -> new name, an estimator's ``renamed_options``) replaced by the new
@@ -190,6 +215,10 @@ def current_option_names(options: Mapping[str, Any], renamed: Mapping[str, str])
         renamed[k] if k in renamed and renamed[k] not in options else k: v
         for k, v in options.items()
     }
+
+
+def _as_tuples(label: Any) -> Hashable:
+    return tuple(_as_tuples(item) for item in label) if isinstance(label, (list, tuple)) else label
 
 
 def _shown(value: object) -> str:
