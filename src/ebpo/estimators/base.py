@@ -206,9 +206,10 @@ class AdvantageEstimator:
     @property
     def carries_state(self) -> bool:
         """Whether, with these options, a later call's advantages depend on the state earlier
-        calls left (what a resumed run loses without its checkpointed state). False here; EBPO:
-        not with ``prior="batch"``; JSPO++: not with ``smooth_coef=0``."""
-        return False
+        calls left (what a resumed run loses without its checkpointed state). Here: whether it
+        keeps a state (:attr:`state_keys`); EBPO: not with ``prior="batch"``; JSPO++: not with
+        ``smooth_coef=0``."""
+        return bool(self.state_keys)
 
     @property
     def decays_per_call(self) -> bool:

@@ -57,10 +57,6 @@ class KRPO(AdvantageEstimator):
         self.reset()
 
     @property
-    def carries_state(self) -> bool:
-        return True
-
-    @property
     def decays_per_call(self) -> bool:
         """True: each call is one step of the filter (``Q`` is added per call)."""
         return True

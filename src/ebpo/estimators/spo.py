@@ -177,10 +177,6 @@ class SPO(AdvantageEstimator):
         return True
 
     @property
-    def carries_state(self) -> bool:
-        return True
-
-    @property
     def initial_count(self) -> float:
         """``n0 = 1 / (1 − rho_min)``: the tracker's pseudo-count for an unseen prompt."""
         return 1.0 / (1.0 - self.rho_min)
